@@ -1,0 +1,7 @@
+"""recsys-sweep: DLRM experiments and tuning on TorchRec, FBGEMM and Ray.
+
+Model code (``recsys.models``) imports neither Ray nor ``torch.distributed``; parallelism is applied
+from ``recsys.distributed`` and orchestration lives in ``recsys.tune``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,459 @@
+"""Typed, validated configs: one small dataclass per concern.
+
+Each component receives only its own piece (the model never sees ``TrainConfig``). A whole
+experiment round-trips through a plain dict, which is what Ray Tune hands a trial::
+
+    cfg = ExperimentConfig.from_dict(trial_dict)   # once, at the top of the worker
+    trial_dict == cfg.to_dict()
+
+Search spaces address fields by dotted keys (``embeddings.qr.threshold``); see
+``ExperimentConfig.keys()``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from recsys.configlib import ConfigError, check, dotted_keys, from_dict, set_dotted, to_dict
+
+Interaction = Literal["dot", "cat", "sum", "dcn"]
+QROperation = Literal["mult", "add", "concat"]
+Pooling = Literal["sum", "mean"]
+EmbeddingDType = Literal["fp32", "fp16"]
+LossKind = Literal["bce", "wbce", "mse"]
+
+INTERACTIONS = ("dot", "cat", "sum", "dcn")
+QR_OPERATIONS = ("mult", "add", "concat")
+
+
+@dataclass
+class QRConfig:
+    """Quotient-remainder compositional embeddings (Shi et al., KDD 2020).
+
+    Attributes:
+        threshold: tables with more rows than this are split into a quotient table of
+            ``ceil(rows / collisions)`` rows and a remainder table of ``collisions`` rows.
+            ``None`` turns QR off.
+        collisions: ``c``; id ``i`` looks up quotient row ``i // c`` and remainder row ``i % c``.
+        operation: how the two pooled lookups combine: ``mult`` (elementwise product), ``add``,
+            or ``concat`` (quotient gets ``dim - dim // 2`` columns, remainder ``dim // 2``).
+    """
+
+    threshold: int | None = None
+    collisions: int = 4
+    operation: QROperation = "mult"
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None:
+            check(self.threshold >= 1, "qr.threshold", self.threshold, "must be >= 1 or null")
+        check(self.collisions >= 1, "qr.collisions", self.collisions, "must be >= 1")
+        check(
+            self.operation in QR_OPERATIONS,
+            "qr.operation",
+            self.operation,
+            f"not in {QR_OPERATIONS}",
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.threshold is not None
+
+    def applies_to(self, rows: int) -> bool:
+        """Whether a table of ``rows`` rows is QR-split."""
+        return self.threshold is not None and rows > self.threshold and self.collisions > 1
+
+
+@dataclass
+class EmbeddingConfig:
+    """The embedding tables: one table per sparse feature.
+
+    Attributes:
+        num_embeddings: rows of each table, one entry per sparse feature (its length is ``F``).
+        dim: the common embedding dim ``D``; also the bottom MLP's output width.
+        dims: explicit per-table dims (mixed dims); projected to ``D`` where the interaction needs
+            equal dims (``dot``, ``sum``, ``dcn``). Exclusive with ``md_alpha``.
+        md_alpha: mixed-dimension rule (Ginart et al.): the smallest table gets ``dim`` and table
+            ``i`` gets ``dim * (n_min / n_i) ** md_alpha`` rounded to a power of two, at least
+            ``md_min_dim``. ``None``: every table has ``dim``.
+        md_min_dim: floor of the MD rule.
+        pooling: how a multi-hot bag is reduced: ``sum`` or ``mean``.
+        feature_names: names of the sparse features; default ``cat_0 .. cat_{F-1}``.
+        qr: quotient-remainder options.
+        dtype: storage type of the tables (``fp32`` or ``fp16``), set where the tables are defined.
+    """
+
+    num_embeddings: list[int] = field(default_factory=lambda: [1000] * 8)
+    dim: int = 16
+    dims: list[int] | None = None
+    md_alpha: float | None = None
+    md_min_dim: int = 4
+    pooling: Pooling = "sum"
+    feature_names: list[str] | None = None
+    qr: QRConfig = field(default_factory=QRConfig)
+    dtype: EmbeddingDType = "fp32"
+
+    def __post_init__(self) -> None:
+        n = self.num_embeddings
+        check(len(n) > 0, "embeddings.num_embeddings", n, "needs at least one table")
+        for i, rows in enumerate(n):
+            check(rows >= 1, f"embeddings.num_embeddings[{i}]", rows, "a table needs >= 1 row")
+        check(self.dim >= 1, "embeddings.dim", self.dim, "must be >= 1")
+        check(self.dim % 4 == 0, "embeddings.dim", self.dim, "FBGEMM kernels need a multiple of 4")
+        if self.dims is not None:
+            check(self.md_alpha is None, "embeddings.dims", self.dims, "exclusive with md_alpha")
+            check(len(self.dims) == len(n), "embeddings.dims", self.dims, f"needs {len(n)} dims")
+            for i, d in enumerate(self.dims):
+                check(d >= 4 and d % 4 == 0, f"embeddings.dims[{i}]", d, "must be a multiple of 4")
+        if self.md_alpha is not None:
+            check(0 <= self.md_alpha <= 1, "embeddings.md_alpha", self.md_alpha, "in [0, 1]")
+        check(self.md_min_dim >= 4, "embeddings.md_min_dim", self.md_min_dim, "must be >= 4")
+        check(self.pooling in ("sum", "mean"), "embeddings.pooling", self.pooling, "sum or mean")
+        check(self.dtype in ("fp32", "fp16"), "embeddings.dtype", self.dtype, "fp32 or fp16")
+        if self.feature_names is not None:
+            names = self.feature_names
+            check(len(names) == len(n), "embeddings.feature_names", names, f"needs {len(n)} names")
+            check(len(set(names)) == len(names), "embeddings.feature_names", names, "duplicates")
+        if self.qr.operation == "concat" and self.qr.enabled:
+            for i, d in enumerate(self.table_dims()):
+                if self.qr.applies_to(n[i]):
+                    check(d % 8 == 0, f"embeddings dim of table {i}", d, "QR concat needs % 8")
+
+    @property
+    def num_features(self) -> int:
+        return len(self.num_embeddings)
+
+    def names(self) -> list[str]:
+        return self.feature_names or [f"cat_{i}" for i in range(self.num_features)]
+
+    def table_dims(self) -> list[int]:
+        """The dim of each feature's table (before any projection to ``dim``)."""
+        if self.dims is not None:
+            return list(self.dims)
+        if self.md_alpha is not None:
+            return md_dims(self.num_embeddings, self.dim, self.md_alpha, self.md_min_dim)
+        return [self.dim] * self.num_features
+
+    @property
+    def mixed(self) -> bool:
+        return any(d != self.dim for d in self.table_dims())
+
+
+def md_dims(rows: list[int], dim: int, alpha: float, min_dim: int = 4) -> list[int]:
+    """Mixed-dimension rule: ``d_i = dim * (n_min / n_i) ** alpha``, rounded to a power of 2.
+
+    The smallest table gets ``dim``; results are clamped to ``[min_dim, dim]``.
+
+    >>> md_dims([10, 1000, 100000], dim=64, alpha=0.5)
+    [64, 8, 4]
+    """
+    n_min = min(rows)
+    out = []
+    for n in rows:
+        d = dim * (n_min / n) ** alpha
+        d_pow2 = 2 ** round(math.log2(d))
+        out.append(int(min(dim, max(min_dim, d_pow2))))
+    return out
+
+
+@dataclass
+class ModelConfig:
+    """DLRM architecture.
+
+    Attributes:
+        num_dense: dense (integer) features per sample, ``I``.
+        bottom_mlp: hidden widths of the bottom MLP; its output layer has width
+            ``embeddings.dim`` appended automatically, so dims can be swept freely.
+        top_mlp: hidden widths of the top MLP; a final linear layer to one logit per task follows.
+            Its input width follows from the interaction.
+        interaction: ``dot``, ``cat``, ``sum`` or ``dcn``.
+        interaction_itself: ``dot`` only: keep the diagonal (self-interaction) too.
+        dcn_layers / dcn_low_rank: depth and rank of the ``dcn`` low-rank cross network.
+    """
+
+    num_dense: int = 13
+    bottom_mlp: list[int] = field(default_factory=lambda: [64, 32])
+    top_mlp: list[int] = field(default_factory=lambda: [64, 32])
+    interaction: Interaction = "dot"
+    interaction_itself: bool = False
+    dcn_layers: int = 2
+    dcn_low_rank: int = 16
+
+    def __post_init__(self) -> None:
+        check(self.num_dense >= 1, "model.num_dense", self.num_dense, "must be >= 1")
+        for name, widths in (("bottom_mlp", self.bottom_mlp), ("top_mlp", self.top_mlp)):
+            for i, w in enumerate(widths):
+                check(w >= 1, f"model.{name}[{i}]", w, "layer widths must be >= 1")
+        check(
+            self.interaction in INTERACTIONS,
+            "model.interaction",
+            self.interaction,
+            f"unknown interaction op; choose one of {INTERACTIONS}",
+        )
+        check(self.dcn_layers >= 1, "model.dcn_layers", self.dcn_layers, "must be >= 1")
+        check(self.dcn_low_rank >= 1, "model.dcn_low_rank", self.dcn_low_rank, "must be >= 1")
+
+
+@dataclass
+class TaskConfig:
+    """One prediction head: its label column in the data and its weight in the total loss."""
+
+    name: str = "click"
+    label_column: int = 0
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        check(self.label_column >= 0, f"task {self.name}.label_column", self.label_column, ">= 0")
+        check(self.weight >= 0, f"task {self.name}.weight", self.weight, "must be >= 0")
+
+
+@dataclass
+class LossConfig:
+    """Training loss.
+
+    Attributes:
+        kind: ``bce`` (on logits), ``wbce`` (class-weighted bce) or ``mse`` (on probabilities).
+        weights: ``(w0, w1)``: the weights of negative and positive samples for ``wbce``, as the
+            DLRM reference's ``--loss-weights "w0-w1"``. ``(1, 1)`` equals ``bce``.
+        tasks: the heads; the total loss is ``sum_t weight_t * loss_t``.
+    """
+
+    kind: LossKind = "bce"
+    weights: tuple[float, float] = (1.0, 1.0)
+    tasks: list[TaskConfig] = field(default_factory=lambda: [TaskConfig()])
+
+    def __post_init__(self) -> None:
+        check(self.kind in ("bce", "wbce", "mse"), "loss.kind", self.kind, "bce, wbce or mse")
+        check(len(self.weights) == 2, "loss.weights", self.weights, "needs (w0, w1)")
+        check(min(self.weights) >= 0, "loss.weights", self.weights, "weights must be >= 0")
+        check(max(self.weights) > 0, "loss.weights", self.weights, "not both zero")
+        check(len(self.tasks) >= 1, "loss.tasks", self.tasks, "needs at least one task")
+        names = [t.name for t in self.tasks]
+        check(len(set(names)) == len(names), "loss.tasks", names, "task names must be unique")
+
+
+Source = Literal["synthetic", "criteo_tsv", "criteo_binary", "torchrec_binary"]
+SplitMode = Literal["fraction", "files"]
+
+
+@dataclass
+class SyntheticConfig:
+    """Synthetic click log with a planted logistic signal (see ``recsys.data.synthetic``).
+
+    Attributes:
+        num_samples: rows generated in total (before the train/val/test split).
+        seed: the generator's seed; same seed, same data.
+        positive_rate: target share of positive labels (Criteo: about 0.25).
+        zipf_alpha: exponent of the power-law id frequencies.
+        signal: strength of the planted signal (logit scale); 0 makes labels pure noise.
+        multi_hot: ids per bag (1 = one-hot, as Criteo).
+    """
+
+    num_samples: int = 20_000
+    seed: int = 0
+    positive_rate: float = 0.25
+    zipf_alpha: float = 1.1
+    signal: float = 2.0
+    multi_hot: int = 1
+
+    def __post_init__(self) -> None:
+        check(self.num_samples >= 1, "data.synthetic.num_samples", self.num_samples, ">= 1")
+        check(0 < self.positive_rate < 1, "data.synthetic.positive_rate", self.positive_rate, "")
+        check(self.zipf_alpha > 0, "data.synthetic.zipf_alpha", self.zipf_alpha, "must be > 0")
+        check(self.multi_hot >= 1, "data.synthetic.multi_hot", self.multi_hot, "must be >= 1")
+
+
+@dataclass
+class DataConfig:
+    """Where samples come from and how they are split.
+
+    Attributes:
+        source: ``synthetic``; ``criteo_tsv`` (raw Criteo text, plain or .gz, in ``paths``);
+            ``criteo_binary`` (this project's preprocessed folder, made by
+            ``python -m recsys.data.preprocess``);
+            ``torchrec_binary`` (TorchRec's preprocessed ``day_N_{dense,sparse,labels}.npy``).
+        paths: input files or folders, in time order.
+        split: ``fraction``: the rows in file order are cut into train / val / test by
+            ``val_fraction`` and ``test_fraction`` (Criteo is time-ordered, so validation and test
+            come after training, as in the Kaggle setup); ``files``: the last file is test, the one
+            before it validation (Terabyte: day 23 test, day 22 validation).
+        on_bad_row: ``error`` stops at the first malformed row naming file and line; ``skip``
+            drops it and counts it.
+        synthetic: generator options when ``source`` is ``synthetic``.
+    """
+
+    source: Source = "synthetic"
+    paths: list[str] = field(default_factory=list)
+    split: SplitMode = "fraction"
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    on_bad_row: Literal["error", "skip"] = "error"
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        sources = ("synthetic", "criteo_tsv", "criteo_binary", "torchrec_binary")
+        check(self.source in sources, "data.source", self.source, f"not in {sources}")
+        if self.source != "synthetic":
+            check(len(self.paths) > 0, "data.paths", self.paths, f"{self.source} needs paths")
+        check(self.split in ("fraction", "files"), "data.split", self.split, "fraction or files")
+        for name in ("val_fraction", "test_fraction"):
+            v = getattr(self, name)
+            check(0 <= v < 1, f"data.{name}", v, "must be in [0, 1)")
+        check(
+            self.val_fraction + self.test_fraction < 1,
+            "data.val_fraction + data.test_fraction",
+            self.val_fraction + self.test_fraction,
+            "leaves no training data",
+        )
+        check(self.on_bad_row in ("error", "skip"), "data.on_bad_row", self.on_bad_row, "")
+
+
+@dataclass
+class OptimConfig:
+    """Optimizers and the learning-rate policy.
+
+    Attributes:
+        embedding_optimizer: FBGEMM optimizer fused into the embedding backward
+            (``exact_rowwise_adagrad``, ``exact_adagrad``, ``exact_sgd``, ``adam``).
+        embedding_lr: its learning rate.
+        dense_optimizer: optimizer of the MLPs and interaction (``adagrad``, ``sgd``, ``adam``).
+        lr: dense learning rate (peak of the schedule).
+        eps: epsilon of Adagrad/Adam, both fused and dense.
+        warmup_steps: linear warmup from 0 to the peak.
+        decay_start_step / decay_steps: polynomial decay (power ``decay_power``) to
+            ``end_lr_factor * peak`` over ``decay_steps`` steps, as the DLRM reference's
+            ``LRPolicyScheduler``. ``decay_steps = 0`` keeps the peak.
+        weight_decay: dense weight decay.
+    """
+
+    embedding_optimizer: Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"] = (
+        "exact_rowwise_adagrad"
+    )
+    embedding_lr: float = 0.05
+    dense_optimizer: Literal["adagrad", "sgd", "adam"] = "adagrad"
+    lr: float = 0.05
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    decay_start_step: int = 0
+    decay_steps: int = 0
+    decay_power: float = 2.0
+    end_lr_factor: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        emb = ("exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam")
+        check(
+            self.embedding_optimizer in emb,
+            "optim.embedding_optimizer",
+            self.embedding_optimizer,
+            f"not in {emb}",
+        )
+        dense = ("adagrad", "sgd", "adam")
+        check(
+            self.dense_optimizer in dense,
+            "optim.dense_optimizer",
+            self.dense_optimizer,
+            f"not in {dense}",
+        )
+        check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
+        check(self.embedding_lr > 0, "optim.embedding_lr", self.embedding_lr, "must be > 0")
+        check(self.eps > 0, "optim.eps", self.eps, "must be > 0")
+        for name in ("warmup_steps", "decay_start_step", "decay_steps"):
+            check(getattr(self, name) >= 0, f"optim.{name}", getattr(self, name), "must be >= 0")
+        if self.decay_steps > 0:
+            check(
+                self.decay_start_step >= self.warmup_steps,
+                "optim.decay_start_step",
+                self.decay_start_step,
+                f"must be >= warmup_steps ({self.warmup_steps})",
+            )
+        check(0 <= self.end_lr_factor <= 1, "optim.end_lr_factor", self.end_lr_factor, "in [0,1]")
+        check(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "must be >= 0")
+
+
+@dataclass
+class TrainConfig:
+    """The training loop.
+
+    Attributes:
+        batch_size: samples per worker per step (the global batch is ``batch_size * world_size``).
+        steps: training steps (the data is cycled by epochs if it runs out).
+        eval_every: validate every N steps (0: only at the end).
+        checkpoint_every: checkpoint every N steps (0: only at the end).
+        eval_batches: cap on validation batches per evaluation (0: the whole split).
+        seed: seeds model init, data order and RNGs.
+        log_every: report training loss every N steps.
+    """
+
+    batch_size: int = 256
+    steps: int = 200
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    eval_batches: int = 0
+    seed: int = 0
+    log_every: int = 20
+
+    def __post_init__(self) -> None:
+        check(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
+        check(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
+        for name in ("eval_every", "checkpoint_every", "eval_batches"):
+            check(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), "must be >= 0")
+        check(self.log_every >= 1, "train.log_every", self.log_every, "must be >= 1")
+
+
+@dataclass
+class ExperimentConfig:
+    """One trial's whole configuration: a composition of the per-concern configs."""
+
+    name: str = "default"
+    data: DataConfig = field(default_factory=DataConfig)
+    embeddings: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.data.source in ("criteo_tsv", "criteo_binary", "torchrec_binary"):
+            check(self.model.num_dense == 13, "model.num_dense", self.model.num_dense, "Criteo: 13")
+            n = self.embeddings.num_features
+            check(n == 26, "embeddings.num_embeddings", f"{n} tables", "Criteo has 26 features")
+            cols = [t.label_column for t in self.loss.tasks]
+            check(cols == [0], "loss.tasks", cols, "Criteo has one label column (0)")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
+        return from_dict(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """All dotted leaf keys (what a search space may address)."""
+        return dotted_keys(cls)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> ExperimentConfig:
+        """A copy with dotted-key overrides applied and everything re-validated."""
+        data = self.to_dict()
+        valid = self.keys()
+        for key, value in overrides.items():
+            set_dotted(data, key, value, valid)
+        return ExperimentConfig.from_dict(data)
+
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "EmbeddingConfig",
+    "ExperimentConfig",
+    "LossConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "QRConfig",
+    "SyntheticConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "md_dims",
+]

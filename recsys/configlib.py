@@ -1,0 +1,116 @@
+"""Plain-dict <-> dataclass conversion with errors that name the bad key.
+
+Ray Tune hands a trial a plain dict; it is turned into typed configs once, here, at the top of the
+worker. Unknown keys are an error naming the nearest valid key, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names the field and the value."""
+
+
+def nearest(key: str, valid: typing.Iterable[str]) -> str:
+    """A ' (did you mean X?)' hint for an unknown key, or '' when nothing is close."""
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, path) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, path)
+    if origin in (list, tuple) and not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{path}: expected a list, got {value!r}")
+    if origin is list:
+        return [_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        item = args[0] if args else Any
+        return tuple(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and not isinstance(value, tp):
+        raise ConfigError(f"{path}: expected {tp.__name__}, got {value!r}")
+    if tp is int and isinstance(value, bool):
+        raise ConfigError(f"{path}: expected int, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+    """Build dataclass ``cls`` from a nested plain dict; unknown keys raise ``ConfigError``."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in names:
+            where = f"{path}.{key}" if path else key
+            raise ConfigError(f"unknown config key {where!r}{nearest(key, names)}")
+    kwargs = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The plain nested dict of a config (lists, not tuples: it round-trips through YAML/JSON)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def dotted_keys(cls: type, prefix: str = "") -> list[str]:
+    """Every leaf key of a config schema as a dotted path, e.g. ``embeddings.qr.threshold``."""
+    keys: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) in (Union, types.UnionType) and len(inner) == 1:
+            tp = inner[0]
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            keys += dotted_keys(tp, name + ".")
+        else:
+            keys.append(name)
+    return keys
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, valid: list[str]) -> None:
+    """Set ``data['a']['b'] = value`` for key ``a.b``; a key not in ``valid`` raises with a hint."""
+    if key not in valid:
+        raise ConfigError(f"unknown config key {key!r}{nearest(key, valid)}")
+    *parents, leaf = key.split(".")
+    node = data
+    for p in parents:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{key}: {p!r} is not a section")
+    node[leaf] = value
+
+
+def check(cond: bool, field: str, value: Any, why: str) -> None:
+    """Raise ``ConfigError('field=value: why')`` unless ``cond``."""
+    if not cond:
+        raise ConfigError(f"{field}={value!r}: {why}")

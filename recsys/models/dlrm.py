@@ -1,0 +1,87 @@
+"""DLRM over TorchRec types: ``KeyedJaggedTensor`` in, logits out.
+
+Plain ``nn.Module`` code: no Ray, no ``torch.distributed``. The same model runs unsharded in a unit
+test and sharded by ``DistributedModelParallel`` in a worker (sharding is applied from outside, by
+``recsys.distributed``).
+
+Shapes: ``B`` batch, ``I`` dense features, ``F`` sparse features, ``D`` common embedding dim,
+``T`` tasks.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.mlp import MLP
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from recsys.config import EmbeddingConfig, ModelConfig
+from recsys.models.embeddings import SparseArch
+from recsys.models.interactions import NEEDS_EQUAL_DIMS, make_interaction
+
+
+class DLRM(nn.Module):
+    """Bottom MLP, embedding tables, an interaction, a top MLP.
+
+    Args:
+        model: architecture (MLP widths, interaction op).
+        embeddings: the tables (rows, dims, QR, dtype).
+        num_tasks: logits per sample ``T`` (one per loss task).
+        embedding_device: where the tables are created; ``meta`` defers their allocation to
+            ``DistributedModelParallel`` (or ``materialize``). The dense layers are always real.
+
+    Example::
+
+        model = DLRM(ModelConfig(num_dense=13), EmbeddingConfig(num_embeddings=[100] * 26))
+        logits = model(dense, kjt)  # dense: [B, 13], kjt: 26 keys -> logits: [B, 1]
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        embeddings: EmbeddingConfig,
+        num_tasks: int = 1,
+        embedding_device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        dim = embeddings.dim
+        project = NEEDS_EQUAL_DIMS[model.interaction] and embeddings.mixed
+        self.dense_arch = MLP(model.num_dense, [*model.bottom_mlp, dim])
+        self.sparse_arch = SparseArch(
+            embeddings, project_to=dim if project else None, device=embedding_device
+        )
+        self.interaction = make_interaction(
+            model.interaction,
+            dim,
+            self.sparse_arch.out_dims,
+            itself=model.interaction_itself,
+            dcn_layers=model.dcn_layers,
+            dcn_low_rank=model.dcn_low_rank,
+        )
+        top_in = self.interaction.out_dim
+        self.over_arch = nn.Sequential(
+            MLP(top_in, model.top_mlp) if model.top_mlp else nn.Identity(),
+            nn.Linear(model.top_mlp[-1] if model.top_mlp else top_in, num_tasks),
+        )
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        """``dense: [B, I]``, ``sparse``: KJT with the F feature keys -> logits ``[B, T]``."""
+        dense_out = self.dense_arch(dense)  # [B, D]
+        pooled = self.sparse_arch(sparse)  # F x [B, d_f]
+        return self.over_arch(self.interaction(dense_out, pooled))
+
+
+def materialize(model: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
+    """Allocate and initialise embedding tables created on ``meta``, then move the model to
+    ``device``. This is the unsharded path; ``DistributedModelParallel`` does it when sharding."""
+    for module in model.modules():
+        if not isinstance(module, EmbeddingBagCollection):
+            continue
+        if not any(p.is_meta for p in module.parameters()):
+            continue
+        module.to_empty(device=device)
+        for table in module.embedding_bag_configs():
+            assert table.init_fn is not None
+            table.init_fn(module.embedding_bags[table.name].weight)
+    return model.to(device)

@@ -1,0 +1,191 @@
+"""Embedding tables: one TorchRec ``EmbeddingBagCollection`` holding every table, QR and mixed dims.
+
+QR embeddings (Shi et al., KDD 2020) are built from ordinary TorchRec tables: a feature ``f`` whose
+table is QR-split reads its quotient table under key ``f`` (ids ``i // c``) and its remainder table
+under key ``f__qr_r`` (ids ``i % c``). The id split happens on the ``KeyedJaggedTensor`` before the
+lookup (``qr_split_kjt``), so both tables live in the same collection and
+``DistributedModelParallel`` shards them like any other table.
+
+Pooling subtlety (facebookresearch/dlrm issue 366): the two lookups are each pooled, then combined.
+For ``add`` and ``concat`` this equals pooling the per-id combined vectors (both are linear). For
+``mult`` with multi-hot bags it gives ``(sum_j q_j) * (sum_j r_j)`` rather than
+``sum_j (q_j * r_j)``; for one-hot features (Criteo) the two are identical. We combine after pooling
+because it keeps the lookups fused pooled TBE kernels; ``tests/unit/test_embeddings.py`` pins this.
+
+Shapes: ``B`` batch size, ``F`` sparse features, ``D`` common dim, ``d_f`` the dim of feature f.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from recsys.config import EmbeddingConfig
+
+QR_SUFFIX = "__qr_r"
+_DTYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+_POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One TorchRec table: its name, the KJT key it reads, rows and dim."""
+
+    name: str
+    feature: str
+    rows: int
+    dim: int
+    role: str  # "full", "quotient" or "remainder"
+
+
+def _uniform_init(weight: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    with torch.no_grad():
+        return weight.uniform_(low, high)
+
+
+def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
+    """The tables a config builds, QR applied: one per feature, or two for a QR-split feature."""
+    specs: list[TableSpec] = []
+    for name, rows, dim in zip(cfg.names(), cfg.num_embeddings, cfg.table_dims(), strict=True):
+        if not cfg.qr.applies_to(rows):
+            specs.append(TableSpec(f"t_{name}", name, rows, dim, "full"))
+            continue
+        c = cfg.qr.collisions
+        dq, dr = (dim - dim // 2, dim // 2) if cfg.qr.operation == "concat" else (dim, dim)
+        specs.append(TableSpec(f"t_{name}_q", name, math.ceil(rows / c), dq, "quotient"))
+        specs.append(TableSpec(f"t_{name}_r", name + QR_SUFFIX, c, dr, "remainder"))
+    return specs
+
+
+def _init_bounds(spec: TableSpec, operation: str) -> tuple[float, float]:
+    """Uniform init range. A ``mult`` remainder starts near 1 so ``q * r`` starts near ``q``."""
+    if spec.role == "remainder" and operation == "mult":
+        return 0.9, 1.1
+    bound = math.sqrt(1.0 / spec.rows)
+    return -bound, bound
+
+
+def embedding_bag_configs(cfg: EmbeddingConfig) -> list[EmbeddingBagConfig]:
+    """TorchRec table configs (dtype, pooling and init set where the tables are defined)."""
+    out = []
+    for spec in table_specs(cfg):
+        low, high = _init_bounds(spec, cfg.qr.operation)
+        out.append(
+            EmbeddingBagConfig(
+                name=spec.name,
+                embedding_dim=spec.dim,
+                num_embeddings=spec.rows,
+                feature_names=[spec.feature],
+                pooling=_POOLING[cfg.pooling],
+                data_type=_DTYPES[cfg.dtype],
+                init_fn=functools.partial(_uniform_init, low=low, high=high),
+            )
+        )
+    return out
+
+
+def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJaggedTensor:
+    """Split the ids of QR features into quotient (key ``f``) and remainder (key ``f__qr_r``).
+
+    Args:
+        kjt: sparse features, keys ``[f_1..f_F]``, unweighted.
+        collisions: ``{feature: c}`` for each QR-split feature.
+
+    Returns:
+        A KJT with the same keys in the same order (QR features now holding ``id // c``) followed by
+        one ``f__qr_r`` key per QR feature holding ``id % c``, with the same lengths.
+    """
+    if not collisions:
+        return kjt
+    keys = kjt.keys()
+    stride = kjt.stride()
+    values = kjt.values().split(kjt.length_per_key())
+    lengths = kjt.lengths().view(len(keys), stride)
+    new_values, extra_values, extra_lengths, extra_keys = [], [], [], []
+    for key, vals, lens in zip(keys, values, lengths, strict=True):
+        c = collisions.get(key)
+        if c is None:
+            new_values.append(vals)
+            continue
+        new_values.append(torch.div(vals, c, rounding_mode="floor"))
+        extra_values.append(torch.remainder(vals, c))
+        extra_lengths.append(lens)
+        extra_keys.append(key + QR_SUFFIX)
+    return KeyedJaggedTensor(
+        keys=keys + extra_keys,
+        values=torch.cat(new_values + extra_values),
+        lengths=torch.cat([kjt.lengths(), *extra_lengths]),
+        stride=stride,
+    )
+
+
+def combine_qr(q: torch.Tensor, r: torch.Tensor, operation: str) -> torch.Tensor:
+    """Combine pooled quotient and remainder lookups, ``[B, d_q]`` and ``[B, d_r]``."""
+    if operation == "mult":
+        return q * r
+    if operation == "add":
+        return q + r
+    return torch.cat([q, r], dim=1)
+
+
+class SparseArch(nn.Module):
+    """Looks up and pools every sparse feature; returns one ``[B, d_f]`` tensor per feature.
+
+    Args:
+        cfg: the embedding tables.
+        project_to: if set, features whose dim differs are projected (no bias) to this dim, so the
+            interaction sees ``F`` tensors of ``[B, project_to]``.
+        device: where the ``EmbeddingBagCollection`` is created; ``meta`` to shard it later.
+
+    Example::
+
+        arch = SparseArch(EmbeddingConfig(num_embeddings=[10, 20], dim=8))
+        pooled = arch(kjt)          # [tensor[B, 8], tensor[B, 8]]
+    """
+
+    def __init__(
+        self,
+        cfg: EmbeddingConfig,
+        project_to: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.features = cfg.names()
+        self.operation = cfg.qr.operation
+        self.collisions = {
+            f: cfg.qr.collisions
+            for f, rows in zip(self.features, cfg.num_embeddings, strict=True)
+            if cfg.qr.applies_to(rows)
+        }
+        self.embedding_bag_collection = EmbeddingBagCollection(
+            tables=embedding_bag_configs(cfg), device=torch.device(device or "cpu")
+        )
+        dims = cfg.table_dims()
+        self.out_dims = [project_to or d for d in dims]
+        self.projections = nn.ModuleDict(
+            {
+                f: nn.Linear(d, project_to, bias=False)
+                for f, d in zip(self.features, dims, strict=True)
+                if project_to is not None and d != project_to
+            }
+        )
+
+    def forward(self, features: KeyedJaggedTensor) -> list[torch.Tensor]:
+        pooled = self.embedding_bag_collection(qr_split_kjt(features, self.collisions)).to_dict()
+        out = []
+        for f in self.features:
+            emb = pooled[f]
+            if f in self.collisions:
+                emb = combine_qr(emb, pooled[f + QR_SUFFIX], self.operation)
+            emb = emb.float()
+            if f in self.projections:
+                emb = self.projections[f](emb)
+            out.append(emb)
+        return out

@@ -1,0 +1,42 @@
+"""Configs round-trip through plain dicts and refuse bad values with named errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from recsys.config import ConfigError, ExperimentConfig, QRConfig
+
+
+def test_round_trip_through_plain_dict():
+    cfg = ExperimentConfig().with_overrides(
+        {"embeddings.qr.threshold": 500, "loss.weights": [1, 3], "model.interaction": "cat"}
+    )
+    plain = cfg.to_dict()
+    assert isinstance(plain["loss"]["weights"], list)
+    back = ExperimentConfig.from_dict(plain)
+    assert back == cfg
+    assert back.embeddings.qr == QRConfig(threshold=500)
+    assert back.loss.weights == (1.0, 3.0)
+
+
+def test_unknown_key_names_nearest():
+    with pytest.raises(ConfigError, match=r"'embeddings.qr.treshold'.*'embeddings.qr.threshold'"):
+        ExperimentConfig().with_overrides({"embeddings.qr.treshold": 3})
+    with pytest.raises(ConfigError, match=r"'model.interactoin'.*did you mean 'interaction'"):
+        ExperimentConfig.from_dict({"model": {"interactoin": "dot"}})
+
+
+def test_wrong_type_names_field():
+    with pytest.raises(ConfigError, match=r"embeddings.dim: expected int, got 'big'"):
+        ExperimentConfig.from_dict({"embeddings": {"dim": "big"}})
+
+
+def test_keys_cover_nested_fields():
+    keys = ExperimentConfig.keys()
+    for k in ("model.interaction", "embeddings.dim", "embeddings.qr.collisions", "optim.lr"):
+        assert k in keys
+
+
+def test_criteo_needs_26_tables():
+    with pytest.raises(ConfigError, match="Criteo has 26 features"):
+        ExperimentConfig.from_dict({"data": {"source": "criteo_tsv", "paths": ["x.txt"]}})

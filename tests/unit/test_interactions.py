@@ -1,0 +1,68 @@
+"""Interaction ops against explicit math on tiny seeded inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recsys.models.interactions import make_interaction
+
+B, F, D = 3, 4, 5
+
+
+@pytest.fixture
+def inputs() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(B, D, generator=g), [torch.randn(B, D, generator=g) for _ in range(F)]
+
+
+@pytest.mark.parametrize("itself", [False, True])
+def test_dot_equals_hand_computed_pairs(inputs, itself):
+    dense, sparse = inputs
+    out = make_interaction("dot", D, [D] * F, itself=itself)(dense, sparse)
+    vecs = [dense, *sparse]
+    expected = []
+    for i in range(F + 1):  # row-major lower triangle, as torch.tril_indices orders it
+        for j in range(i + 1 if itself else i):
+            expected.append((vecs[i] * vecs[j]).sum(dim=1))
+    expected_full = torch.cat([dense, torch.stack(expected, dim=1)], dim=1)
+    n = F + 1
+    pairs = n * (n + 1) // 2 if itself else n * (n - 1) // 2
+    assert out.shape == (B, D + pairs)
+    torch.testing.assert_close(out, expected_full)
+
+
+def test_cat_and_sum(inputs):
+    dense, sparse = inputs
+    cat = make_interaction("cat", D, [D] * F)
+    torch.testing.assert_close(cat(dense, sparse), torch.cat([dense, *sparse], dim=1))
+    assert cat.out_dim == D * (F + 1)
+    summed = make_interaction("sum", D, [D] * F)
+    torch.testing.assert_close(
+        summed(dense, sparse), torch.cat([dense, sparse[0] + sparse[1] + sparse[2] + sparse[3]], 1)
+    )
+    assert summed.out_dim == 2 * D
+
+
+def test_cat_with_raw_mixed_dims():
+    dense = torch.randn(B, D)
+    sparse = [torch.randn(B, 4), torch.randn(B, 8)]
+    cat = make_interaction("cat", D, [4, 8])
+    assert cat(dense, sparse).shape == (B, cat.out_dim) == (B, D + 12)
+
+
+def test_dcn_width_and_shape(inputs):
+    dense, sparse = inputs
+    dcn = make_interaction("dcn", D, [D] * F, dcn_layers=2, dcn_low_rank=3)
+    assert dcn(dense, sparse).shape == (B, dcn.out_dim) == (B, D * (F + 1))
+
+
+@pytest.mark.parametrize("op", ["dot", "sum", "dcn"])
+def test_equal_dim_ops_refuse_mixed_dims(op):
+    with pytest.raises(ValueError, match="needs every embedding dim"):
+        make_interaction(op, D, [D, 8])
+
+
+def test_unknown_op():
+    with pytest.raises(ValueError, match="unknown interaction op 'dott'"):
+        make_interaction("dott", D, [D])
