@@ -233,7 +233,7 @@ class LossConfig:
         check(len(set(names)) == len(names), "loss.tasks", names, "task names must be unique")
 
 
-Source = Literal["synthetic", "criteo_tsv", "criteo_binary", "torchrec_binary"]
+Source = Literal["synthetic", "criteo_tsv", "criteo_binary"]
 SplitMode = Literal["fraction", "files"]
 
 
@@ -270,14 +270,14 @@ class DataConfig:
 
     Attributes:
         source: ``synthetic``; ``criteo_tsv`` (raw Criteo text, plain or .gz, in ``paths``);
-            ``criteo_binary`` (this project's preprocessed folder, made by
-            ``python -m recsys.data.preprocess``);
-            ``torchrec_binary`` (TorchRec's preprocessed ``day_N_{dense,sparse,labels}.npy``).
+            ``criteo_binary`` (a folder of ``day_N_{dense,sparse,labels}.npy`` triples: made by
+            ``python -m recsys.data.preprocess``, or TorchRec's own preprocessed Criteo 1TB).
         paths: input files or folders, in time order.
         split: ``fraction``: the rows in file order are cut into train / val / test by
             ``val_fraction`` and ``test_fraction`` (Criteo is time-ordered, so validation and test
             come after training, as in the Kaggle setup); ``files``: the last file is test, the one
             before it validation (Terabyte: day 23 test, day 22 validation).
+        shuffle: reshuffle each worker's training rows every epoch (seeded); off keeps time order.
         on_bad_row: ``error`` stops at the first malformed row naming file and line; ``skip``
             drops it and counts it.
         synthetic: generator options when ``source`` is ``synthetic``.
@@ -289,10 +289,11 @@ class DataConfig:
     val_fraction: float = 0.1
     test_fraction: float = 0.1
     on_bad_row: Literal["error", "skip"] = "error"
+    shuffle: bool = True
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:
-        sources = ("synthetic", "criteo_tsv", "criteo_binary", "torchrec_binary")
+        sources = ("synthetic", "criteo_tsv", "criteo_binary")
         check(self.source in sources, "data.source", self.source, f"not in {sources}")
         if self.source != "synthetic":
             check(len(self.paths) > 0, "data.paths", self.paths, f"{self.source} needs paths")
@@ -415,7 +416,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
-        if self.data.source in ("criteo_tsv", "criteo_binary", "torchrec_binary"):
+        if self.data.source in ("criteo_tsv", "criteo_binary"):
             check(self.model.num_dense == 13, "model.num_dense", self.model.num_dense, "Criteo: 13")
             n = self.embeddings.num_features
             check(n == 26, "embeddings.num_embeddings", f"{n} tables", "Criteo has 26 features")

@@ -1,0 +1,56 @@
+"""Binary-classification metrics of CTR models, on gathered predictions.
+
+Each worker evaluates its own rows; the predictions are gathered to every rank first, so the
+figures are those of the whole split (not averages of per-rank AUCs). Checked against sklearn in
+``tests/unit/test_metrics.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import rankdata
+
+EPS = 1e-7
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC by the rank-sum statistic (ties get average ranks); NaN with a single class."""
+    labels = np.asarray(labels).astype(bool)
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    if pos == 0 or neg == 0:
+        return float("nan")
+    ranks = rankdata(scores)
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def log_loss(labels: np.ndarray, probs: np.ndarray) -> float:
+    p = np.clip(probs.astype(np.float64), EPS, 1 - EPS)
+    y = labels.astype(np.float64)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def entropy(rate: float) -> float:
+    """Binary entropy of the background click rate (the log loss of always predicting it)."""
+    r = min(max(rate, EPS), 1 - EPS)
+    return -(r * math.log(r) + (1 - r) * math.log(1 - r))
+
+
+def binary_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
+    """AUC, log loss, normalized entropy (log loss / entropy of the CTR), calibration
+    (mean prediction / mean label) and accuracy at 0.5, over ``[N]`` labels and logits."""
+    labels = np.asarray(labels, dtype=np.float64).reshape(-1)
+    logits = np.asarray(logits, dtype=np.float64).reshape(-1)
+    probs = 1 / (1 + np.exp(-logits))
+    ctr = float(labels.mean())
+    ll = log_loss(labels, probs)
+    return {
+        "auc": auc(labels, logits),
+        "log_loss": ll,
+        "ne": ll / entropy(ctr),
+        "calibration": float(probs.mean() / ctr) if ctr > 0 else float("nan"),
+        "accuracy": float(((probs > 0.5) == (labels > 0.5)).mean()),
+        "ctr": ctr,
+        "count": float(len(labels)),
+    }
