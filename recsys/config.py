@@ -381,10 +381,11 @@ class TrainConfig:
         batch_size: samples per worker per step (the global batch is ``batch_size * world_size``).
         steps: training steps (the data is cycled by epochs if it runs out).
         eval_every: validate every N steps (0: only at the end).
-        checkpoint_every: checkpoint every N steps (0: only at the end).
+        checkpoint_every: checkpoint and report every N steps (0: only at the end). Metrics are
+            reported together with a checkpoint, so a restarted worker never reports a step twice.
         eval_batches: cap on validation batches per evaluation (0: the whole split).
         seed: seeds model init, data order and RNGs.
-        log_every: report training loss every N steps.
+        log_every: record the training loss every N steps (reported with the next checkpoint).
     """
 
     batch_size: int = 256
@@ -401,6 +402,63 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "eval_batches"):
             check(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), "must be >= 0")
         check(self.log_every >= 1, "train.log_every", self.log_every, "must be >= 1")
+        if self.eval_every and self.checkpoint_every:
+            check(
+                self.eval_every % self.checkpoint_every == 0,
+                "train.eval_every",
+                self.eval_every,
+                f"must be a multiple of train.checkpoint_every ({self.checkpoint_every}): "
+                "results are reported with checkpoints",
+            )
+
+
+SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
+COMPUTE_KERNELS = ("fused", "dense")
+CUDA_ONLY_SHARDING = ("row_wise", "table_row_wise")
+
+
+@dataclass
+class TableSharding:
+    """Constraints on how one table may be sharded (TorchRec ``ParameterConstraints``).
+
+    Attributes:
+        sharding_types: allowed types (``table_wise``, ``column_wise``, ``row_wise``,
+            ``table_row_wise``, ``data_parallel``); empty = any.
+        compute_kernels: allowed kernels (``fused``, ``dense``); empty = any.
+        min_partition: smallest column-wise shard width.
+    """
+
+    sharding_types: list[str] = field(default_factory=list)
+    compute_kernels: list[str] = field(default_factory=list)
+    min_partition: int | None = None
+
+    def __post_init__(self) -> None:
+        for t in self.sharding_types:
+            check(t in SHARDING_TYPES, "sharding_types", t, f"not in {SHARDING_TYPES}")
+        for k in self.compute_kernels:
+            check(k in COMPUTE_KERNELS, "compute_kernels", k, f"not in {COMPUTE_KERNELS}")
+        if self.min_partition is not None:
+            check(self.min_partition >= 4, "min_partition", self.min_partition, "must be >= 4")
+
+
+@dataclass
+class ShardingConfig:
+    """How ``DistributedModelParallel`` may shard the tables; the planner picks within this.
+
+    Attributes:
+        default: constraints for every table without its own entry in ``tables``.
+        tables: per-table constraints by table name (``t_<feature>``, or ``t_<feature>_q`` /
+            ``t_<feature>_r`` for QR tables).
+        pipeline: drive training with TorchRec's ``TrainPipelineSparseDist`` (overlaps input
+            distribution with compute on GPU). ``auto``: on GPU only.
+    """
+
+    default: TableSharding = field(default_factory=TableSharding)
+    tables: dict[str, TableSharding] = field(default_factory=dict)
+    pipeline: Literal["auto", "on", "off"] = "auto"
+
+    def __post_init__(self) -> None:
+        check(self.pipeline in ("auto", "on", "off"), "sharding.pipeline", self.pipeline, "")
 
 
 @dataclass
@@ -414,6 +472,7 @@ class ExperimentConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
 
     def __post_init__(self) -> None:
         if self.data.source in ("criteo_tsv", "criteo_binary"):
@@ -453,7 +512,9 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "QRConfig",
+    "ShardingConfig",
     "SyntheticConfig",
+    "TableSharding",
     "TaskConfig",
     "TrainConfig",
     "md_dims",

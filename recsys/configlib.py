@@ -41,6 +41,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return from_dict(tp, value, path)
     if origin in (list, tuple) and not isinstance(value, (list, tuple)):
         raise ConfigError(f"{path}: expected a list, got {value!r}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return {k: _convert(args[1], v, f"{path}.{k}") for k, v in value.items()}
     if origin is list:
         return [_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin is tuple:

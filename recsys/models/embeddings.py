@@ -126,6 +126,12 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
     )
 
 
+# A leaf for torch.fx: TorchRec's train pipeline traces the model to find the sharded modules
+# whose input comes straight from the batch. With QR, the collection's input is this function's
+# output, so the pipeline runs that module's input distribution in step instead of ahead.
+torch.fx.wrap("qr_split_kjt")
+
+
 def combine_qr(q: torch.Tensor, r: torch.Tensor, operation: str) -> torch.Tensor:
     """Combine pooled quotient and remainder lookups, ``[B, d_q]`` and ``[B, d_r]``."""
     if operation == "mult":
@@ -178,7 +184,9 @@ class SparseArch(nn.Module):
         )
 
     def forward(self, features: KeyedJaggedTensor) -> list[torch.Tensor]:
-        pooled = self.embedding_bag_collection(qr_split_kjt(features, self.collisions)).to_dict()
+        if self.collisions:
+            features = qr_split_kjt(features, self.collisions)
+        pooled = self.embedding_bag_collection(features).to_dict()
         out = []
         for f in self.features:
             emb = pooled[f]

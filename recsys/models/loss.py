@@ -65,11 +65,11 @@ class Loss(nn.Module):
         total = logits.new_zeros(())
         for t, tw in enumerate(self.task_weights):
             total = total + tw * task_loss(self.kind, logits[:, t], y[:, t], w[:, t])
-        return total, {"logits": logits.detach(), "labels": y, "weights": w}
+        return total, {"loss": total.detach(), "logits": logits.detach(), "labels": y, "weights": w}
 
 
 class ModelAndLoss(nn.Module):
-    """Wraps a model and its loss: ``forward(batch) -> (loss, {logits, labels, weights})``."""
+    """Wraps a model and its loss: ``forward(batch) -> (loss, {loss, logits, labels, weights})``."""
 
     def __init__(self, model: nn.Module, loss: LossConfig) -> None:
         super().__init__()

@@ -1,0 +1,49 @@
+"""A ``Reporter`` without Ray: checkpoints in a folder every rank can reach.
+
+Used by the multi-process tests and single-host runs; ``recsys.train.worker`` has the Ray one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch.distributed as dist
+
+
+class LocalReporter:
+    """Rank ``rank`` of a job whose checkpoints go to ``root/step_<step>``."""
+
+    def __init__(self, root: str, rank: int) -> None:
+        self.root, self.rank = root, rank
+        self.reports: list[dict[str, Any]] = []
+
+    def completed(self) -> list[str]:
+        """Checkpoint folders with a ``.metadata`` (DCP writes it last), oldest first."""
+        if not os.path.isdir(self.root):
+            return []
+        names = sorted(n for n in os.listdir(self.root) if n.startswith("step_"))
+        return [
+            os.path.join(self.root, n)
+            for n in names
+            if os.path.isfile(os.path.join(self.root, n, ".metadata"))
+        ]
+
+    @contextlib.contextmanager
+    def latest_checkpoint(self) -> Iterator[str | None]:
+        done = self.completed()
+        yield done[-1] if done else None
+
+    def checkpoint_dir(self, step: int) -> str:
+        return os.path.join(self.root, f"step_{step:08d}")
+
+    def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
+        self.reports.append(metrics)
+        if folder and self.rank == 0:
+            with open(os.path.join(folder, "metrics.json"), "w") as f:
+                json.dump(metrics, f)
+        if dist.is_initialized():
+            dist.barrier()

@@ -1,0 +1,288 @@
+"""The per-worker training loop: build, shard, train, evaluate, checkpoint, report.
+
+It runs inside any launcher that has set up the process group (Ray Train's ``TorchTrainer`` in
+``recsys.train.worker``, or two gloo processes in the tests) and talks to it through a
+``Reporter``. The same code runs on CPU (gloo) and GPU (NCCL); only ``WorkerEnv.device`` differs.
+
+One report = one checkpoint + the metrics since the previous one (training-loss history at its real
+steps, validation metrics when due). A worker restarted from the last checkpoint therefore never
+reports a step twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchrec.datasets.utils import Batch
+from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+from recsys.config import ExperimentConfig
+from recsys.data import Columns, TrainStream, eval_batches, load_splits
+from recsys.distributed import checkpoint
+from recsys.distributed.checkpoint import TrainState
+from recsys.distributed.env import WorkerEnv
+from recsys.distributed.sharding import plan_summary, shard
+from recsys.models import DLRM, ModelAndLoss, embedding_report
+from recsys.models.accounting import BYTES_PER_ELEMENT
+from recsys.models.embeddings import table_specs
+from recsys.train.metrics import binary_metrics
+from recsys.train.optim import LRPolicy, combined_optimizer
+
+
+class Reporter(Protocol):
+    """What the loop needs from its launcher."""
+
+    def latest_checkpoint(self) -> contextlib.AbstractContextManager[str | None]:
+        """A local folder holding the checkpoint to resume from, or None."""
+
+    def checkpoint_dir(self, step: int) -> str:
+        """A folder this rank may write its part of the checkpoint of ``step`` into."""
+
+    def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
+        """Hand over metrics and the checkpoint folder (all ranks call it, same count)."""
+
+
+def build(cfg: ExperimentConfig, env: WorkerEnv) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """The sharded ``ModelAndLoss``, its combined optimizer and the plan summary."""
+    torch.manual_seed(cfg.train.seed)
+    model = ModelAndLoss(
+        DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), embedding_device="meta"), cfg.loss
+    )
+    specs = table_specs(cfg.embeddings)
+    dmp = shard(model, env, cfg.sharding, cfg.optim, [s.name for s in specs])
+    summary = plan_summary(
+        dmp.plan,
+        {s.name: (s.rows, s.dim) for s in specs},
+        BYTES_PER_ELEMENT[cfg.embeddings.dtype],
+        env.world_size,
+    )
+    return dmp, combined_optimizer(dmp, cfg.optim), summary
+
+
+class Stepper:
+    """One training step: plainly, or through TorchRec's ``TrainPipelineSparseDist`` (which
+    overlaps the next batch's input distribution with this step's compute)."""
+
+    def __init__(self, model: nn.Module, optimizer: Any, device: torch.device, pipeline: bool):
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.pipeline = TrainPipelineSparseDist(model, optimizer, device) if pipeline else None
+
+    def __call__(self, batches: Iterator[Batch]) -> dict[str, torch.Tensor]:
+        if self.pipeline is not None:
+            return self.pipeline.progress(batches)
+        batch = next(batches).to(self.device, non_blocking=True)
+        self.optimizer.zero_grad()
+        loss, out = self.model(batch)
+        loss.backward()
+        self.optimizer.step()
+        return out
+
+    @contextlib.contextmanager
+    def plain_model(self) -> Iterator[nn.Module]:
+        """The model with its original forward (the pipeline rewrites it); in-flight batches
+        stay in the pipeline and training resumes where it was."""
+        if self.pipeline is None:
+            yield self.model
+            return
+        model = self.pipeline.detach()
+        try:
+            yield model
+        finally:
+            self.pipeline.attach(model)
+
+
+def gather(t: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Concatenate equal-shaped tensors from every rank (rank order)."""
+    if world_size == 1:
+        return t
+    parts = [torch.empty_like(t) for _ in range(world_size)]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def evaluate(
+    model: nn.Module, split: Columns, cfg: ExperimentConfig, env: WorkerEnv, prefix: str
+) -> dict[str, float]:
+    """Metrics of ``split`` over all ranks' predictions (padding rows masked out)."""
+    logits, labels, valid = [], [], []
+    model.eval()
+    with torch.no_grad():
+        for batch, mask in eval_batches(
+            split,
+            rank=env.rank,
+            world_size=env.world_size,
+            batch_size=cfg.train.batch_size,
+            table_rows=cfg.embeddings.num_embeddings,
+            feature_names=cfg.embeddings.names(),
+            max_batches=cfg.train.eval_batches,
+        ):
+            _, out = model(batch.to(env.device, non_blocking=True))
+            logits.append(out["logits"].float())
+            labels.append(out["labels"].float())
+            valid.append(mask.to(env.device))
+    model.train()
+    keep = gather(torch.cat(valid), env.world_size)
+    all_logits = gather(torch.cat(logits), env.world_size)[keep].cpu().numpy()
+    all_labels = gather(torch.cat(labels), env.world_size)[keep].cpu().numpy()
+    out: dict[str, float] = {}
+    for t, task in enumerate(cfg.loss.tasks):
+        name = prefix if t == 0 else f"{prefix}_{task.name}"
+        for k, v in binary_metrics(all_labels[:, t], all_logits[:, t]).items():
+            out[f"{name}_{k}"] = v
+    return out
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+def mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
+    value = value.detach().float().reshape(1).clone()
+    if world_size > 1:
+        dist.all_reduce(value)
+    return float(value.item()) / world_size
+
+
+def run(
+    cfg: ExperimentConfig,
+    env: WorkerEnv,
+    reporter: Reporter,
+    log: Callable[[str], None] = print,
+) -> dict[str, float]:
+    """Train ``cfg`` to ``cfg.train.steps``, resuming from the reporter's latest checkpoint."""
+    t_start = time.perf_counter()
+    splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
+    model, optimizer, summary = build(cfg, env)
+    state = TrainState()
+    with reporter.latest_checkpoint() as folder:
+        if folder is not None:
+            state = checkpoint.load(folder, model, optimizer, env.rank, env.world_size)
+            log(f"[rank {env.rank}] resumed from step {state.step} ({folder})")
+    stream = TrainStream(
+        splits.train,
+        rank=env.rank,
+        world_size=env.world_size,
+        batch_size=cfg.train.batch_size,
+        table_rows=cfg.embeddings.num_embeddings,
+        feature_names=cfg.embeddings.names(),
+        seed=cfg.train.seed,
+        shuffle=cfg.data.shuffle,
+        position=state.data_position,
+    )
+    use_pipeline = cfg.sharding.pipeline == "on" or (
+        cfg.sharding.pipeline == "auto" and env.device.type == "cuda"
+    )
+    stepper = Stepper(model, optimizer, env.device, use_pipeline)
+    policy = LRPolicy(optimizer, cfg.optim)
+    static = {
+        **embedding_report(cfg.embeddings).as_metrics(),
+        **{f"emb_bytes_rank{r}": b for r, b in summary["embedding_bytes_per_rank"].items()},
+        "setup_s": time.perf_counter() - t_start,
+    }
+    return _train(cfg, env, reporter, stepper, policy, stream, splits, state, static, summary, log)
+
+
+def _due(step: int, every: int, last: int) -> bool:
+    return step == last or (every > 0 and step % every == 0)
+
+
+def _train(
+    cfg: ExperimentConfig,
+    env: WorkerEnv,
+    reporter: Reporter,
+    stepper: Stepper,
+    policy: LRPolicy,
+    stream: TrainStream,
+    splits: Any,
+    state: TrainState,
+    static: dict[str, float],
+    summary: dict[str, Any],
+    log: Callable[[str], None],
+) -> dict[str, float]:
+    tc = cfg.train
+    history: list[tuple[int, float]] = []
+    loss_sum, loss_n = torch.zeros((), device=env.device), 0
+    train_time, interval_steps = 0.0, 0
+    metrics: dict[str, float] = {}
+    while state.step < tc.steps:
+        t0 = time.perf_counter()
+        lr_factor = policy.apply(state.step)
+        out = stepper(stream)
+        loss_sum += out["loss"].detach()
+        loss_n += 1
+        state.step += 1
+        state.data_position += tc.batch_size
+        interval_steps += 1
+        if state.step % tc.log_every == 0 or state.step == tc.steps:
+            loss = mean_over_ranks(loss_sum / loss_n, env.world_size)
+            loss_sum.zero_()
+            loss_n = 0
+            history.append((state.step, loss))
+            if not math.isfinite(loss):
+                return _diverged(reporter, state, loss, history, env, log)
+            if env.is_main:
+                log(f"step {state.step}/{tc.steps} loss {loss:.5f} lr x{lr_factor:.3f}")
+        train_time += time.perf_counter() - t0
+        if not _due(state.step, tc.checkpoint_every, tc.steps):
+            continue
+        metrics = {
+            **static,
+            "step": state.step,
+            "epoch": stream.epoch,
+            "loss": history[-1][1] if history else float("nan"),
+            "samples_per_s": interval_steps * tc.batch_size * env.world_size / max(train_time, 1e-9),
+            "lr_factor": lr_factor,
+        }
+        with stepper.plain_model() as model:
+            if _due(state.step, tc.eval_every, tc.steps):
+                metrics.update(evaluate(model, splits.val, cfg, env, "val"))
+            if state.step == tc.steps and len(splits.test):
+                metrics.update(evaluate(model, splits.test, cfg, env, "test"))
+            _checkpoint_and_report(reporter, model, stepper.optimizer, state, metrics, history, summary, env)
+        if env.is_main and "val_auc" in metrics:
+            log(f"step {state.step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
+        history, train_time, interval_steps = [], 0.0, 0
+    return metrics
+
+
+def _checkpoint_and_report(
+    reporter: Reporter,
+    model: nn.Module,
+    optimizer: Any,
+    state: TrainState,
+    metrics: dict[str, Any],
+    history: list[tuple[int, float]],
+    summary: dict[str, Any],
+    env: WorkerEnv,
+) -> None:
+    folder = reporter.checkpoint_dir(state.step)
+    checkpoint.save(folder, model, optimizer, state, env.rank, env.world_size)
+    if env.is_main:
+        with open(os.path.join(folder, "sharding_plan.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    reporter.report({**metrics, "loss_history": history}, folder, state.step)
+
+
+def _diverged(
+    reporter: Reporter,
+    state: TrainState,
+    loss: float,
+    history: list[tuple[int, float]],
+    env: WorkerEnv,
+    log: Callable[[str], None],
+) -> dict[str, float]:
+    """Stop a trial whose loss is NaN/inf: report it (no checkpoint) and return."""
+    if env.is_main:
+        log(f"step {state.step}: loss is {loss}; stopping this trial as diverged")
+    metrics = {"step": state.step, "loss": loss, "diverged": 1.0, "loss_history": history}
+    reporter.report(metrics, "", state.step)
+    return metrics  # type: ignore[return-value]
