@@ -7,7 +7,7 @@ experiment round-trips through a plain dict, which is what Ray Tune hands a tria
     trial_dict == cfg.to_dict()
 
 Search spaces address fields by dotted keys (``embeddings.qr.threshold``); see
-``ExperimentConfig.keys()``.
+``ExperimentConfig.all_keys()``.
 """
 
 from __future__ import annotations
@@ -490,14 +490,14 @@ class ExperimentConfig:
         return to_dict(self)
 
     @classmethod
-    def keys(cls) -> list[str]:
+    def all_keys(cls) -> list[str]:
         """All dotted leaf keys (what a search space may address)."""
         return dotted_keys(cls)
 
     def with_overrides(self, overrides: dict[str, Any]) -> ExperimentConfig:
         """A copy with dotted-key overrides applied and everything re-validated."""
         data = self.to_dict()
-        valid = self.keys()
+        valid = self.all_keys()
         for key, value in overrides.items():
             set_dotted(data, key, value, valid)
         return ExperimentConfig.from_dict(data)

@@ -58,9 +58,7 @@ class CheckpointError(RuntimeError):
     """A checkpoint is incomplete, corrupt or from another world size."""
 
 
-def load(
-    folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: int
-) -> TrainState:
+def load(folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: int) -> TrainState:
     """Restore model, optimizer and this rank's state in place (collective)."""
     worker = _worker_file(folder, rank)
     if not os.path.isfile(worker):

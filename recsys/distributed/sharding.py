@@ -59,15 +59,19 @@ def constraints(
     """Per-table planner constraints; unknown table names and CUDA-only types on CPU are errors."""
     for name in cfg.tables:
         if name not in table_names:
-            raise ConfigError(f"sharding.tables: unknown table {name!r}{nearest(name, table_names)}")
+            raise ConfigError(
+                f"sharding.tables: unknown table {name!r}{nearest(name, table_names)}"
+            )
     out = {}
     for name in table_names:
         t = cfg.tables.get(name, cfg.default)
         if compute_device == "cpu":
             bad = [s for s in t.sharding_types if s in CUDA_ONLY_SHARDING]
             if bad:
-                raise ConfigError(f"sharding of {name}: {bad[0]} needs CUDA; use table_wise, "
-                                  "column_wise or data_parallel on CPU")
+                raise ConfigError(
+                    f"sharding of {name}: {bad[0]} needs CUDA; use table_wise, "
+                    "column_wise or data_parallel on CPU"
+                )
         if t.sharding_types or t.compute_kernels or t.min_partition is not None:
             out[name] = _constraint(t)
     return out
@@ -125,7 +129,9 @@ def plan_summary(
                 rank = shard_md.placement.rank()
                 size = list(shard_md.shard_sizes)
                 per_rank[rank] = per_rank.get(rank, 0) + size[0] * size[1] * bytes_per_element
-                shards.append({"rank": rank, "offsets": list(shard_md.shard_offsets), "sizes": size})
+                shards.append(
+                    {"rank": rank, "offsets": list(shard_md.shard_offsets), "sizes": size}
+                )
             if ps.sharding_type == "data_parallel":
                 rows, dim = table_shapes[table]
                 for r in per_rank:

@@ -133,12 +133,12 @@ def evaluate(
     keep = gather(torch.cat(valid), env.world_size)
     all_logits = gather(torch.cat(logits), env.world_size)[keep].cpu().numpy()
     all_labels = gather(torch.cat(labels), env.world_size)[keep].cpu().numpy()
-    out: dict[str, float] = {}
+    metrics: dict[str, float] = {}
     for t, task in enumerate(cfg.loss.tasks):
         name = prefix if t == 0 else f"{prefix}_{task.name}"
         for k, v in binary_metrics(all_labels[:, t], all_logits[:, t]).items():
-            out[f"{name}_{k}"] = v
-    return out
+            metrics[f"{name}_{k}"] = v
+    return metrics
 
 
 class Diverged(RuntimeError):
@@ -239,7 +239,10 @@ def _train(
             "step": state.step,
             "epoch": stream.epoch,
             "loss": history[-1][1] if history else float("nan"),
-            "samples_per_s": interval_steps * tc.batch_size * env.world_size / max(train_time, 1e-9),
+            "samples_per_s": interval_steps
+            * tc.batch_size
+            * env.world_size
+            / max(train_time, 1e-9),
             "lr_factor": lr_factor,
         }
         with stepper.plain_model() as model:
@@ -247,7 +250,9 @@ def _train(
                 metrics.update(evaluate(model, splits.val, cfg, env, "val"))
             if state.step == tc.steps and len(splits.test):
                 metrics.update(evaluate(model, splits.test, cfg, env, "test"))
-            _checkpoint_and_report(reporter, model, stepper.optimizer, state, metrics, history, summary, env)
+            _checkpoint_and_report(
+                reporter, model, stepper.optimizer, state, metrics, history, summary, env
+            )
         if env.is_main and "val_auc" in metrics:
             log(f"step {state.step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
         history, train_time, interval_steps = [], 0.0, 0

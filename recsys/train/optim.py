@@ -12,10 +12,14 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from recsys.config import OptimConfig
 
 
-def dense_optimizer_factory(cfg: OptimConfig) -> Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]:
+def dense_optimizer_factory(
+    cfg: OptimConfig,
+) -> Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]:
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         if cfg.dense_optimizer == "adagrad":
-            return torch.optim.Adagrad(params, lr=cfg.lr, eps=cfg.eps, weight_decay=cfg.weight_decay)
+            return torch.optim.Adagrad(
+                params, lr=cfg.lr, eps=cfg.eps, weight_decay=cfg.weight_decay
+            )
         if cfg.dense_optimizer == "adam":
             return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.eps, weight_decay=cfg.weight_decay)
         return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)

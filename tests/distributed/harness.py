@@ -44,7 +44,9 @@ def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tupl
             dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable[..., Any], *args: Any, world_size: int = 2, timeout: float = 300) -> list:
+def run_ranks(
+    fn: Callable[..., Any], *args: Any, world_size: int = 2, timeout: float = 300
+) -> list:
     """``[fn(rank, world_size, *args) for each rank]``; a rank's exception fails the caller."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

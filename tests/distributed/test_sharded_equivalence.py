@@ -3,9 +3,10 @@
 The unsharded reference sees the global batch (both ranks' rows) with an equivalent optimizer:
 Adagrad on the tables (FBGEMM's EXACT_ADAGRAD on the sharded side) and on the dense part. Not
 row-wise Adagrad: on a column-wise sharded table its per-row state is the mean over the shard's
-columns only, so it is not the unsharded optimizer (measured: 0.03 apart after one step). DDP averages dense gradients over ranks while
-sharded tables sum them; Adagrad is invariant to that constant factor (up to eps), so the two
-trajectories must agree. Tolerance: 1e-5 absolute on logits and losses.
+columns only, so it is not the unsharded optimizer (measured: 0.03 apart after one step).
+DDP averages dense gradients over ranks while sharded tables sum them; Adagrad is invariant to that
+constant factor (up to eps), so the two trajectories must agree. Tolerance: 1e-5 absolute on logits
+and losses.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def _concat(parts):
         for kjt in kjts:
             lengths.append(kjt.lengths().view(len(keys), -1)[i])
     kjt = KeyedJaggedTensor(
-        keys=keys, values=torch.cat(values), lengths=torch.cat(lengths), stride=sum(k.stride() for k in kjts)
+        keys=keys,
+        values=torch.cat(values),
+        lengths=torch.cat(lengths),
+        stride=sum(k.stride() for k in kjts),
     )
     return Batch(
         torch.cat([p.dense_features for p in parts]), kjt, torch.cat([p.labels for p in parts])

@@ -32,7 +32,7 @@ def test_wrong_type_names_field():
 
 
 def test_keys_cover_nested_fields():
-    keys = ExperimentConfig.keys()
+    keys = ExperimentConfig.all_keys()
     for k in ("model.interaction", "embeddings.dim", "embeddings.qr.collisions", "optim.lr"):
         assert k in keys
 

@@ -1,0 +1,74 @@
+"""Connecting to Ray and checking that a request fits the cluster before anything launches.
+
+Ray Train V2 waits forever for a worker group it cannot place (a retry every 60 s, no error), so an
+impossible request must be refused up front, with the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from recsys.configlib import ConfigError
+
+
+def connect(address: str | None, num_cpus: int | None = None) -> dict[str, Any]:
+    """``ray.init`` an existing cluster (``address``) or a local one; returns its resources.
+
+    The dashboard, when installed, binds to 127.0.0.1 (pass ``RAY_DASHBOARD_HOST`` to change).
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {
+            "dashboard_host": os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1"),
+            "log_to_driver": True,
+        }
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=num_cpus, **kwargs)
+    return ray.cluster_resources()
+
+
+def placeable_workers(nodes: list[dict[str, float]], cpus: float, gpus: float) -> int:
+    """How many workers of ``cpus`` CPUs and ``gpus`` GPUs the nodes can hold at once."""
+    total = 0
+    for node in nodes:
+        fit = math.floor(node.get("CPU", 0) / cpus + 1e-9) if cpus else math.inf
+        if gpus:
+            fit = min(fit, math.floor(node.get("GPU", 0) / gpus + 1e-9))
+        total += int(fit) if fit != math.inf else 0
+    return total
+
+
+def check_fits(
+    num_workers: int,
+    cpus_per_worker: float,
+    gpus_per_worker: float,
+    nodes: list[dict[str, float]],
+    extra_cpus: float = 0.0,
+) -> None:
+    """Refuse a worker group (plus ``extra_cpus`` for a driver) that the nodes cannot hold."""
+    if num_workers < 1:
+        raise ConfigError(f"num_workers={num_workers}: a trial needs at least one worker")
+    fit = placeable_workers(nodes, cpus_per_worker, gpus_per_worker)
+    total_cpu = sum(n.get("CPU", 0) for n in nodes)
+    total_gpu = sum(n.get("GPU", 0) for n in nodes)
+    need_cpu = num_workers * cpus_per_worker + extra_cpus
+    if fit < num_workers or need_cpu > total_cpu + 1e-9:
+        raise ConfigError(
+            f"one trial needs {num_workers} workers x ({cpus_per_worker} CPU, "
+            f"{gpus_per_worker} GPU) + {extra_cpus} CPU for its driver = {need_cpu} CPU, "
+            f"{num_workers * gpus_per_worker} GPU; the cluster has {total_cpu:g} CPU, "
+            f"{total_gpu:g} GPU on {len(nodes)} node(s) and can place {fit} such workers. "
+            "Lower --num-workers / --cpus-per-worker, or add nodes."
+        )
+
+
+def alive_nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]

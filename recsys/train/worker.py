@@ -1,0 +1,63 @@
+"""The Ray Train side of a trial: ``train_func`` runs on every worker of a ``TorchTrainer``.
+
+The process group comes from Ray's ``TorchConfig`` (gloo on CPU, NCCL on GPU); nothing here calls
+``init_process_group``. The trial's plain dict becomes typed configs once, at the top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import ray.train
+import ray.train.torch
+
+from recsys.config import ExperimentConfig
+from recsys.distributed.env import current
+from recsys.train.loop import run
+
+
+class RayReporter:
+    """Checkpoints go to a local temp folder per rank; ``ray.train.report`` merges the ranks'
+    folders into one checkpoint directory on the run's storage, then the temp folder is removed."""
+
+    @contextlib.contextmanager
+    def latest_checkpoint(self) -> Iterator[str | None]:
+        ckpt = ray.train.get_checkpoint()
+        if ckpt is None:
+            yield None
+            return
+        with ckpt.as_directory() as folder:
+            yield folder
+
+    def checkpoint_dir(self, step: int) -> str:
+        return tempfile.mkdtemp(prefix=f"recsys-step{step}-")
+
+    def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
+        metrics = {**metrics, "ckpt_score": metrics.get("val_auc", math.nan)}
+        if not folder:
+            ray.train.report(metrics)
+            return
+        ray.train.report(
+            metrics,
+            checkpoint=ray.train.Checkpoint.from_directory(folder),
+            checkpoint_dir_name=f"step_{step:08d}",
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def train_func(config: dict[str, Any]) -> None:
+    """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool}``."""
+    cfg = ExperimentConfig.from_dict(config["experiment"])
+    use_gpu = bool(config.get("use_gpu", False))
+    env = current(use_gpu)
+    if use_gpu and ray.train.torch.get_device() != env.device:
+        raise RuntimeError(
+            f"Ray placed this worker on {ray.train.torch.get_device()} but TorchRec shards on "
+            f"cuda:LOCAL_RANK = {env.device}; give every worker one GPU"
+        )
+    run(cfg, env, RayReporter())
