@@ -75,3 +75,12 @@ def load(folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: i
     optimizer.load_state_dict(state["optim"])
     torch.set_rng_state(extra["torch_rng"])
     return TrainState(step=int(extra["step"]), data_position=int(extra["data_position"]))
+
+
+def load_model_unsharded(folder: str, model: nn.Module) -> nn.Module:
+    """Load a sharded checkpoint's model weights into an unsharded model (any process, no
+    process group): DCP reassembles each table from its shards."""
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder, no_dist=True)
+    model.load_state_dict(state["model"])
+    return model

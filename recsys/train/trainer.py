@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
@@ -39,16 +41,17 @@ def make_trainer(
     name: str,
     storage_path: str,
     max_failures: int = 0,
-    keep_checkpoints: int = 2,
+    keep_checkpoints: int | None = 2,
+    train_loop: Callable[[dict[str, Any]], None] = train_func,
 ) -> TorchTrainer:
     """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
     from its latest checkpoint. Keeps the best ``keep_checkpoints`` by validation AUC (and always
-    the latest)."""
+    the latest; ``None`` keeps all)."""
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.use_gpu:
         per_worker["GPU"] = 1
     return TorchTrainer(
-        train_func,
+        train_loop,
         train_loop_config={"experiment": cfg.to_dict(), "use_gpu": resources.use_gpu},
         torch_config=TorchConfig(backend=backend_for(resources.use_gpu)),
         scaling_config=ScalingConfig(
