@@ -43,6 +43,7 @@ def make_trainer(
     max_failures: int = 0,
     keep_checkpoints: int | None = 2,
     train_loop: Callable[[dict[str, Any]], None] = train_func,
+    callbacks: list[Any] | None = None,
 ) -> TorchTrainer:
     """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
     from its latest checkpoint. Keeps the best ``keep_checkpoints`` by validation AUC (and always
@@ -62,6 +63,7 @@ def make_trainer(
         run_config=RunConfig(
             name=name,
             storage_path=storage_path,
+            callbacks=callbacks or [],
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=keep_checkpoints,

@@ -1,0 +1,141 @@
+"""Sweep DLRM configurations with Ray Tune; every trial is a Ray Train job; MLflow records all.
+
+    python experiments/sweep.py                          # the `default` space: local Ray, ./mlflow.db
+    python experiments/sweep.py --space criteo --address auto --gpus --num-workers 8 \\
+        --storage /shared/sweeps --tracking-uri http://mlflow:5000
+    python experiments/sweep.py --name default --resume  # pick a killed sweep up again
+    mlflow ui --backend-store-uri sqlite:///mlflow.db    # compare the runs (127.0.0.1:5000)
+
+Re-running with the same --name resumes too: finished trials stay finished, unfinished ones
+continue from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from recsys.configlib import ConfigError
+from recsys.tune import space as spaces
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--space", default="default", help="search space name or YAML path")
+    p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
+    p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
+    p.add_argument("--max-concurrent", type=int, default=1, help="trials running at once")
+    p.add_argument("--scheduler", choices=["fifo", "asha"], default="fifo")
+    p.add_argument("--search", choices=["random", "optuna"], default="random")
+    p.add_argument("--num-workers", type=int, default=2, help="Ray Train workers per trial")
+    p.add_argument("--cpus-per-worker", type=float, default=0.95)
+    p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
+    p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
+    p.add_argument("--data", help="override data.paths (a Criteo file or preprocessed folder)")
+    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    p.add_argument("--storage", default=os.path.join(ROOT, "runs"), help="shared on a cluster")
+    p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<project>/mlflow.db)")
+    p.add_argument("--name", help="sweep name (default: the space's name)")
+    p.add_argument("--resume", action="store_true", help="resume the sweep of this --name")
+    p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        run(args)
+    except (ConfigError, ConnectionError) as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def run(args: argparse.Namespace) -> None:
+    space = spaces.load(args.space, smoke=args.smoke_test)
+    if args.data:
+        source = "criteo_tsv" if os.path.isfile(args.data) else "criteo_binary"
+        data = {"data.source": source, "data.paths": [os.path.abspath(args.data)]}
+        space = dataclasses.replace(space, base=space.base.with_overrides(data))
+    from recsys.cluster import alive_nodes, check_fits, connect
+    from recsys.tune.sweep import SweepOptions, check_resume, sweep_dir
+    from recsys.tune.tracking import Tracker, default_tracking_uri
+
+    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
+    smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
+    opts = SweepOptions(
+        name=args.name or space.name,
+        storage=storage,
+        tracking_uri=args.tracking_uri or default_tracking_uri(ROOT),
+        num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
+        max_concurrent=args.max_concurrent,
+        scheduler=args.scheduler,
+        search=args.search,
+        num_workers=args.num_workers,
+        cpus_per_worker=args.cpus_per_worker,
+        use_gpu=args.gpus,
+        driver_cpus=args.driver_cpus,
+        max_failures=args.max_failures,
+        seed=args.seed,
+        resume=args.resume,
+    )
+    restore = check_resume(space, opts)
+    tracker = Tracker(opts.tracking_uri)
+    tracker.check_reachable()
+    connect(args.address)
+    check_fits(
+        opts.num_workers,
+        opts.cpus_per_worker,
+        1.0 if opts.use_gpu else 0.0,
+        alive_nodes(),
+        extra_cpus=opts.driver_cpus,
+    )
+    launch(space, opts, tracker, restore)
+    print(f"\nsweep folder: {sweep_dir(opts)}")
+
+
+def launch(space, opts, tracker, restore) -> None:  # type: ignore[no-untyped-def]
+    from recsys.tune.sweep import _save_state, build_tuner, format_table, log_sweep_summary, rows
+    from recsys.tune.trial import TrialSpec
+
+    # a local store keeps artifacts beside it; a server decides for itself
+    local = opts.tracking_uri.startswith(("sqlite:", "file:"))
+    artifacts = Path(ROOT, "mlartifacts", opts.name).as_uri() if local else None
+    experiment_id = tracker.experiment(opts.name, artifacts)
+    parent = tracker.parent_run(experiment_id, opts.name)
+    spec = TrialSpec(
+        sweep=opts.name,
+        base=space.base.to_dict(),
+        storage=opts.storage,
+        tracking_uri=opts.tracking_uri,
+        experiment_id=experiment_id,
+        parent_run_id=parent,
+        num_workers=opts.num_workers,
+        use_gpu=opts.use_gpu,
+        cpus_per_worker=opts.cpus_per_worker,
+        max_failures=opts.max_failures,
+    )
+    if not restore:
+        _save_state(space, opts)
+    print(f"{'resuming' if restore else 'starting'} sweep {opts.name!r}: {opts.num_samples} trials "
+          f"of {space.source}, {opts.num_workers} workers each")
+    results = build_tuner(space, opts, spec, restore).fit()
+    table = rows(results, space.metric, space.mode)
+    log_sweep_summary(tracker, parent, space, table)
+    tracker.finish(parent)
+    print("\nbest trials (validation):")
+    print(format_table(table))
+    uri = opts.tracking_uri
+    print(f"\ncompare them: mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000")
+
+
+if __name__ == "__main__":
+    main()

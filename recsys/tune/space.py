@@ -1,0 +1,189 @@
+"""Declarative search spaces (``search_spaces/*.yaml``), checked before anything launches.
+
+A space file::
+
+    base: debug                      # a named experiment (recsys.experiments) or a config file
+    overrides:                       # fixed for every trial (dotted keys)
+      train.steps: 150
+    space:                           # sampled per trial (dotted keys -> one primitive each)
+      model.interaction: {choice: [dot, cat, sum, dcn]}
+      optim.lr: {loguniform: [0.01, 0.1]}
+      embeddings.dim: {grid: [8, 16]}
+      embeddings.qr.collisions: {randint: [2, 9]}     # upper bound exclusive, as Ray Tune
+      loss.weights: {choice: [[1.0, 1.0], [1.0, 2.0]]}
+    metric: val_auc
+    mode: max
+    num_samples: 8                   # trials (``--num-samples`` overrides)
+    smoke: {num_samples: 2, overrides: {train.steps: 20}}   # the --smoke-test variant
+
+Every key must be a config key (a typo names the nearest valid one); every value of a ``choice``
+or ``grid`` and both ends of a range must build a valid config, and so must every combination of
+the discrete options (up to ``MAX_COMBINATIONS``), so a bad space fails here, not in a trial.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from recsys.config import ExperimentConfig
+from recsys.configlib import ConfigError, nearest
+from recsys.experiments import EXPERIMENTS, from_file, named
+
+PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
+MAX_COMBINATIONS = 4096
+SECTIONS = ("description", "base", "num_samples", "overrides", "space", "metric", "mode", "smoke")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched key: ``kind`` is a primitive name, ``values`` its options or bounds."""
+
+    key: str
+    kind: str
+    values: list[Any]
+
+    def tune(self) -> Any:
+        """The Ray Tune primitive."""
+        from ray import tune
+
+        if self.kind == "choice":
+            return tune.choice(self.values)
+        if self.kind == "grid":
+            return tune.grid_search(self.values)
+        low, high = self.values
+        return {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint}[
+            self.kind
+        ](low, high)
+
+    def probes(self) -> list[Any]:
+        """Values to validate: every option, or both ends of a range."""
+        if self.kind in ("choice", "grid"):
+            return list(self.values)
+        low, high = self.values
+        return [low, high - 1] if self.kind == "randint" else [low, high]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    source: str
+    base: ExperimentConfig
+    dimensions: list[Dimension]
+    metric: str = "val_auc"
+    mode: str = "max"
+    smoke: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def param_space(self) -> dict[str, Any]:
+        return {d.key: d.tune() for d in self.dimensions}
+
+    def config_for(self, params: dict[str, Any]) -> ExperimentConfig:
+        return self.base.with_overrides(params)
+
+
+def _fail(source: str, where: str, msg: str) -> ConfigError:
+    return ConfigError(f"{source}: {where}: {msg}")
+
+
+def _dimension(source: str, key: str, spec: Any, valid: list[str]) -> Dimension:
+    if key not in valid:
+        return_msg = f"unknown config key {key!r}{nearest(key, valid)}"
+        raise _fail(source, "space", return_msg)
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise _fail(source, f"space.{key}", f"expected one of {{{', '.join(PRIMITIVES)}}}: ...")
+    ((kind, values),) = spec.items()
+    if kind not in PRIMITIVES:
+        raise _fail(source, f"space.{key}", f"unknown primitive {kind!r}{nearest(kind, PRIMITIVES)}")
+    if not isinstance(values, list) or not values:
+        raise _fail(source, f"space.{key}.{kind}", f"needs a non-empty list, got {values!r}")
+    if kind in ("uniform", "loguniform", "randint"):
+        if len(values) != 2 or not all(isinstance(v, (int, float)) for v in values):
+            raise _fail(source, f"space.{key}.{kind}", f"needs [low, high], got {values!r}")
+        if values[0] >= values[1]:
+            raise _fail(source, f"space.{key}.{kind}", f"low >= high in {values!r}")
+        if kind == "loguniform" and values[0] <= 0:
+            raise _fail(source, f"space.{key}.{kind}", f"needs low > 0, got {values!r}")
+    return Dimension(key, kind, values)
+
+
+def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
+    for d in dims:
+        for v in d.probes():
+            try:
+                base.with_overrides({d.key: v})
+            except ConfigError as e:
+                raise _fail(source, f"space.{d.key}", f"value {v!r} is invalid: {e}") from None
+    options = [[(d.key, v) for v in d.probes()] for d in dims]
+    count = 1
+    for o in options:
+        count *= len(o)
+    if count > MAX_COMBINATIONS:
+        return
+    for combo in itertools.product(*options):
+        try:
+            base.with_overrides(dict(combo))
+        except ConfigError as e:
+            raise _fail(source, "space", f"the combination {dict(combo)} cannot build: {e}") from None
+
+
+def load(path_or_name: str, smoke: bool = False) -> SearchSpace:
+    """Load and validate a space: a path, or a name under ``search_spaces/``."""
+    path = resolve(path_or_name)
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top")
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"{path}: unknown section {key!r}{nearest(key, SECTIONS)}")
+    base_ref = raw.get("base", "debug")
+    base = named(base_ref) if base_ref in EXPERIMENTS else from_file(_relative(path, base_ref))
+    overrides = dict(raw.get("overrides") or {})
+    if smoke:
+        overrides.update((raw.get("smoke") or {}).get("overrides") or {})
+    try:
+        base = base.with_overrides(overrides)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: overrides: {e}") from None
+    valid = ExperimentConfig.all_keys()
+    space = raw.get("space") or {}
+    if not space:
+        raise ConfigError(f"{path}: space is empty")
+    dims = [_dimension(path, k, v, valid) for k, v in space.items()]
+    _check_builds(path, base, dims)
+    mode = raw.get("mode", "max")
+    if mode not in ("max", "min"):
+        raise ConfigError(f"{path}: mode={mode!r}: max or min")
+    return SearchSpace(
+        name=os.path.splitext(os.path.basename(path))[0],
+        source=path,
+        base=base,
+        dimensions=dims,
+        metric=raw.get("metric", "val_auc"),
+        mode=mode,
+        smoke=raw.get("smoke") or {},
+        raw=raw,
+    )
+
+
+SPACES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "search_spaces")
+
+
+def resolve(path_or_name: str) -> str:
+    if os.path.isfile(path_or_name):
+        return path_or_name
+    candidate = os.path.join(SPACES_DIR, f"{path_or_name}.yaml")
+    if os.path.isfile(candidate):
+        return candidate
+    names = [f[:-5] for f in os.listdir(SPACES_DIR) if f.endswith(".yaml")] if os.path.isdir(SPACES_DIR) else []
+    raise ConfigError(f"search space {path_or_name!r} not found (a file, or one of {sorted(names)})")
+
+
+def _relative(space_path: str, ref: str) -> str:
+    return ref if os.path.isabs(ref) else os.path.join(os.path.dirname(space_path), ref)

@@ -1,0 +1,158 @@
+"""MLflow bookkeeping of a sweep: one experiment per sweep name, a parent run for the sweep, one
+child run per trial, re-attached by tag on resume (never duplicated).
+
+Metrics are logged at their real training step, idempotently: a run remembers the last step it
+logged (metric ``step``), and anything at or below it is skipped, so a restarted trial that
+replays a report adds nothing twice. Logging failures (a tracking server that went away) never
+fail a trial: the batch is kept and retried with the next report, and a warning says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+log = logging.getLogger(__name__)
+
+SWEEP_TAG = "recsys.sweep"
+TRIAL_TAG = "recsys.trial_id"
+KIND_TAG = "recsys.kind"
+PARENT_TAG = "mlflow.parentRunId"
+NOT_LOGGED = {"loss_history", "checkpoint_path", "ckpt_score", "step"}
+
+
+def default_tracking_uri(root: str) -> str:
+    """A local SQLite store in the project folder (MLflow 3 refuses the plain file store)."""
+    return f"sqlite:///{os.path.join(root, 'mlflow.db')}"
+
+
+def flat_params(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config -> ``{"model.interaction": "dot", ...}`` as MLflow params (strings)."""
+    out: dict[str, str] = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            out.update(flat_params(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = str(v)[:6000]
+    return out
+
+
+class Tracker:
+    """A thin layer over ``MlflowClient`` for sweeps."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self._pending: dict[str, list[Metric]] = {}
+        self._last_step: dict[str, int] = {}
+
+    def check_reachable(self) -> None:
+        """Fail fast, naming the URI, when the store cannot be reached."""
+        try:
+            self.client.search_experiments(max_results=1)
+        except Exception as e:
+            raise ConnectionError(f"MLflow tracking store {self.uri} is unreachable: {e}") from None
+
+    def experiment(self, name: str, artifact_root: str | None) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return str(exp.experiment_id)
+        return str(self.client.create_experiment(name, artifact_location=artifact_root))
+
+    def _find(self, experiment_id: str, tag: str, value: str) -> Any:
+        runs = self.client.search_runs(
+            [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=5
+        )
+        return runs[0] if runs else None
+
+    def parent_run(self, experiment_id: str, sweep: str) -> str:
+        found = self._find(experiment_id, KIND_TAG, f"sweep:{sweep}")
+        if found is not None:
+            self.client.update_run(found.info.run_id, status="RUNNING")
+            return str(found.info.run_id)
+        run = self.client.create_run(
+            experiment_id, run_name=sweep, tags={SWEEP_TAG: sweep, KIND_TAG: f"sweep:{sweep}"}
+        )
+        return str(run.info.run_id)
+
+    def trial_run(
+        self, experiment_id: str, parent_id: str, sweep: str, trial_id: str, params: dict[str, str]
+    ) -> str:
+        """The trial's run: the existing one (a restored trial, or one left RUNNING by a killed
+        driver) or a new child of the sweep's run with every resolved config value as a param."""
+        found = self._find(experiment_id, TRIAL_TAG, trial_id)
+        if found is not None:
+            self.client.update_run(found.info.run_id, status="RUNNING")
+            self._last_step[found.info.run_id] = int(found.data.metrics.get("step", 0))
+            return str(found.info.run_id)
+        run = self.client.create_run(
+            experiment_id,
+            run_name=trial_id,
+            tags={PARENT_TAG: parent_id, TRIAL_TAG: trial_id, SWEEP_TAG: sweep, KIND_TAG: "trial"},
+        )
+        run_id = str(run.info.run_id)
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i : i + 100])
+        self._last_step[run_id] = 0
+        return run_id
+
+    def last_step(self, run_id: str) -> int:
+        if run_id not in self._last_step:
+            run = self.client.get_run(run_id)
+            self._last_step[run_id] = int(run.data.metrics.get("step", 0))
+        return self._last_step[run_id]
+
+    def log_report(self, run_id: str, metrics: dict[str, Any]) -> None:
+        """Log one report: the loss history at its steps, the rest at the report's step."""
+        step = int(metrics.get("step", 0))
+        last = self.last_step(run_id)
+        now = int(time.time() * 1000)
+        batch = [
+            Metric("loss", float(v), now, int(s))
+            for s, v in metrics.get("loss_history", [])
+            if int(s) > last
+        ]
+        if step > last:
+            batch += [
+                Metric(k, float(v), now, step)
+                for k, v in metrics.items()
+                if k not in NOT_LOGGED and isinstance(v, (int, float)) and v == v
+            ]
+            batch.append(Metric("step", float(step), now, step))
+        self._pending.setdefault(run_id, []).extend(batch)
+        self._flush(run_id)
+        if step > last:
+            self._last_step[run_id] = step
+
+    def _flush(self, run_id: str) -> None:
+        pending = self._pending.get(run_id, [])
+        try:
+            for i in range(0, len(pending), 500):
+                self.client.log_batch(run_id, metrics=pending[i : i + 500])
+            self._pending[run_id] = []
+        except Exception as e:
+            log.warning(
+                "MLflow %s unreachable (%s); %d metrics kept for retry, training goes on",
+                self.uri,
+                e,
+                len(pending),
+            )
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        try:
+            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        except Exception as e:
+            log.warning("MLflow %s: could not set tags (%s)", self.uri, e)
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        self._flush(run_id)
+        try:
+            self.client.set_terminated(run_id, status=status)
+        except Exception as e:
+            log.warning("MLflow %s: could not end run %s (%s)", self.uri, run_id, e)

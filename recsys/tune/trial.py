@@ -1,0 +1,124 @@
+"""One sweep trial: a Tune function that builds and fits a ``TorchTrainer`` (Ray Train V2).
+
+The Train run is named after the trial id, so a restored trial finds its own checkpoints and
+continues from the latest. Metrics reach Tune from rank 0 (``TuneReportCallback``) and MLflow from
+the Train controller (``MlflowReportCallback``), as each checkpoint is registered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ray import tune
+from ray.train.v2.api.callback import UserCallback
+from ray.tune.integration.ray_train import TuneReportCallback
+
+from recsys.config import ExperimentConfig
+from recsys.train.trainer import Resources, make_trainer
+from recsys.tune.tracking import Tracker, flat_params
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What every trial of a sweep shares (passed through Tune's config as a plain dict)."""
+
+    sweep: str
+    base: dict[str, Any]
+    storage: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    num_workers: int
+    use_gpu: bool
+    cpus_per_worker: float
+    max_failures: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class MlflowReportCallback(UserCallback):
+    """Logs each registered report of a Train run to the trial's MLflow run."""
+
+    def __init__(self, uri: str, run_id: str) -> None:
+        self.uri, self.run_id = uri, run_id
+        self._tracker: Tracker | None = None
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        if self._tracker is None:
+            self._tracker = Tracker(self.uri)
+        self._tracker.log_report(self.run_id, metrics[0])
+        if checkpoint is not None:
+            self._tracker.set_tags(self.run_id, {"checkpoint.last": checkpoint.path})
+
+
+def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
+    """The trial's config. In a sweep every report carries validation metrics (schedulers and
+    searchers compare trials on them), so evaluation runs at every checkpoint."""
+    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(params)
+    every = cfg.train.checkpoint_every or cfg.train.steps
+    return cfg.with_overrides({"train.eval_every": every, "train.checkpoint_every": every})
+
+
+def run_trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
+    """The Tune trainable: ``config = {"params": {dotted: value}}``; ``spec``: a TrialSpec dict."""
+    spec_ = TrialSpec(**spec)
+    _run(spec_, dict(config["params"]))
+
+
+def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
+    cfg = trial_config(spec, params)
+    trial_id = tune.get_context().get_trial_id()
+    tracker = Tracker(spec.tracking_uri)
+    run_id = tracker.trial_run(
+        spec.experiment_id,
+        spec.parent_run_id,
+        spec.sweep,
+        trial_id,
+        flat_params(cfg.to_dict()),
+    )
+    tracker.set_tags(run_id, {"recsys.searched": json.dumps(params, default=str)})
+    trainer = make_trainer(
+        cfg,
+        Resources(spec.num_workers, spec.use_gpu, spec.cpus_per_worker),
+        name=f"trial_{trial_id}",
+        storage_path=os.path.join(spec.storage, spec.sweep, "train"),
+        max_failures=spec.max_failures,
+        callbacks=[TuneReportCallback(), MlflowReportCallback(spec.tracking_uri, run_id)],
+    )
+    try:
+        result = trainer.fit()
+    except Exception:
+        tracker.finish(run_id, "FAILED")
+        raise
+    finish_trial(tracker, run_id, result)
+
+
+def finish_trial(tracker: Tracker, run_id: str, result: Any) -> None:
+    """Artifacts and status at the end of a trial: the sharding plan, pointers to the best and last
+    checkpoints (and the checkpoints themselves when small), ``diverged`` when the loss blew up."""
+    metrics = result.metrics or {}
+    tags = {}
+    if result.checkpoint is not None:
+        tags["checkpoint.last"] = result.checkpoint.path
+        plan = os.path.join(result.checkpoint.path, "sharding_plan.json")
+        if os.path.isfile(plan):
+            tracker.client.log_artifact(run_id, plan)
+    best = result.get_best_checkpoint("ckpt_score", "max") if result.best_checkpoints else None
+    if best is not None:
+        tags["checkpoint.best"] = best.path
+        if _size(best.path) < 64 * 2**20:
+            tracker.client.log_artifacts(run_id, best.path, artifact_path="checkpoint_best")
+    diverged = bool(metrics.get("diverged"))
+    tags["recsys.status"] = "diverged" if diverged else "finished"
+    tracker.set_tags(run_id, tags)
+    tracker.finish(run_id, "FAILED" if diverged else "FINISHED")
+
+
+def _size(folder: str) -> int:
+    if not os.path.isdir(folder):
+        return 1 << 62  # remote storage: log the pointer only
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
