@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import os
 import sys
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> None:
         data = {"data.source": source, "data.paths": [os.path.abspath(args.data)]}
         space = dataclasses.replace(space, base=space.base.with_overrides(data))
     from recsys.cluster import alive_nodes, check_fits, connect
-    from recsys.tune.sweep import SweepOptions, check_resume, sweep_dir
+    from recsys.tune.sweep import SweepOptions, check_resume, format_table, run_sweep, sweep_dir
     from recsys.tune.tracking import Tracker, default_tracking_uri
 
     storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
@@ -98,43 +97,14 @@ def run(args: argparse.Namespace) -> None:
         alive_nodes(),
         extra_cpus=opts.driver_cpus,
     )
-    launch(space, opts, tracker, restore)
-    print(f"\nsweep folder: {sweep_dir(opts)}")
-
-
-def launch(space, opts, tracker, restore) -> None:  # type: ignore[no-untyped-def]
-    from recsys.tune.sweep import _save_state, build_tuner, format_table, log_sweep_summary, rows
-    from recsys.tune.trial import TrialSpec
-
-    # a local store keeps artifacts beside it; a server decides for itself
-    local = opts.tracking_uri.startswith(("sqlite:", "file:"))
-    artifacts = Path(ROOT, "mlartifacts", opts.name).as_uri() if local else None
-    experiment_id = tracker.experiment(opts.name, artifacts)
-    parent = tracker.parent_run(experiment_id, opts.name)
-    spec = TrialSpec(
-        sweep=opts.name,
-        base=space.base.to_dict(),
-        storage=opts.storage,
-        tracking_uri=opts.tracking_uri,
-        experiment_id=experiment_id,
-        parent_run_id=parent,
-        num_workers=opts.num_workers,
-        use_gpu=opts.use_gpu,
-        cpus_per_worker=opts.cpus_per_worker,
-        max_failures=opts.max_failures,
-    )
-    if not restore:
-        _save_state(space, opts)
-    print(f"{'resuming' if restore else 'starting'} sweep {opts.name!r}: {opts.num_samples} trials "
-          f"of {space.source}, {opts.num_workers} workers each")
-    results = build_tuner(space, opts, spec, restore).fit()
-    table = rows(results, space.metric, space.mode)
-    log_sweep_summary(tracker, parent, space, table)
-    tracker.finish(parent)
+    table = run_sweep(space, opts, tracker, restore)
     print("\nbest trials (validation):")
     print(format_table(table))
-    uri = opts.tracking_uri
-    print(f"\ncompare them: mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000")
+    print(f"\nsweep folder: {sweep_dir(opts)}")
+    print(
+        f"compare the runs: mlflow ui --backend-store-uri {opts.tracking_uri} "
+        "--host 127.0.0.1 --port 5000"
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,11 @@ class RayReporter:
         return tempfile.mkdtemp(prefix=f"recsys-step{step}-")
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
-        metrics = {**metrics, "ckpt_score": metrics.get("val_auc", math.nan)}
+        metrics = {
+            **metrics,
+            "ckpt_score": metrics.get("val_auc", math.nan),
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
         if not folder:
             ray.train.report(metrics)
             return

@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -243,3 +244,33 @@ def log_sweep_summary(
             plot = os.path.join(tmp, "auc_vs_memory.png")
             pareto_plot(table, plot)
             tracker.client.log_artifact(parent, plot)
+
+
+def run_sweep(space: SearchSpace, opts: SweepOptions, tracker: Tracker, restore: bool) -> list[dict[str, Any]]:
+    """Start or resume the sweep on the connected Ray; returns the trials' rows, best first."""
+    local = opts.tracking_uri.startswith(("sqlite:", "file:"))
+    root = os.path.dirname(os.path.abspath(opts.tracking_uri.split(":///", 1)[1])) if local else ""
+    artifacts = Path(root, "mlartifacts", opts.name).as_uri() if local else None
+    experiment_id = tracker.experiment(opts.name, artifacts)
+    parent = tracker.parent_run(experiment_id, opts.name)
+    spec = TrialSpec(
+        sweep=opts.name,
+        base=space.base.to_dict(),
+        storage=opts.storage,
+        tracking_uri=opts.tracking_uri,
+        experiment_id=experiment_id,
+        parent_run_id=parent,
+        num_workers=opts.num_workers,
+        use_gpu=opts.use_gpu,
+        cpus_per_worker=opts.cpus_per_worker,
+        max_failures=opts.max_failures,
+    )
+    if not restore:
+        _save_state(space, opts)
+    verb = "resuming" if restore else "starting"
+    print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}")
+    results = build_tuner(space, opts, spec, restore).fit()
+    table = rows(results, space.metric, space.mode)
+    log_sweep_summary(tracker, parent, space, table)
+    tracker.finish(parent)
+    return table
