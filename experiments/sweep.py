@@ -1,6 +1,6 @@
 """Sweep DLRM configurations with Ray Tune; every trial is a Ray Train job; MLflow records all.
 
-    python experiments/sweep.py                          # the `default` space: local Ray, ./mlflow.db
+    python experiments/sweep.py            # the `default` space: local Ray, ./mlflow.db
     python experiments/sweep.py --space criteo --address auto --gpus --num-workers 8 \\
         --storage /shared/sweeps --tracking-uri http://mlflow:5000
     python experiments/sweep.py --name default --resume  # pick a killed sweep up again

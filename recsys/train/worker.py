@@ -15,6 +15,7 @@ from typing import Any
 
 import ray.train
 import ray.train.torch
+import torch.distributed as dist
 
 from recsys.config import ExperimentConfig
 from recsys.distributed.env import current
@@ -23,7 +24,12 @@ from recsys.train.loop import run
 
 class RayReporter:
     """Checkpoints go to a local temp folder per rank; ``ray.train.report`` merges the ranks'
-    folders into one checkpoint directory on the run's storage, then the temp folder is removed."""
+    folders into one checkpoint directory on the run's storage, then the temp folder is removed.
+
+    Reports also say which Ray nodes the worker group runs on (``worker_nodes``)."""
+
+    def __init__(self, worker_nodes: str = "") -> None:
+        self.worker_nodes = worker_nodes
 
     @contextlib.contextmanager
     def latest_checkpoint(self) -> Iterator[str | None]:
@@ -41,7 +47,7 @@ class RayReporter:
         metrics = {
             **metrics,
             "ckpt_score": metrics.get("val_auc", math.nan),
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "worker_nodes": self.worker_nodes,
         }
         if not folder:
             ray.train.report(metrics)
@@ -64,4 +70,6 @@ def train_func(config: dict[str, Any]) -> None:
             f"Ray placed this worker on {ray.train.torch.get_device()} but TorchRec shards on "
             f"cuda:LOCAL_RANK = {env.device}; give every worker one GPU"
         )
-    run(cfg, env, RayReporter())
+    nodes: list[str | None] = [None] * env.world_size
+    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+    run(cfg, env, RayReporter(",".join(sorted({n for n in nodes if n}))))

@@ -98,7 +98,9 @@ def _dimension(source: str, key: str, spec: Any, valid: list[str]) -> Dimension:
         raise _fail(source, f"space.{key}", f"expected one of {{{', '.join(PRIMITIVES)}}}: ...")
     ((kind, values),) = spec.items()
     if kind not in PRIMITIVES:
-        raise _fail(source, f"space.{key}", f"unknown primitive {kind!r}{nearest(kind, PRIMITIVES)}")
+        raise _fail(
+            source, f"space.{key}", f"unknown primitive {kind!r}{nearest(kind, PRIMITIVES)}"
+        )
     if not isinstance(values, list) or not values:
         raise _fail(source, f"space.{key}.{kind}", f"needs a non-empty list, got {values!r}")
     if kind in ("uniform", "loguniform", "randint"):
@@ -128,7 +130,9 @@ def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) ->
         try:
             base.with_overrides(dict(combo))
         except ConfigError as e:
-            raise _fail(source, "space", f"the combination {dict(combo)} cannot build: {e}") from None
+            raise _fail(
+                source, "space", f"the combination {dict(combo)} cannot build: {e}"
+            ) from None
 
 
 def load(path_or_name: str, smoke: bool = False) -> SearchSpace:
@@ -172,7 +176,9 @@ def load(path_or_name: str, smoke: bool = False) -> SearchSpace:
     )
 
 
-SPACES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "search_spaces")
+SPACES_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "search_spaces"
+)
 
 
 def resolve(path_or_name: str) -> str:
@@ -181,8 +187,14 @@ def resolve(path_or_name: str) -> str:
     candidate = os.path.join(SPACES_DIR, f"{path_or_name}.yaml")
     if os.path.isfile(candidate):
         return candidate
-    names = [f[:-5] for f in os.listdir(SPACES_DIR) if f.endswith(".yaml")] if os.path.isdir(SPACES_DIR) else []
-    raise ConfigError(f"search space {path_or_name!r} not found (a file, or one of {sorted(names)})")
+    names = (
+        [f[:-5] for f in os.listdir(SPACES_DIR) if f.endswith(".yaml")]
+        if os.path.isdir(SPACES_DIR)
+        else []
+    )
+    raise ConfigError(
+        f"search space {path_or_name!r} not found (a file, or one of {sorted(names)})"
+    )
 
 
 def _relative(space_path: str, ref: str) -> str:

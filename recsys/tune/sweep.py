@@ -154,6 +154,7 @@ def rows(result_grid: Any, metric: str, mode: str) -> list[dict[str, Any]]:
         for key, _ in TABLE_COLUMNS:
             row[key] = m.get(key, float("nan"))
         row["checkpoint"] = m.get("checkpoint_path", "")
+        row["worker_nodes"] = m.get("worker_nodes", "")
         out.append(row)
     sign = -1 if mode == "max" else 1
 
@@ -208,7 +209,13 @@ def pareto_plot(table: list[dict[str, Any]], path: str) -> None:
     front = pareto_front(pts)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.scatter([p[0] for p in pts], [p[1] for p in pts], c="tab:blue", label="trials")
-    ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "o-", c="tab:red", label="Pareto front")
+    ax.plot(
+        [pts[i][0] for i in front],
+        [pts[i][1] for i in front],
+        "o-",
+        c="tab:red",
+        label="Pareto front",
+    )
     for r, (x, y) in zip(ok, pts, strict=True):
         ax.annotate(str(r["trial_id"])[-5:], (x, y), fontsize=7, alpha=0.7)
     ax.set_xlabel("embedding memory (MB)")
@@ -246,7 +253,9 @@ def log_sweep_summary(
             tracker.client.log_artifact(parent, plot)
 
 
-def run_sweep(space: SearchSpace, opts: SweepOptions, tracker: Tracker, restore: bool) -> list[dict[str, Any]]:
+def run_sweep(
+    space: SearchSpace, opts: SweepOptions, tracker: Tracker, restore: bool
+) -> list[dict[str, Any]]:
     """Start or resume the sweep on the connected Ray; returns the trials' rows, best first."""
     local = opts.tracking_uri.startswith(("sqlite:", "file:"))
     root = os.path.dirname(os.path.abspath(opts.tracking_uri.split(":///", 1)[1])) if local else ""

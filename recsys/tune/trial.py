@@ -47,7 +47,9 @@ class MlflowReportCallback(UserCallback):
         self.uri, self.run_id = uri, run_id
         self._tracker: Tracker | None = None
 
-    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+    def after_report(
+        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any
+    ) -> None:
         if self._tracker is None:
             self._tracker = Tracker(self.uri)
         self._tracker.log_report(self.run_id, metrics[0])

@@ -46,3 +46,42 @@ def test_two_trial_sweep_lands_in_mlflow(ray_2_cpus, tmp_path):
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"sharding_plan.json", "checkpoint_best"} <= names
         assert run.data.tags["checkpoint.last"].endswith("step_00000020")
+
+    # the MLflow UI server, on loopback, lists the sweep's runs over its REST API
+    assert_server_lists_runs(uri, exp.experiment_id, {r.info.run_id for r in runs})
+
+
+def assert_server_lists_runs(uri: str, experiment_id: str, run_ids: set[str]) -> None:
+    import json
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from tests.distributed.harness import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri]
+    server = subprocess.Popen(
+        [*cmd, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                body = json.dumps({"experiment_ids": [experiment_id]}).encode()
+                req = urllib.request.Request(
+                    f"{base}/runs/search", body, {"Content-Type": "application/json"}
+                )
+                listed = json.load(urllib.request.urlopen(req, timeout=5))["runs"]
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, "mlflow server down"
+                time.sleep(1)
+        assert {r["info"]["run_id"] for r in listed} == run_ids
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

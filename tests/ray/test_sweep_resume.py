@@ -6,11 +6,13 @@ exactly one run per trial with a continuous, duplicate-free step axis.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -58,14 +60,15 @@ def wait_for_mid_run(client: MlflowClient, proc: subprocess.Popen, timeout: floa
 
 
 def test_killed_driver_resumes(tmp_path):
-    space = write_space(tmp_path, steps=STEPS)
-    text = open(space).read().replace("train.checkpoint_every: 10", "train.checkpoint_every: 100")
+    space = Path(write_space(tmp_path, steps=STEPS))
+    text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 100")
     text = text.replace("train.log_every: 5", f"train.log_every: {LOG_EVERY}")
-    text = text.replace("{choice: [null, 500]}", "{choice: [500]}")
-    open(space, "w").write(text)
+    space.write_text(text.replace("{choice: [null, 500]}", "{choice: [500]}"))
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(sweep_cmd(space, tmp_path), stdout=log, stderr=log, start_new_session=True)
+    first = subprocess.Popen(
+        sweep_cmd(space, tmp_path), stdout=log, stderr=log, start_new_session=True
+    )
     try:
         wait_for_mid_run(client, first)
         first_finished = trial_runs(client)[0]
@@ -74,14 +77,12 @@ def test_killed_driver_resumes(tmp_path):
         stale = trial_runs(client)[1]
         assert stale.info.status == "RUNNING"
         resumed = subprocess.run(
-            sweep_cmd(space, tmp_path, "--resume"), capture_output=True, text=True, timeout=600
+            sweep_cmd(str(space), tmp_path, "--resume"), capture_output=True, text=True, timeout=600
         )
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     runs = trial_runs(client)
     assert len(runs) == 2, "exactly one MLflow run per trial"
     assert runs[1].info.run_id == stale.info.run_id  # the stale RUNNING run was reused

@@ -56,7 +56,8 @@ def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
     assert m["val_auc"] == pytest.approx(roc_auc_score(labels, logits), abs=1e-6)
     probs = 1 / (1 + np.exp(-logits.astype(np.float64)))
     assert m["val_log_loss"] == pytest.approx(log_loss(labels, probs), abs=1e-5)
-    plan = json.load(open(os.path.join(result.checkpoint.path, "sharding_plan.json")))
+    with open(os.path.join(result.checkpoint.path, "sharding_plan.json")) as f:
+        plan = json.load(f)
     assert {t["sharding_type"] for t in plan["tables"].values()} == {"table_wise"}
 
 
