@@ -7,9 +7,11 @@ The process group comes from Ray's ``TorchConfig`` (gloo on CPU, NCCL on GPU); n
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,8 +62,18 @@ class RayReporter:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def quiet_libraries() -> None:
+    """Keep worker logs to our progress lines and real warnings: TorchRec, FBGEMM and Ray Train
+    log every table and report at INFO, and TorchRec raises deprecation notices on every build."""
+    for name in ("torchrec", "fbgemm_gpu", "ray.train", "torch.fx._symbolic_trace"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
+
+
 def train_func(config: dict[str, Any]) -> None:
     """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool}``."""
+    quiet_libraries()
     cfg = ExperimentConfig.from_dict(config["experiment"])
     use_gpu = bool(config.get("use_gpu", False))
     env = current(use_gpu)
