@@ -83,6 +83,7 @@ def _reference(cfg):
 
 
 def _rank_fn(rank, world):
+    from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
     from recsys.train.loop import build
 
@@ -94,6 +95,11 @@ def _rank_fn(rank, world):
     batches = _global_batches(cfg, K + 1)
 
     out = {"plan": summary["tables"], "sharded": [], "reference": []}
+    # the debug helper reassembles a column-wise table on rank 0
+    full = gather_table(dmp, "t_cat_3")
+    name = "model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_3.weight"
+    out["gathered"] = (full, ref.state_dict()[name].clone()) if rank == 0 else None
+    out["described"] = describe(dmp)
     with torch.no_grad():
         _, local = dmp(batches[0][rank])
         _, full = ref(_concat(batches[0]))
@@ -126,6 +132,9 @@ def test_sharded_matches_unsharded_forward_and_training():
     assert tw_ranks == {0, 1}, plan
     assert kinds["t_cat_3"] == "column_wise" and sorted(plan["t_cat_3"]["ranks"]) == [0, 1], plan
     assert {"t_cat_4_q", "t_cat_4_r"} <= set(plan)  # the QR tables are sharded like any other
+    torch.testing.assert_close(*results[0]["gathered"], atol=0, rtol=0)
+    held = [d for r in results for d in r["described"] if d["name"].endswith("t_cat_3.weight")]
+    assert sorted(s["offsets"][1] for d in held for s in d["local_shards"]) == [0, 8]
     for r in results:
         torch.testing.assert_close(*r["forward"], atol=ATOL, rtol=0)
         torch.testing.assert_close(*r["after"], atol=ATOL, rtol=0)
