@@ -17,6 +17,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -159,6 +160,7 @@ def run(
     log: Callable[[str], None] = print,
 ) -> dict[str, float]:
     """Train ``cfg`` to ``cfg.train.steps``, resuming from the reporter's latest checkpoint."""
+    clock = Clock()
     t_start = time.perf_counter()
     splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
     model, optimizer, summary = build(cfg, env)
@@ -188,11 +190,34 @@ def run(
         **{f"emb_bytes_rank{r}": b for r, b in summary["embedding_bytes_per_rank"].items()},
         "setup_s": time.perf_counter() - t_start,
     }
-    return _train(cfg, env, reporter, stepper, policy, stream, splits, state, static, summary, log)
+    return _train(
+        cfg, env, reporter, stepper, policy, stream, splits, state, static, summary, log, clock
+    )
 
 
 def _due(step: int, every: int, last: int) -> bool:
     return step == last or (every > 0 and step % every == 0)
+
+
+@dataclass
+class Clock:
+    """Wall time by phase on this worker (cumulative) and the current report interval."""
+
+    started: float = field(default_factory=time.time)
+    train_s: float = 0.0
+    eval_s: float = 0.0
+    ckpt_s: float = 0.0
+    interval_s: float = 0.0
+    interval_steps: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "t_worker_start": self.started,
+            "t_report": time.time(),
+            "train_s": self.train_s,
+            "eval_s": self.eval_s,
+            "ckpt_s": self.ckpt_s,
+        }
 
 
 def _train(
@@ -207,11 +232,11 @@ def _train(
     static: dict[str, float],
     summary: dict[str, Any],
     log: Callable[[str], None],
+    clock: Clock,
 ) -> dict[str, float]:
     tc = cfg.train
     history: list[tuple[int, float]] = []
     loss_sum, loss_n = torch.zeros((), device=env.device), 0
-    train_time, interval_steps = 0.0, 0
     metrics: dict[str, float] = {}
     while state.step < tc.steps:
         t0 = time.perf_counter()
@@ -221,7 +246,6 @@ def _train(
         loss_n += 1
         state.step += 1
         state.data_position += tc.batch_size
-        interval_steps += 1
         if state.step % tc.log_every == 0 or state.step == tc.steps:
             loss = mean_over_ranks(loss_sum / loss_n, env.world_size)
             loss_sum.zero_()
@@ -231,7 +255,10 @@ def _train(
                 return _diverged(reporter, state, loss, history, env, log)
             if env.is_main:
                 log(f"step {state.step}/{tc.steps} loss {loss:.5f} lr x{lr_factor:.3f}")
-        train_time += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        clock.train_s += dt
+        clock.interval_s += dt
+        clock.interval_steps += 1
         if not _due(state.step, tc.checkpoint_every, tc.steps):
             continue
         metrics = {
@@ -239,24 +266,46 @@ def _train(
             "step": state.step,
             "epoch": stream.epoch,
             "loss": history[-1][1] if history else float("nan"),
-            "samples_per_s": interval_steps
+            "samples_per_s": clock.interval_steps
             * tc.batch_size
             * env.world_size
-            / max(train_time, 1e-9),
+            / max(clock.interval_s, 1e-9),
             "lr_factor": lr_factor,
         }
-        with stepper.plain_model() as model:
-            if _due(state.step, tc.eval_every, tc.steps):
-                metrics.update(evaluate(model, splits.val, cfg, env, "val"))
-            if state.step == tc.steps and len(splits.test):
-                metrics.update(evaluate(model, splits.test, cfg, env, "test"))
-            _checkpoint_and_report(
-                reporter, model, stepper.optimizer, state, metrics, history, summary, env
-            )
+        _report_point(cfg, env, reporter, stepper, splits, state, metrics, history, summary, clock)
         if env.is_main and "val_auc" in metrics:
             log(f"step {state.step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
-        history, train_time, interval_steps = [], 0.0, 0
+        history = []
+        clock.interval_s, clock.interval_steps = 0.0, 0
     return metrics
+
+
+def _report_point(
+    cfg: ExperimentConfig,
+    env: WorkerEnv,
+    reporter: Reporter,
+    stepper: Stepper,
+    splits: Any,
+    state: TrainState,
+    metrics: dict[str, Any],
+    history: list[tuple[int, float]],
+    summary: dict[str, Any],
+    clock: Clock,
+) -> None:
+    """Evaluate when due, then checkpoint and report (the model's plain forward meanwhile)."""
+    with stepper.plain_model() as model:
+        t0 = time.perf_counter()
+        if _due(state.step, cfg.train.eval_every, cfg.train.steps):
+            metrics.update(evaluate(model, splits.val, cfg, env, "val"))
+        if state.step == cfg.train.steps and len(splits.test):
+            metrics.update(evaluate(model, splits.test, cfg, env, "test"))
+        t1 = time.perf_counter()
+        clock.eval_s += t1 - t0
+        metrics.update(clock.as_metrics())
+        _checkpoint_and_report(
+            reporter, model, stepper.optimizer, state, metrics, history, summary, env
+        )
+        clock.ckpt_s += time.perf_counter() - t1
 
 
 def _checkpoint_and_report(

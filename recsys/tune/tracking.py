@@ -130,6 +130,14 @@ class Tracker:
         if step > last:
             self._last_step[run_id] = step
 
+    def log_values(self, run_id: str, values: dict[str, float]) -> None:
+        """Log values at the run's last step (timings, summaries)."""
+        now = int(time.time() * 1000)
+        step = self.last_step(run_id)
+        batch = [Metric(k, float(v), now, step) for k, v in values.items()]
+        self._pending.setdefault(run_id, []).extend(batch)
+        self._flush(run_id)
+
     def _flush(self, run_id: str) -> None:
         pending = self._pending.get(run_id, [])
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -91,11 +92,13 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         max_failures=spec.max_failures,
         callbacks=[TuneReportCallback(), MlflowReportCallback(spec.tracking_uri, run_id)],
     )
+    fit_start = time.time()
     try:
         result = trainer.fit()
     except Exception:
         tracker.finish(run_id, "FAILED")
         raise
+    tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
     finish_trial(tracker, run_id, result)
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``experiments/bench.py``; results go to ``BENCHMARKS.md``."""

@@ -1,0 +1,133 @@
+"""Step throughput: this project's training step (TorchRec EBC sharded by DMP, fused FBGEMM
+optimizer) against the plain-PyTorch DLRM, same config, data and batch, alternating A/B runs in one
+process. Samples/s medians over ``reps`` runs of ``steps`` steps, and the ratio."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from recsys.bench.common import init_world1, median_spread, table, timed
+from recsys.bench.plain_dlrm import PlainDLRM, to_plain
+from recsys.config import ExperimentConfig
+from recsys.data.loader import synthetic_columns, to_batch
+from recsys.distributed.env import current
+from recsys.train.loop import Stepper, build
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    tables: int
+    rows: int
+    dim: int
+    batch: int
+    bottom: list[int]
+    top: list[int]
+
+
+SMALL = Case("small", 8, 10_000, 16, 512, [64, 32], [64, 32])
+CRITEO = Case("criteo-shaped", 26, 100_000, 64, 2048, [512, 256], [512, 256])
+
+
+def config(case: Case, op: str, qr: bool) -> ExperimentConfig:
+    return ExperimentConfig.from_dict(
+        {
+            "embeddings": {
+                "num_embeddings": [case.rows] * case.tables,
+                "dim": case.dim,
+                "qr": {"threshold": case.rows // 2, "collisions": 4} if qr else {},
+            },
+            "model": {"bottom_mlp": case.bottom, "top_mlp": case.top, "interaction": op},
+            "data": {"synthetic": {"num_samples": case.batch * 4, "seed": 0}},
+            "train": {"batch_size": case.batch},
+            "sharding": {
+                "default": {"sharding_types": ["table_wise"], "compute_kernels": ["fused"]}
+            },
+        }
+    )
+
+
+def batches(cfg: ExperimentConfig, n: int = 4) -> list[Any]:
+    cols = synthetic_columns(cfg.data.synthetic, 13, cfg.embeddings.num_embeddings)
+    b = cfg.train.batch_size
+    return [
+        to_batch(
+            cols.rows(i * b, (i + 1) * b), cfg.embeddings.num_embeddings, cfg.embeddings.names()
+        )
+        for i in range(n)
+    ]
+
+
+def ours(cfg: ExperimentConfig, data: list[Any]) -> Any:
+    init_world1()
+    model, optimizer, _ = build(cfg, current(use_gpu=False))
+    stepper = Stepper(model, optimizer, torch.device("cpu"), pipeline=False)
+    it = iter(data * 1_000_000)
+    return lambda: stepper(it)
+
+
+def plain(cfg: ExperimentConfig, data: list[Any]) -> Any:
+    torch.manual_seed(0)
+    model = PlainDLRM(cfg.model, cfg.embeddings)
+    opt = torch.optim.Adagrad(model.parameters(), lr=cfg.optim.lr)
+    prepared = [(b.dense_features, to_plain(b.sparse_features), b.labels[:, 0]) for b in data]
+    state = {"i": 0}
+
+    def step() -> None:
+        dense, sparse, y = prepared[state["i"] % len(prepared)]
+        state["i"] += 1
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(dense, sparse)[:, 0], y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def compare(case: Case, op: str, qr: bool, steps: int, reps: int) -> list[Any]:
+    cfg = config(case, op, qr)
+    data = batches(cfg)
+    a, b = ours(cfg, data), plain(cfg, data)
+    for fn in (a, b):  # warm up
+        timed(fn, 2)
+    ra, rb = [], []
+    for _ in range(reps):
+        ra.append(case.batch * steps / timed(a, steps))
+        rb.append(case.batch * steps / timed(b, steps))
+    (ma, sa), (mb, sb) = median_spread(ra), median_spread(rb)
+    return [
+        case.name,
+        op,
+        "on" if qr else "off",
+        ma,
+        f"±{sa:.0f}%",
+        mb,
+        f"±{sb:.0f}%",
+        f"{ma / mb:.2f}x",
+    ]
+
+
+def run(cases: list[Case], ops: list[str], steps: int, reps: int, threads: int) -> str:
+    torch.set_num_threads(threads)
+    rows = [compare(c, op, qr, steps, reps) for c in cases for op in ops for qr in (False, True)]
+    header = [
+        "config",
+        "op",
+        "QR",
+        "ours samples/s",
+        "spread",
+        "plain samples/s",
+        "spread",
+        "ratio",
+    ]
+    return f"1 worker, {threads} thread(s), {reps} alternating runs of {steps} steps\n\n" + table(
+        header, rows
+    )
+
+
+__all__ = ["CRITEO", "SMALL", "Case", "compare", "config", "dataclasses", "run"]
