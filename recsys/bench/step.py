@@ -4,7 +4,6 @@ process. Samples/s medians over ``reps`` runs of ``steps`` steps, and the ratio.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,9 +111,14 @@ def compare(case: Case, op: str, qr: bool, steps: int, reps: int) -> list[Any]:
     ]
 
 
-def run(cases: list[Case], ops: list[str], steps: int, reps: int, threads: int) -> str:
+def run(cases: list[Case], ops: list[str], steps: int | None, reps: int, threads: int) -> str:
     torch.set_num_threads(threads)
-    rows = [compare(c, op, qr, steps, reps) for c in cases for op in ops for qr in (False, True)]
+    rows = [
+        compare(c, op, qr, steps or (40 if c.batch < 1024 else 6), reps)
+        for c in cases
+        for op in ops
+        for qr in (False, True)
+    ]
     header = [
         "config",
         "op",
@@ -125,9 +129,5 @@ def run(cases: list[Case], ops: list[str], steps: int, reps: int, threads: int) 
         "spread",
         "ratio",
     ]
-    return f"1 worker, {threads} thread(s), {reps} alternating runs of {steps} steps\n\n" + table(
-        header, rows
-    )
-
-
-__all__ = ["CRITEO", "SMALL", "Case", "compare", "config", "dataclasses", "run"]
+    head = f"1 worker, {threads} thread(s), {reps} alternating A/B runs per row\n\n"
+    return head + table(header, rows)

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
 
 
 @dataclass
@@ -32,6 +34,10 @@ def _worker_file(folder: str, rank: int) -> str:
     return os.path.join(folder, f"worker_{rank}.pt")
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint is incomplete, corrupt, unwritable or from another world size."""
+
+
 def save(
     folder: str,
     model: nn.Module,
@@ -40,35 +46,66 @@ def save(
     rank: int,
     world_size: int,
 ) -> None:
-    """Write this rank's part of a checkpoint into ``folder`` (collective: all ranks call it)."""
-    os.makedirs(folder, exist_ok=True)
-    dcp.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=folder)
-    torch.save(
-        {
-            "step": state.step,
-            "data_position": state.data_position,
-            "world_size": world_size,
-            "torch_rng": torch.get_rng_state(),
-        },
-        _worker_file(folder, rank),
-    )
+    """Write this rank's part of a checkpoint into ``folder`` (collective: all ranks call it).
+
+    A full disk or an unwritable folder raises ``CheckpointError`` naming the folder; the
+    previous checkpoint lives in another folder and stays valid."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        dcp.save(
+            {"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=folder
+        )
+        torch.save(
+            {
+                "step": state.step,
+                "data_position": state.data_position,
+                "world_size": world_size,
+                "torch_rng": torch.get_rng_state(),
+            },
+            _worker_file(folder, rank),
+        )
+    except (OSError, CheckpointException) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CheckpointError(f"cannot write checkpoint to {folder}: {reason}") from e
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is incomplete, corrupt or from another world size."""
+def verify(folder: str, world_size: int) -> None:
+    """Raise ``CheckpointError`` naming what is wrong unless ``folder`` is a complete checkpoint of
+    ``world_size`` ranks: metadata readable, every shard file at least as long as the metadata
+    says, every worker file loadable. Every rank reaches the same verdict from the same files."""
+    if not os.path.isdir(folder):
+        raise CheckpointError(f"{folder}: no such checkpoint folder")
+    try:
+        metadata = FileSystemReader(folder).read_metadata()
+    except Exception as e:
+        raise CheckpointError(f"{folder}: unreadable .metadata ({e})") from None
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(
+            needed.get(info.relative_path, 0), info.offset + info.length
+        )
+    for name, size in sorted(needed.items()):
+        path = os.path.join(folder, name)
+        have = os.path.getsize(path) if os.path.isfile(path) else -1
+        if have < size:
+            what = "is missing" if have < 0 else f"is truncated ({have} of {size} bytes)"
+            raise CheckpointError(f"{folder}: shard {name} {what}")
+    for rank in range(world_size):
+        try:
+            extra = torch.load(_worker_file(folder, rank), weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{folder}: worker_{rank}.pt unreadable ({e})") from None
+        if extra.get("world_size") != world_size:
+            raise CheckpointError(
+                f"{folder}: saved by {extra.get('world_size')} workers, resuming with "
+                f"{world_size}; resume with the same number of workers"
+            )
 
 
 def load(folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: int) -> TrainState:
     """Restore model, optimizer and this rank's state in place (collective)."""
-    worker = _worker_file(folder, rank)
-    if not os.path.isfile(worker):
-        raise CheckpointError(f"{folder}: {os.path.basename(worker)} is missing")
-    extra = torch.load(worker, weights_only=True)
-    if extra["world_size"] != world_size:
-        raise CheckpointError(
-            f"{folder}: saved by {extra['world_size']} workers, resuming with {world_size}; "
-            "resume with the same number of workers"
-        )
+    verify(folder, world_size)
+    extra = torch.load(_worker_file(folder, rank), weights_only=True)
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
     dcp.load(state, checkpoint_id=folder)
     model.load_state_dict(state["model"])

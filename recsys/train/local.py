@@ -20,25 +20,33 @@ class LocalReporter:
     def __init__(self, root: str, rank: int) -> None:
         self.root, self.rank = root, rank
         self.reports: list[dict[str, Any]] = []
+        self.suffix = ""
 
     def completed(self) -> list[str]:
         """Checkpoint folders with a ``.metadata`` (DCP writes it last), oldest first."""
         if not os.path.isdir(self.root):
             return []
-        names = sorted(n for n in os.listdir(self.root) if n.startswith("step_"))
+        names = sorted(
+            (n for n in os.listdir(self.root) if n.startswith("step_")), key=lambda n: n[5:13]
+        )
         return [
             os.path.join(self.root, n)
             for n in names
             if os.path.isfile(os.path.join(self.root, n, ".metadata"))
         ]
 
+    def checkpoints(self) -> list[Any]:
+        return self.completed()[::-1]
+
     @contextlib.contextmanager
-    def latest_checkpoint(self) -> Iterator[str | None]:
-        done = self.completed()
-        yield done[-1] if done else None
+    def open_checkpoint(self, handle: Any) -> Iterator[str]:
+        yield handle
+
+    def skip_names_of(self, handle: Any) -> None:
+        self.suffix = f"_after_{os.path.basename(handle)}"
 
     def checkpoint_dir(self, step: int) -> str:
-        return os.path.join(self.root, f"step_{step:08d}")
+        return os.path.join(self.root, f"step_{step:08d}{self.suffix}")
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
         self.reports.append(metrics)

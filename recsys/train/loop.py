@@ -42,8 +42,14 @@ from recsys.train.optim import LRPolicy, combined_optimizer
 class Reporter(Protocol):
     """What the loop needs from its launcher."""
 
-    def latest_checkpoint(self) -> contextlib.AbstractContextManager[str | None]:
-        """A local folder holding the checkpoint to resume from, or None."""
+    def checkpoints(self) -> list[Any]:
+        """Handles of the checkpoints to resume from, newest first."""
+
+    def open_checkpoint(self, handle: Any) -> contextlib.AbstractContextManager[str]:
+        """A local folder holding checkpoint ``handle``."""
+
+    def skip_names_of(self, handle: Any) -> None:
+        """Checkpoint ``handle`` is unusable: never reuse its folder name."""
 
     def checkpoint_dir(self, step: int) -> str:
         """A folder this rank may write its part of the checkpoint of ``step`` into."""
@@ -164,11 +170,7 @@ def run(
     t_start = time.perf_counter()
     splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
     model, optimizer, summary = build(cfg, env)
-    state = TrainState()
-    with reporter.latest_checkpoint() as folder:
-        if folder is not None:
-            state = checkpoint.load(folder, model, optimizer, env.rank, env.world_size)
-            log(f"[rank {env.rank}] resumed from step {state.step} ({folder})")
+    state = restore(reporter, model, optimizer, env, log)
     stream = TrainStream(
         splits.train,
         rank=env.rank,
@@ -193,6 +195,36 @@ def run(
     return _train(
         cfg, env, reporter, stepper, policy, stream, splits, state, static, summary, log, clock
     )
+
+
+def _all_ranks_agree(ok: bool, world_size: int) -> bool:
+    flag = torch.tensor([1 if ok else 0])
+    if world_size > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def restore(
+    reporter: Reporter, model: nn.Module, optimizer: Any, env: WorkerEnv, log: Callable[[str], None]
+) -> TrainState:
+    """Load the newest usable checkpoint; an incomplete or corrupt one is skipped with a warning
+    naming it (all ranks decide together), never a crash loop. No checkpoint: a fresh state."""
+    for handle in reporter.checkpoints():
+        with reporter.open_checkpoint(handle) as folder:
+            reason = ""
+            try:
+                checkpoint.verify(folder, env.world_size)
+            except checkpoint.CheckpointError as e:
+                reason = str(e)
+            if _all_ranks_agree(not reason, env.world_size):
+                state = checkpoint.load(folder, model, optimizer, env.rank, env.world_size)
+                log(f"[rank {env.rank}] resumed from step {state.step} ({folder})")
+                return state
+            log(
+                f"[rank {env.rank}] warning: skipping checkpoint {folder}: {reason or 'bad on another rank'}"
+            )
+            reporter.skip_names_of(handle)
+    return TrainState()
 
 
 def _due(step: int, every: int, last: int) -> bool:
@@ -337,6 +369,13 @@ def _diverged(
     """Stop a trial whose loss is NaN/inf: report it (no checkpoint) and return."""
     if env.is_main:
         log(f"step {state.step}: loss is {loss}; stopping this trial as diverged")
-    metrics = {"step": state.step, "loss": loss, "diverged": 1.0, "loss_history": history}
+    nan = float("nan")  # schedulers and searchers need the metric keys; NaN ranks it last
+    metrics = {
+        "step": state.step,
+        "loss": loss,
+        "diverged": 1.0,
+        "loss_history": history,
+        **{k: nan for k in ("val_auc", "val_log_loss", "val_ne")},
+    }
     reporter.report(metrics, "", state.step)
     return metrics  # type: ignore[return-value]

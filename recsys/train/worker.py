@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import shutil
 import tempfile
 import warnings
@@ -32,15 +33,23 @@ class RayReporter:
 
     def __init__(self, worker_nodes: str = "") -> None:
         self.worker_nodes = worker_nodes
+        self.suffix = ""
+
+    def checkpoints(self) -> list[Any]:
+        """Every kept checkpoint of this run, newest (highest step) first."""
+        if ray.train.get_checkpoint() is None:
+            return []
+        reported = ray.train.get_all_reported_checkpoints()
+        reported.sort(key=lambda r: r.metrics.get("step", 0), reverse=True)
+        return [r.checkpoint for r in reported]
 
     @contextlib.contextmanager
-    def latest_checkpoint(self) -> Iterator[str | None]:
-        ckpt = ray.train.get_checkpoint()
-        if ckpt is None:
-            yield None
-            return
-        with ckpt.as_directory() as folder:
+    def open_checkpoint(self, handle: Any) -> Iterator[str]:
+        with handle.as_directory() as folder:
             yield folder
+
+    def skip_names_of(self, handle: Any) -> None:
+        self.suffix = f"_after_{os.path.basename(handle.path)}"
 
     def checkpoint_dir(self, step: int) -> str:
         return tempfile.mkdtemp(prefix=f"recsys-step{step}-")
@@ -57,7 +66,7 @@ class RayReporter:
         ray.train.report(
             metrics,
             checkpoint=ray.train.Checkpoint.from_directory(folder),
-            checkpoint_dir_name=f"step_{step:08d}",
+            checkpoint_dir_name=f"step_{step:08d}{self.suffix}",
         )
         shutil.rmtree(folder, ignore_errors=True)
 

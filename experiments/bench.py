@@ -1,0 +1,82 @@
+"""Benchmarks. Each prints a Markdown table; --append adds it to BENCHMARKS.md with the machine,
+versions, date and command.
+
+    python experiments/bench.py step [--quick]      # our DMP step vs a plain-PyTorch DLRM
+    python experiments/bench.py overhead            # per-trial orchestration overhead of a sweep
+    python experiments/bench.py qr [--data FILE]    # QR memory / accuracy trade-off
+    python experiments/bench.py data                # reader samples/s vs the training step
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPS = ["dot", "cat", "sum", "dcn"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--append", action="store_true", help="append the result to BENCHMARKS.md")
+    sub = p.add_subparsers(dest="bench", required=True)
+    s = sub.add_parser("step", help="training-step throughput vs a plain-PyTorch DLRM")
+    s.add_argument("--config", choices=["small", "criteo", "both"], default="both")
+    s.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
+    s.add_argument("--steps", type=int, default=0, help="steps per run (default by config)")
+    s.add_argument("--reps", type=int, default=3, help="alternating A/B runs")
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--quick", action="store_true", help="dot only, fewer steps")
+    o = sub.add_parser("overhead", help="per-trial orchestration overhead of a sweep")
+    o.add_argument("--trials", type=int, default=3)
+    o.add_argument("--steps", type=int, default=100)
+    q = sub.add_parser("qr", help="QR memory / accuracy trade-off")
+    q.add_argument("--data", help="a Criteo TSV or preprocessed folder (default: synthetic)")
+    q.add_argument("--steps", type=int, default=300)
+    q.add_argument("--collisions", nargs="+", type=int, default=[2, 4, 8, 16])
+    q.add_argument("--ops", nargs="+", default=["mult", "add", "concat"])
+    d = sub.add_parser("data", help="reader samples/s vs the training step")
+    d.add_argument("--rows", type=int, default=200_000)
+    d.add_argument("--file", help="a Criteo TSV to read instead of generated rows")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> str:
+    if args.bench == "step":
+        from recsys.bench import step
+
+        cases = {"small": [step.SMALL], "criteo": [step.CRITEO], "both": [step.SMALL, step.CRITEO]}
+        ops = ["dot"] if args.quick else args.ops
+        return step.run(cases[args.config], ops, args.steps or None, args.reps, args.threads)
+    if args.bench == "overhead":
+        from recsys.bench import overhead
+
+        return overhead.run(args.trials, args.steps)
+    if args.bench == "qr":
+        from recsys.bench import qr
+
+        return qr.sweep(args.data, args.steps, args.collisions, args.ops)
+    from recsys.bench import data
+
+    return data.run(args.rows, path=args.file)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    result = run(args)
+    print(result)
+    if args.append:
+        from recsys.bench.common import machine
+
+        command = "python experiments/bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
+            f.write(f"\n### `{args.bench}`: {machine()}\n\n`{command}`\n\n{result}\n")
+
+
+if __name__ == "__main__":
+    main()
