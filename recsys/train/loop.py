@@ -220,9 +220,8 @@ def restore(
                 state = checkpoint.load(folder, model, optimizer, env.rank, env.world_size)
                 log(f"[rank {env.rank}] resumed from step {state.step} ({folder})")
                 return state
-            log(
-                f"[rank {env.rank}] warning: skipping checkpoint {folder}: {reason or 'bad on another rank'}"
-            )
+            why = reason or "unusable on another rank"
+            log(f"[rank {env.rank}] warning: skipping checkpoint {folder}: {why}")
             reporter.skip_names_of(handle)
     return TrainState()
 
