@@ -46,6 +46,9 @@ class Tracker:
     """A thin layer over ``MlflowClient`` for sweeps."""
 
     def __init__(self, uri: str) -> None:
+        # a tracking outage must not stall training for minutes in MLflow's default backoff
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         self._pending: dict[str, list[Metric]] = {}
@@ -53,10 +56,17 @@ class Tracker:
 
     def check_reachable(self) -> None:
         """Fail fast, naming the URI, when the store cannot be reached."""
+        saved = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
         try:
             self.client.search_experiments(max_results=1)
         except Exception as e:
             raise ConnectionError(f"MLflow tracking store {self.uri} is unreachable: {e}") from None
+        finally:
+            if saved is None:
+                del os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+            else:
+                os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
 
     def experiment(self, name: str, artifact_root: str | None) -> str:
         exp = self.client.get_experiment_by_name(name)

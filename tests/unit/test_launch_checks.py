@@ -1,0 +1,59 @@
+"""Refused before launch: impossible resources, bad resume requests, bad CLI input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from recsys.cluster import check_fits
+from recsys.configlib import ConfigError
+from recsys.tune import space as spaces
+from recsys.tune.sweep import SweepOptions, _save_state, check_resume
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NODES = [{"CPU": 2.0}, {"CPU": 2.0}]
+
+
+def test_resources_that_cannot_be_placed():
+    check_fits(4, 0.9, 0, NODES, extra_cpus=0.1)
+    with pytest.raises(ConfigError, match=r"5 workers x \(0.9 CPU, 0 GPU\).*can place 4"):
+        check_fits(5, 0.9, 0, NODES)
+    with pytest.raises(ConfigError, match=r"0 GPU on 2 node\(s\)"):
+        check_fits(1, 1, 1, NODES)
+    with pytest.raises(ConfigError, match="num_workers=0"):
+        check_fits(0, 1, 0, NODES)
+    with pytest.raises(ConfigError, match=r"= 2.1 CPU.*the cluster has 2 CPU"):
+        check_fits(2, 1, 0, [{"CPU": 2.0}], extra_cpus=0.1)  # the driver does not fit beside
+
+
+def test_resume_checks(tmp_path):
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x", resume=True)
+    with pytest.raises(ConfigError, match="--resume: no sweep named 's'"):
+        check_resume(space, opts)
+    _save_state(space, opts)
+    assert check_resume(space, opts)
+    other = spaces.load("default")  # the full variant: another base config
+    with pytest.raises(ConfigError, match="was started with another search space"):
+        check_resume(other, opts)
+
+
+def cli(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_bad_inputs_fail_fast_with_a_message(tmp_path):
+    r = cli("sweep.py", "--space", "nope")
+    assert r.returncode != 0 and "error: search space 'nope' not found" in r.stderr
+    r = cli("train.py", "--set", "model.interactoin=dot")
+    assert r.returncode != 0 and "did you mean 'model.interaction'" in r.stderr
+    r = cli("sweep.py", "--name", "missing", "--resume", "--storage", str(tmp_path))
+    assert r.returncode != 0 and "no sweep named 'missing'" in r.stderr

@@ -1,0 +1,88 @@
+"""MLflow bookkeeping: idempotent logging, re-attachment, and tracking-server outages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from recsys.tune.tracking import Tracker
+from tests.distributed.harness import free_port
+
+
+def report(step: int, auc: float) -> dict:
+    return {"step": step, "val_auc": auc, "loss_history": [(step - 5, 0.5), (step, 0.4)]}
+
+
+def test_reattach_and_idempotent_logging(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    parent = t.parent_run(exp, "s")
+    run = t.trial_run(exp, parent, "s", "trial_1", {"a": "1"})
+    t.log_report(run, report(10, 0.6))
+    # a restarted trial re-attaches (new Tracker, as after a driver restart) and replays step 10
+    t2 = Tracker(uri)
+    assert t2.parent_run(exp, "s") == parent
+    assert t2.trial_run(exp, parent, "s", "trial_1", {"a": "1"}) == run
+    t2.log_report(run, report(10, 0.6))
+    t2.log_report(run, report(20, 0.7))
+    client = MlflowClient(uri)
+    assert [m.step for m in client.get_metric_history(run, "loss")] == [5, 10, 15, 20]
+    assert [m.step for m in client.get_metric_history(run, "val_auc")] == [10, 20]
+    assert len(client.search_runs([exp])) == 2
+
+
+def test_unreachable_store_is_a_clear_error_before_launch():
+    port = free_port()
+    t0 = time.time()
+    with pytest.raises(ConnectionError, match=f"127.0.0.1:{port} is unreachable"):
+        Tracker(f"http://127.0.0.1:{port}").check_reachable()
+    assert time.time() - t0 < 30  # no minutes of retries
+
+
+def start_server(db: str, port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", db]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return proc
+        except OSError:
+            assert proc.poll() is None, "mlflow server exited"
+            time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("mlflow server did not start")
+
+
+@pytest.mark.slow
+def test_server_outage_buffers_and_retries(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    db, port = f"sqlite:///{tmp_path}/m.db", free_port()
+    server = start_server(db, port)
+    uri = f"http://127.0.0.1:{port}"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    t.log_report(run, report(10, 0.6))
+    server.terminate()
+    server.wait(timeout=30)
+    t.log_report(run, report(20, 0.7))  # the server is gone: no exception, kept for retry
+    assert "unreachable" in caplog.text and t._pending[run]
+    server = start_server(db, port)
+    try:
+        t.log_report(run, report(30, 0.8))  # back: the kept metrics go out with the new ones
+        url = f"{uri}/api/2.0/mlflow/metrics/get-history?run_id={run}&metric_key=val_auc"
+        history = json.load(urllib.request.urlopen(url, timeout=10))["metrics"]
+        assert sorted(m["step"] for m in history) == [10, 20, 30]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
