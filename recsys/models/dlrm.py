@@ -8,8 +8,6 @@ Shapes: ``B`` batch, ``I`` dense features, ``F`` sparse features, ``D`` common e
 ``T`` tasks.
 """
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection

@@ -101,27 +101,33 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
     Returns:
         A KJT with the same keys in the same order (QR features now holding ``id // c``) followed by
         one ``f__qr_r`` key per QR feature holding ``id % c``, with the same lengths.
+
+    Written for TorchScript too (the exported model scripts it).
     """
-    if not collisions:
+    if len(collisions) == 0:
         return kjt
-    keys = kjt.keys()
+    keys: list[str] = kjt.keys()
     stride = kjt.stride()
     values = kjt.values().split(kjt.length_per_key())
     lengths = kjt.lengths().view(len(keys), stride)
-    new_values, extra_values, extra_lengths, extra_keys = [], [], [], []
-    for key, vals, lens in zip(keys, values, lengths, strict=True):
-        c = collisions.get(key)
-        if c is None:
-            new_values.append(vals)
-            continue
-        new_values.append(torch.div(vals, c, rounding_mode="floor"))
-        extra_values.append(torch.remainder(vals, c))
-        extra_lengths.append(lens)
-        extra_keys.append(key + QR_SUFFIX)
+    new_values: list[torch.Tensor] = []
+    extra_values: list[torch.Tensor] = []
+    extra_lengths: list[torch.Tensor] = [kjt.lengths()]
+    extra_keys: list[str] = []
+    for i in range(len(keys)):
+        key = keys[i]
+        if key in collisions:
+            c = collisions[key]
+            new_values.append(torch.div(values[i], c, rounding_mode="floor"))
+            extra_values.append(torch.remainder(values[i], c))
+            extra_lengths.append(lengths[i])
+            extra_keys.append(key + "__qr_r")  # QR_SUFFIX (TorchScript takes no str globals)
+        else:
+            new_values.append(values[i])
     return KeyedJaggedTensor(
         keys=keys + extra_keys,
         values=torch.cat(new_values + extra_values),
-        lengths=torch.cat([kjt.lengths(), *extra_lengths]),
+        lengths=torch.cat(extra_lengths),
         stride=stride,
     )
 

@@ -162,6 +162,12 @@ class Tracker:
                 len(pending),
             )
 
+    def log_text(self, run_id: str, text: str, name: str) -> None:
+        try:
+            self.client.log_text(run_id, text, name)
+        except Exception as e:
+            log.warning("MLflow %s: could not log %s (%s)", self.uri, name, e)
+
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         try:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])

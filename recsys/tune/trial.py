@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import yaml
 from ray import tune
 from ray.train.v2.api.callback import UserCallback
 from ray.tune.integration.ray_train import TuneReportCallback
@@ -84,6 +85,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         flat_params(cfg.to_dict()),
     )
     tracker.set_tags(run_id, {"recsys.searched": json.dumps(params, default=str)})
+    tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
     trainer = make_trainer(
         cfg,
         Resources(spec.num_workers, spec.use_gpu, spec.cpus_per_worker),

@@ -1,0 +1,72 @@
+"""Export a trained tiny model (one QR table, mixed dims) to INT8 TorchScript, check it against
+FP32, log and register it in MLflow, and score Criteo rows with it in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.distributed.common import tiny_config
+from tests.distributed.harness import run_ranks
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+INT8_MAX_PROB_DIFF = 0.02  # row-wise INT8 tables: |p_int8 - p_fp32| on every test row
+INT8_MAX_AUC_DELTA = 0.005
+
+
+def _train(rank, world, root):
+    from recsys.distributed.env import current
+    from recsys.train.local import LocalReporter
+    from recsys.train.loop import run
+
+    run(cfg(), current(False), LocalReporter(root, rank), log=lambda s: None)
+
+
+def cfg():
+    return tiny_config(
+        **{
+            "train.steps": 30,
+            "train.checkpoint_every": 30,
+            "train.eval_every": 30,
+            "embeddings.dims": [8, 16, 8, 16, 16],  # mixed dims, projected for `dot`
+            "sharding.tables": {},
+        }
+    )
+
+
+def test_export_int8_matches_fp32_and_serves(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from recsys.data import load_splits
+    from recsys.export import export
+    from recsys.serving import example_rows, log_model
+
+    run_ranks(_train, str(tmp_path / "ckpt"), world_size=2)
+    c = cfg()
+    assert c.embeddings.qr.applies_to(c.embeddings.num_embeddings[4])
+    report = export(c, str(tmp_path / "ckpt" / "step_00000030"), str(tmp_path / "out"), "int8")
+    assert report.max_prob_diff < INT8_MAX_PROB_DIFF, report
+    assert abs(report.auc_delta) < INT8_MAX_AUC_DELTA, report
+    assert report.table_ratio < 0.5, report  # INT8 rows + per-row scale/bias vs FP32
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    cols = load_splits(c.data, 13, c.embeddings.num_embeddings).test
+    example = example_rows(cols, 13)
+    log_model(uri, run_id, str(tmp_path / "out"), example, registered_name="tiny-dlrm")
+    example.to_json(tmp_path / "rows.json", orient="split")
+    code = (
+        "import json, sys, mlflow, pandas as pd\n"
+        f"mlflow.set_tracking_uri({uri!r})\n"
+        "m = mlflow.pyfunc.load_model('models:/tiny-dlrm/1')\n"
+        f"rows = pd.read_json({str(tmp_path / 'rows.json')!r}, orient='split', dtype=False)\n"
+        "print(json.dumps([float(p) for p in m.predict(rows)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    probs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(probs) == 4 and all(0.0 < p < 1.0 for p in probs)
