@@ -21,7 +21,7 @@ from recsys.configlib import ConfigError, check, dotted_keys, from_dict, set_dot
 Interaction = Literal["dot", "cat", "sum", "dcn"]
 QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
-EmbeddingDType = Literal["fp32", "fp16"]
+EmbeddingDType = Literal["fp32", "fp16", "bf16"]
 LossKind = Literal["bce", "wbce", "mse"]
 
 INTERACTIONS = ("dot", "cat", "sum", "dcn")
@@ -81,7 +81,8 @@ class EmbeddingConfig:
         pooling: how a multi-hot bag is reduced: ``sum`` or ``mean``.
         feature_names: names of the sparse features; default ``cat_0 .. cat_{F-1}``.
         qr: quotient-remainder options.
-        dtype: storage type of the tables (``fp32`` or ``fp16``), set where the tables are defined.
+        dtype: storage type of the tables (``fp32``, ``fp16`` or ``bf16``), set where the tables
+            are defined (``EmbeddingBagConfig.data_type``), never by casting a sharded model.
     """
 
     num_embeddings: list[int] = field(default_factory=lambda: [1000] * 8)
@@ -110,7 +111,9 @@ class EmbeddingConfig:
             check(0 <= self.md_alpha <= 1, "embeddings.md_alpha", self.md_alpha, "in [0, 1]")
         check(self.md_min_dim >= 4, "embeddings.md_min_dim", self.md_min_dim, "must be >= 4")
         check(self.pooling in ("sum", "mean"), "embeddings.pooling", self.pooling, "sum or mean")
-        check(self.dtype in ("fp32", "fp16"), "embeddings.dtype", self.dtype, "fp32 or fp16")
+        check(
+            self.dtype in ("fp32", "fp16", "bf16"), "embeddings.dtype", self.dtype, "fp32/fp16/bf16"
+        )
         if self.feature_names is not None:
             names = self.feature_names
             check(len(names) == len(n), "embeddings.feature_names", names, f"needs {len(n)} names")
@@ -495,9 +498,11 @@ class ExperimentConfig:
         return dotted_keys(cls)
 
     def with_overrides(self, overrides: dict[str, Any]) -> ExperimentConfig:
-        """A copy with dotted-key overrides applied and everything re-validated."""
+        """A copy with dotted-key overrides applied and everything re-validated. A key may also
+        name a whole section (``sharding.default``) with a mapping as its value."""
         data = self.to_dict()
-        valid = self.all_keys()
+        leaves = self.all_keys()
+        valid = leaves + sorted({k.rsplit(".", 1)[0] for k in leaves if "." in k})
         for key, value in overrides.items():
             set_dotted(data, key, value, valid)
         return ExperimentConfig.from_dict(data)

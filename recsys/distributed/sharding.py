@@ -17,7 +17,13 @@ from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
 from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
-from recsys.config import CUDA_ONLY_SHARDING, OptimConfig, ShardingConfig, TableSharding
+from recsys.config import (
+    CUDA_ONLY_SHARDING,
+    SHARDING_TYPES,
+    OptimConfig,
+    ShardingConfig,
+    TableSharding,
+)
 from recsys.configlib import ConfigError, nearest
 from recsys.distributed.env import WorkerEnv
 
@@ -54,9 +60,13 @@ def _constraint(t: TableSharding) -> ParameterConstraints:
 
 
 def constraints(
-    cfg: ShardingConfig, table_names: list[str], compute_device: str
+    cfg: ShardingConfig, table_names: list[str], compute_device: str, half: bool = False
 ) -> dict[str, ParameterConstraints]:
-    """Per-table planner constraints; unknown table names and CUDA-only types on CPU are errors."""
+    """Per-table planner constraints; unknown table names and CUDA-only types on CPU are errors.
+
+    Half-precision tables (``half``) are never data-parallel: those would be updated by the dense
+    optimizer, whose epsilon (1e-8) is zero in half precision (0/0 = NaN); the fused FBGEMM
+    optimizers keep their state in float32."""
     for name in cfg.tables:
         if name not in table_names:
             raise ConfigError(
@@ -65,6 +75,13 @@ def constraints(
     out = {}
     for name in table_names:
         t = cfg.tables.get(name, cfg.default)
+        if half and "data_parallel" in t.sharding_types:
+            raise ConfigError(f"sharding of {name}: data_parallel cannot hold fp16/bf16 tables")
+        if half and not t.sharding_types:
+            allowed = [s for s in SHARDING_TYPES if s != "data_parallel"]
+            if compute_device == "cpu":
+                allowed = [s for s in allowed if s not in CUDA_ONLY_SHARDING]
+            t = TableSharding(allowed, t.compute_kernels, t.min_partition)
         if compute_device == "cpu":
             bad = [s for s in t.sharding_types if s in CUDA_ONLY_SHARDING]
             if bad:
@@ -83,6 +100,7 @@ def plan(
     cfg: ShardingConfig,
     optim: OptimConfig,
     table_names: list[str],
+    half: bool = False,
 ) -> ShardingPlan:
     """The planner's plan, agreed by all ranks (``collective_plan``)."""
     topology = Topology(
@@ -91,7 +109,8 @@ def plan(
         compute_device=env.compute_device,
     )
     planner = EmbeddingShardingPlanner(
-        topology=topology, constraints=constraints(cfg, table_names, env.compute_device)
+        topology=topology,
+        constraints=constraints(cfg, table_names, env.compute_device, half),
     )
     return planner.collective_plan(model, sharders(optim), dist.GroupMember.WORLD)
 
@@ -102,10 +121,11 @@ def shard(
     cfg: ShardingConfig,
     optim: OptimConfig,
     table_names: list[str],
+    half: bool = False,
 ) -> DistributedModelParallel:
     """Shard the model's embedding tables (created on ``meta``) and place the rest on the device;
-    dense parts are data-parallel (DDP)."""
-    sharding_plan = plan(model, env, cfg, optim, table_names)
+    dense parts are data-parallel (DDP). ``half``: the tables are fp16/bf16."""
+    sharding_plan = plan(model, env, cfg, optim, table_names, half)
     return DistributedModelParallel(
         module=model, device=env.device, plan=sharding_plan, sharders=sharders(optim)
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from recsys.config import EmbeddingConfig, QRConfig
 from recsys.models.embeddings import table_specs
 
-BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2}
+BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from recsys.config import EmbeddingConfig
 
 QR_SUFFIX = "__qr_r"
-_DTYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+_DTYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
 _POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
 
 

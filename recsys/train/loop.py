@@ -27,6 +27,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from recsys.config import ExperimentConfig
+from recsys.configlib import ConfigError
 from recsys.data import Columns, TrainStream, eval_batches, load_splits
 from recsys.distributed import checkpoint
 from recsys.distributed.checkpoint import TrainState
@@ -60,12 +61,18 @@ class Reporter(Protocol):
 
 def build(cfg: ExperimentConfig, env: WorkerEnv) -> tuple[nn.Module, Any, dict[str, Any]]:
     """The sharded ``ModelAndLoss``, its combined optimizer and the plan summary."""
+    if cfg.embeddings.dtype == "bf16" and env.device.type == "cpu":
+        raise ConfigError(
+            "embeddings.dtype='bf16': FBGEMM's CPU kernels have no bf16 tables; "
+            "use fp16 on CPU (bf16 needs GPU workers)"
+        )
     torch.manual_seed(cfg.train.seed)
     model = ModelAndLoss(
         DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), embedding_device="meta"), cfg.loss
     )
     specs = table_specs(cfg.embeddings)
-    dmp = shard(model, env, cfg.sharding, cfg.optim, [s.name for s in specs])
+    half = cfg.embeddings.dtype != "fp32"
+    dmp = shard(model, env, cfg.sharding, cfg.optim, [s.name for s in specs], half)
     summary = plan_summary(
         dmp.plan,
         {s.name: (s.rows, s.dim) for s in specs},

@@ -19,7 +19,8 @@ overrides:
   train.checkpoint_every: 10
   train.log_every: 5
 space:
-  model.interaction: {{grid: [dot, cat]}}
+  embeddings.dtype: {{grid: [fp32, fp16]}}
+  model.interaction: {{choice: [dot, cat]}}
   embeddings.qr.threshold: {{choice: [null, 500]}}
   loss.weights: {{choice: [[1.0, 1.0], [1.0, 2.0]]}}
   optim.lr: {{loguniform: [0.02, 0.1]}}

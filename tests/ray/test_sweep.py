@@ -31,7 +31,11 @@ def test_two_trial_sweep_lands_in_mlflow(ray_2_cpus, tmp_path):
     assert parent.info.status == "FINISHED"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "auc_vs_memory.png", "best_config.yaml", "search_space.yaml"} <= artifacts
-    assert {r.data.params["model.interaction"] for r in trials} == {"dot", "cat"}
+    # embedding precision is a sweep dimension; the bytes follow the dtype
+    assert {r.data.params["embeddings.dtype"] for r in trials} == {"fp32", "fp16"}
+    for r in trials:
+        width = {"fp32": 4, "fp16": 2}[r.data.params["embeddings.dtype"]]
+        assert r.data.metrics["emb_bytes"] == r.data.metrics["emb_params"] * width
     for run in trials:
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id

@@ -165,3 +165,15 @@ def test_bad_qr_configs():
         QRConfig(threshold=10, collisions=0)
     with pytest.raises(ConfigError, match="qr.operation='max'"):
         QRConfig(operation="max")  # type: ignore[arg-type]
+
+
+def test_half_tables_are_never_data_parallel():
+    from recsys.config import ShardingConfig, TableSharding
+    from recsys.distributed.sharding import constraints
+
+    free = constraints(ShardingConfig(), ["t_a", "t_b"], "cpu", half=True)
+    assert all("data_parallel" not in c.sharding_types for c in free.values())
+    assert constraints(ShardingConfig(), ["t_a"], "cpu", half=False) == {}
+    dp = ShardingConfig(tables={"t_a": TableSharding(["data_parallel"])})
+    with pytest.raises(ConfigError, match="data_parallel cannot hold fp16"):
+        constraints(dp, ["t_a"], "cpu", half=True)

@@ -1,0 +1,88 @@
+"""Embedding precision is set where the tables are defined: FP16 tables train and keep their
+updates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.distributed.common import tiny_config
+from tests.distributed.harness import run_ranks
+
+pytestmark = pytest.mark.distributed
+
+
+def _train_tables(rank, world, dtype, planner_free=False):
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    from recsys.data import TrainStream, load_splits
+    from recsys.distributed.env import current
+    from recsys.train.loop import Stepper, build
+
+    cfg = tiny_config(**{"embeddings.dtype": dtype})
+    if planner_free:  # untuned, the planner would make the small tables data-parallel
+        cfg = cfg.with_overrides({"sharding.default": {}, "sharding.tables": {}})
+    model, optimizer, summary = build(cfg, current(False))
+
+    def tables():
+        return {
+            k: [s.tensor.clone() for s in v.local_shards()]
+            for k, v in model.state_dict().items()
+            if isinstance(v, ShardedTensor)
+        }
+
+    before = tables()
+    train = load_splits(cfg.data, 13, cfg.embeddings.num_embeddings).train
+    stream = TrainStream(
+        train,
+        rank=rank,
+        world_size=world,
+        batch_size=64,
+        table_rows=cfg.embeddings.num_embeddings,
+        feature_names=cfg.embeddings.names(),
+        seed=0,
+        shuffle=True,
+    )
+    stepper = Stepper(model, optimizer, torch.device("cpu"), pipeline=False)
+    losses = [float(stepper(stream)["loss"]) for _ in range(60)]
+    after = tables()
+    changed = {
+        k: any(not torch.equal(a, b) for a, b in zip(before[k], after[k], strict=True))
+        for k in before
+        if before[k]
+    }
+    dtypes = {str(s.dtype) for v in after.values() for s in v}
+    return losses, changed, dtypes, summary["embedding_bytes_per_rank"]
+
+
+@pytest.mark.parametrize(("world", "planner_free"), [(2, False), (1, True)])
+def test_fp16_tables_train_and_keep_updates(world, planner_free):
+    dtype, torch_dtype = "fp16", "float16"
+    results = run_ranks(_train_tables, dtype, planner_free, world_size=world)
+    losses, changed, dtypes, per_rank = results[0]
+    assert dtypes == {f"torch.{torch_dtype}"}
+    assert changed and all(changed.values()), changed  # the fused optimizer updated every table
+    assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10  # and the loss went down
+    from recsys.models import embedding_report
+
+    fp16 = embedding_report(tiny_config(**{"embeddings.dtype": dtype}).embeddings)
+    fp32 = embedding_report(tiny_config().embeddings)
+    assert fp16.bytes * 2 == fp32.bytes
+    assert sum(per_rank.values()) == fp16.bytes
+
+
+def _bf16(rank, world):
+    from recsys.configlib import ConfigError
+    from recsys.distributed.env import current
+    from recsys.train.loop import build
+
+    try:
+        build(tiny_config(**{"embeddings.dtype": "bf16"}), current(False))
+    except ConfigError as e:
+        return str(e)
+    return "built"
+
+
+def test_bf16_on_cpu_is_refused_clearly():
+    (message,) = run_ranks(_bf16, world_size=1)
+    assert "embeddings.dtype='bf16'" in message and "use fp16 on CPU" in message
