@@ -13,7 +13,20 @@ from typing import Any
 from recsys.configlib import ConfigError
 
 
-def connect(address: str | None, num_cpus: int | None = None) -> dict[str, Any]:
+# Ray Train V2's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (default 2 s)
+# and takes one report per poll, so every ray.train.report waited up to 2 s (measured: 2.0 s per
+# report, 15.7 s of a 37 s smoke trial). 0.2 s cuts that tenfold for a little controller CPU.
+TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+
+
+def runtime_env() -> dict[str, Any]:
+    """Environment for every Ray process of ours (a user's own setting wins)."""
+    return {"env_vars": {k: os.environ.get(k, v) for k, v in TRAIN_ENV.items()}}
+
+
+def connect(
+    address: str | None, num_cpus: int | None = None, log_to_driver: bool = True
+) -> dict[str, Any]:
     """``ray.init`` an existing cluster (``address``) or a local one; returns its resources.
 
     The dashboard, when installed, binds to 127.0.0.1 (pass ``RAY_DASHBOARD_HOST`` to change).
@@ -24,7 +37,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict[str, Any]:
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {
             "dashboard_host": os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1"),
-            "log_to_driver": True,
+            "log_to_driver": log_to_driver,
+            "runtime_env": runtime_env(),
         }
         if address:
             ray.init(address=address, **kwargs)

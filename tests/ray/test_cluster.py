@@ -20,9 +20,11 @@ def two_nodes():
     import ray
     from ray.cluster_utils import Cluster
 
+    from recsys.cluster import connect
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     cluster.add_node(num_cpus=2)
-    ray.init(address=cluster.address, log_to_driver=False)
+    connect(cluster.address, log_to_driver=False)
     try:
         cluster.wait_for_nodes()
         yield cluster
