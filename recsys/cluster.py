@@ -12,7 +12,6 @@ from typing import Any
 
 from recsys.configlib import ConfigError
 
-
 # Ray Train V2's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (default 2 s)
 # and takes one report per poll, so every ray.train.report waited up to 2 s (measured: 2.0 s per
 # report, 15.7 s of a 37 s smoke trial). 0.2 s cuts that tenfold for a little controller CPU.
