@@ -32,6 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     s.add_argument("--reps", type=int, default=3, help="alternating A/B runs")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--quick", action="store_true", help="dot only, fewer steps")
+    s.add_argument("--workers", type=int, choices=[1, 2], default=1, help="2: through Ray Train")
     o = sub.add_parser("overhead", help="per-trial orchestration overhead of a sweep")
     o.add_argument("--trials", type=int, default=3)
     o.add_argument("--steps", type=int, default=100)
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> str:
 
         cases = {"small": [step.SMALL], "criteo": [step.CRITEO], "both": [step.SMALL, step.CRITEO]}
         ops = ["dot"] if args.quick else args.ops
+        if args.workers == 2:
+            return step.two_workers(cases[args.config], ops, args.steps or 20)
         return step.run(cases[args.config], ops, args.steps or None, args.reps, args.threads)
     if args.bench == "overhead":
         from recsys.bench import overhead

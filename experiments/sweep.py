@@ -47,6 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="resume the sweep of this --name")
     p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--export",
+        choices=["int8", "int4", "fp16"],
+        help="at the end, export the best trial for serving (see experiments/export.py)",
+    )
+    p.add_argument("--register", help="with --export: register the MLflow model under this name")
     return p.parse_args(argv)
 
 
@@ -101,6 +107,17 @@ def run(args: argparse.Namespace) -> None:
     print("\nbest trials (validation):")
     print(format_table(table))
     print(f"\nsweep folder: {sweep_dir(opts)}")
+    if args.export:
+        from recsys.export import export_best
+
+        out = os.path.join(sweep_dir(opts), "export")
+        run_id, report, uri = export_best(
+            opts.tracking_uri, opts.name, out, args.export, args.register
+        )
+        print(
+            f"exported the best trial ({run_id}) as {args.export}: {report.path}; "
+            f"test AUC {report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f}); MLflow model {uri}"
+        )
     print(
         f"compare the runs: mlflow ui --backend-store-uri {opts.tracking_uri} "
         "--host 127.0.0.1 --port 5000"

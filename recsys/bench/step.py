@@ -131,3 +131,35 @@ def run(cases: list[Case], ops: list[str], steps: int | None, reps: int, threads
     ]
     head = f"1 worker, {threads} thread(s), {reps} alternating A/B runs per row\n\n"
     return head + table(header, rows)
+
+
+def two_workers(cases: list[Case], ops: list[str], steps: int) -> str:
+    """Our step on 2 workers through Ray Train (global samples/s over the training steps)."""
+    import tempfile
+
+    from recsys.cluster import connect
+    from recsys.train.trainer import Resources, make_trainer
+
+    connect(None, log_to_driver=False)
+    rows = []
+    for case in cases:
+        for op in ops:
+            cfg = config(case, op, qr=False).with_overrides(
+                {
+                    "data.synthetic.num_samples": case.batch * (2 * steps + 8),
+                    "data.val_fraction": 0.02,
+                    "data.test_fraction": 0.0,
+                    "train.steps": steps,
+                    "train.checkpoint_every": 0,
+                    "train.eval_every": 0,
+                    "train.eval_batches": 1,
+                }
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                trainer = make_trainer(
+                    cfg, Resources(2, False, 0.95), name="bench", storage_path=tmp
+                )
+                m = trainer.fit().metrics or {}
+            rows.append([case.name, op, 2, m["samples_per_s"]])
+    head = f"2 workers (Ray Train, gloo), {steps} steps, global samples/s\n\n"
+    return head + table(["config", "op", "workers", "ours samples/s"], rows)
