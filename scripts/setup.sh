@@ -36,7 +36,7 @@ ensure_venv() {
 
 torch_variant() {
     # cuda when the installed torch is a CUDA build, else cpu. FBGEMM must match torch's build.
-    "$venv/bin/python" -c 'import torch; print("cuda" if torch.version.cuda else "cpu")'
+    "$venv/bin/python" -W ignore -c 'import torch; print("cuda" if torch.version.cuda else "cpu")'
 }
 
 project_requirements() {

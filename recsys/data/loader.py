@@ -87,9 +87,11 @@ def to_batch(cols: Columns, table_rows: list[int], feature_names: list[str]) -> 
 
 
 def count_out_of_range(cols: Columns, table_rows: list[int]) -> int:
-    """Ids at or beyond their table's size (they are hashed into range by modulo)."""
+    """Ids at or beyond their table's size (they are hashed into range by modulo). Raw Criteo
+    hashes are nearly all beyond; with contiguous ids (a vocabulary) any count means the tables
+    are smaller than the vocabulary."""
     rows = np.asarray(table_rows)[None, :, None]
-    return int((np.asarray(cols.sparse, dtype=np.int64) >= rows).sum())
+    return int((np.asarray(cols.sparse) >= rows).sum())
 
 
 class TrainStream:
@@ -123,6 +125,7 @@ class TrainStream:
         self.rank, self.batch_size, self.seed, self.shuffle = rank, batch_size, seed, shuffle
         self.table_rows, self.feature_names = table_rows, feature_names
         self.position = position
+        self.ids_hashed = 0  # ids at or beyond their table's size seen so far (mapped by modulo)
         self._epoch, self._order = -1, np.empty(0, dtype=np.int64)
 
     @property
@@ -156,6 +159,7 @@ class TrainStream:
 
     def __next__(self) -> Batch:
         rows = self.shard.take(self.next_indices())
+        self.ids_hashed += count_out_of_range(rows, self.table_rows)
         return to_batch(rows, self.table_rows, self.feature_names)
 
 

@@ -28,7 +28,7 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
-from recsys.data import Columns, TrainStream, eval_batches, load_splits
+from recsys.data import Columns, Splits, TrainStream, eval_batches, load_splits
 from recsys.distributed import checkpoint
 from recsys.distributed.checkpoint import TrainState
 from recsys.distributed.env import WorkerEnv
@@ -155,10 +155,6 @@ def evaluate(
     return metrics
 
 
-class Diverged(RuntimeError):
-    pass
-
-
 def mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
     value = value.detach().float().reshape(1).clone()
     if world_size > 1:
@@ -172,7 +168,8 @@ def run(
     reporter: Reporter,
     log: Callable[[str], None] = print,
 ) -> dict[str, float]:
-    """Train ``cfg`` to ``cfg.train.steps``, resuming from the reporter's latest checkpoint."""
+    """Train ``cfg`` to ``cfg.train.steps``, resuming from the reporter's newest usable
+    checkpoint; returns the last report's metrics."""
     clock = Clock()
     t_start = time.perf_counter()
     splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
@@ -192,16 +189,26 @@ def run(
     use_pipeline = cfg.sharding.pipeline == "on" or (
         cfg.sharding.pipeline == "auto" and env.device.type == "cuda"
     )
-    stepper = Stepper(model, optimizer, env.device, use_pipeline)
-    policy = LRPolicy(optimizer, cfg.optim)
     static = {
         **embedding_report(cfg.embeddings).as_metrics(),
         **{f"emb_bytes_rank{r}": b for r, b in summary["embedding_bytes_per_rank"].items()},
         "setup_s": time.perf_counter() - t_start,
     }
-    return _train(
-        cfg, env, reporter, stepper, policy, stream, splits, state, static, summary, log, clock
+    job = Job(
+        cfg=cfg,
+        env=env,
+        reporter=reporter,
+        stepper=Stepper(model, optimizer, env.device, use_pipeline),
+        policy=LRPolicy(optimizer, cfg.optim),
+        stream=stream,
+        splits=splits,
+        state=state,
+        static=static,
+        summary=summary,
+        log=log,
+        clock=clock,
     )
+    return _train(job)
 
 
 def _all_ranks_agree(ok: bool, world_size: int) -> bool:
@@ -248,6 +255,15 @@ class Clock:
     interval_s: float = 0.0
     interval_steps: int = 0
 
+    def tick(self, seconds: float) -> None:
+        """One training step took ``seconds``."""
+        self.train_s += seconds
+        self.interval_s += seconds
+        self.interval_steps += 1
+
+    def samples_per_s(self, global_batch: int) -> float:
+        return self.interval_steps * global_batch / max(self.interval_s, 1e-9)
+
     def as_metrics(self) -> dict[str, float]:
         return {
             "t_worker_start": self.started,
@@ -258,29 +274,33 @@ class Clock:
         }
 
 
-def _train(
-    cfg: ExperimentConfig,
-    env: WorkerEnv,
-    reporter: Reporter,
-    stepper: Stepper,
-    policy: LRPolicy,
-    stream: TrainStream,
-    splits: Any,
-    state: TrainState,
-    static: dict[str, float],
-    summary: dict[str, Any],
-    log: Callable[[str], None],
-    clock: Clock,
-) -> dict[str, float]:
-    tc = cfg.train
+@dataclass
+class Job:
+    """What one worker's running training holds."""
+
+    cfg: ExperimentConfig
+    env: WorkerEnv
+    reporter: Reporter
+    stepper: Stepper
+    policy: LRPolicy
+    stream: TrainStream
+    splits: Splits
+    state: TrainState
+    static: dict[str, float]
+    summary: dict[str, Any]
+    log: Callable[[str], None]
+    clock: Clock
+
+
+def _train(job: Job) -> dict[str, float]:
+    tc, env, state, clock = job.cfg.train, job.env, job.state, job.clock
     history: list[tuple[int, float]] = []
     loss_sum, loss_n = torch.zeros((), device=env.device), 0
     metrics: dict[str, float] = {}
     while state.step < tc.steps:
         t0 = time.perf_counter()
-        lr_factor = policy.apply(state.step)
-        out = stepper(stream)
-        loss_sum += out["loss"].detach()
+        lr_factor = job.policy.apply(state.step)
+        loss_sum += job.stepper(job.stream)["loss"].detach()
         loss_n += 1
         state.step += 1
         state.data_position += tc.batch_size
@@ -290,98 +310,62 @@ def _train(
             loss_n = 0
             history.append((state.step, loss))
             if not math.isfinite(loss):
-                return _diverged(reporter, state, loss, history, env, log)
+                return _diverged(job, loss, history)
             if env.is_main:
-                log(f"step {state.step}/{tc.steps} loss {loss:.5f} lr x{lr_factor:.3f}")
-        dt = time.perf_counter() - t0
-        clock.train_s += dt
-        clock.interval_s += dt
-        clock.interval_steps += 1
+                job.log(f"step {state.step}/{tc.steps} loss {loss:.5f} lr x{lr_factor:.3f}")
+        clock.tick(time.perf_counter() - t0)
         if not _due(state.step, tc.checkpoint_every, tc.steps):
             continue
         metrics = {
-            **static,
+            **job.static,
             "step": state.step,
-            "epoch": stream.epoch,
+            "epoch": job.stream.epoch,
             "loss": history[-1][1] if history else float("nan"),
-            "samples_per_s": clock.interval_steps
-            * tc.batch_size
-            * env.world_size
-            / max(clock.interval_s, 1e-9),
+            "samples_per_s": clock.samples_per_s(tc.batch_size * env.world_size),
+            "ids_hashed": job.stream.ids_hashed,
             "lr_factor": lr_factor,
         }
-        _report_point(cfg, env, reporter, stepper, splits, state, metrics, history, summary, clock)
-        if env.is_main and "val_auc" in metrics:
-            log(f"step {state.step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
+        _report_point(job, metrics, history)
         history = []
-        clock.interval_s, clock.interval_steps = 0.0, 0
     return metrics
 
 
-def _report_point(
-    cfg: ExperimentConfig,
-    env: WorkerEnv,
-    reporter: Reporter,
-    stepper: Stepper,
-    splits: Any,
-    state: TrainState,
-    metrics: dict[str, Any],
-    history: list[tuple[int, float]],
-    summary: dict[str, Any],
-    clock: Clock,
-) -> None:
+def _report_point(job: Job, metrics: dict[str, Any], history: list[tuple[int, float]]) -> None:
     """Evaluate when due, then checkpoint and report (the model's plain forward meanwhile)."""
-    with stepper.plain_model() as model:
+    cfg, env, state, clock = job.cfg, job.env, job.state, job.clock
+    with job.stepper.plain_model() as model:
         t0 = time.perf_counter()
         if _due(state.step, cfg.train.eval_every, cfg.train.steps):
-            metrics.update(evaluate(model, splits.val, cfg, env, "val"))
-        if state.step == cfg.train.steps and len(splits.test):
-            metrics.update(evaluate(model, splits.test, cfg, env, "test"))
+            metrics.update(evaluate(model, job.splits.val, cfg, env, "val"))
+        if state.step == cfg.train.steps and len(job.splits.test):
+            metrics.update(evaluate(model, job.splits.test, cfg, env, "test"))
         t1 = time.perf_counter()
         clock.eval_s += t1 - t0
         metrics.update(clock.as_metrics())
-        _checkpoint_and_report(
-            reporter, model, stepper.optimizer, state, metrics, history, summary, env
-        )
+        folder = job.reporter.checkpoint_dir(state.step)
+        checkpoint.save(folder, model, job.stepper.optimizer, state, env.rank, env.world_size)
+        if env.is_main:
+            with open(os.path.join(folder, "sharding_plan.json"), "w") as f:
+                json.dump(job.summary, f, indent=2)
+        job.reporter.report({**metrics, "loss_history": history}, folder, state.step)
         clock.ckpt_s += time.perf_counter() - t1
+        clock.interval_s, clock.interval_steps = 0.0, 0
+    if env.is_main and "val_auc" in metrics:
+        job.log(f"step {state.step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
 
 
-def _checkpoint_and_report(
-    reporter: Reporter,
-    model: nn.Module,
-    optimizer: Any,
-    state: TrainState,
-    metrics: dict[str, Any],
-    history: list[tuple[int, float]],
-    summary: dict[str, Any],
-    env: WorkerEnv,
-) -> None:
-    folder = reporter.checkpoint_dir(state.step)
-    checkpoint.save(folder, model, optimizer, state, env.rank, env.world_size)
-    if env.is_main:
-        with open(os.path.join(folder, "sharding_plan.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-    reporter.report({**metrics, "loss_history": history}, folder, state.step)
-
-
-def _diverged(
-    reporter: Reporter,
-    state: TrainState,
-    loss: float,
-    history: list[tuple[int, float]],
-    env: WorkerEnv,
-    log: Callable[[str], None],
-) -> dict[str, float]:
+def _diverged(job: Job, loss: float, history: list[tuple[int, float]]) -> dict[str, float]:
     """Stop a trial whose loss is NaN/inf: report it (no checkpoint) and return."""
-    if env.is_main:
-        log(f"step {state.step}: loss is {loss}; stopping this trial as diverged")
+    step = job.state.step
+    if job.env.is_main:
+        job.log(f"step {step}: loss is {loss}; stopping this trial as diverged")
     nan = float("nan")  # schedulers and searchers need the metric keys; NaN ranks it last
     metrics = {
-        "step": state.step,
+        "step": step,
         "loss": loss,
         "diverged": 1.0,
         "loss_history": history,
         **{k: nan for k in ("val_auc", "val_log_loss", "val_ne")},
     }
-    reporter.report(metrics, "", state.step)
+    job.reporter.report(metrics, "", step)
     return metrics  # type: ignore[return-value]

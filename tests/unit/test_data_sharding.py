@@ -102,3 +102,21 @@ def test_kjt_layout_and_modulo():
 def test_too_few_rows_for_workers():
     with pytest.raises(Exception, match="1 training rows cannot feed 2 workers"):
         stream(indexed(1), 0)
+
+
+def test_ids_beyond_table_size_are_hashed_and_counted():
+    cols = indexed(8)  # sparse ids 0..23 over 3 features
+    s = TrainStream(
+        cols,
+        rank=0,
+        world_size=1,
+        batch_size=8,
+        table_rows=[10, 10, 1000],
+        feature_names=["a", "b", "c"],
+        seed=0,
+        shuffle=False,
+    )
+    batch = next(s)
+    expected = int((cols.sparse[:, :2, 0] >= 10).sum())
+    assert s.ids_hashed == expected > 0
+    assert max(batch.sparse_features["a"].values().tolist()) < 10

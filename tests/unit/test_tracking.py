@@ -86,3 +86,24 @@ def test_server_outage_buffers_and_retries(tmp_path, monkeypatch, caplog):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_diverged_trial_is_recorded_as_such(tmp_path):
+    from types import SimpleNamespace
+
+    from recsys.tune.sweep import rows
+    from recsys.tune.trial import finish_trial
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    metrics = {"step": 4, "diverged": 1.0, "val_auc": float("nan"), "loss_history": [(4, 1e9)]}
+    result = SimpleNamespace(
+        metrics=metrics, checkpoint=None, best_checkpoints=[], error=None, config={"params": {}}
+    )
+    finish_trial(t, run, result)
+    got = MlflowClient(uri).get_run(run)
+    assert got.data.tags["recsys.status"] == "diverged" and got.info.status == "FAILED"
+    (row,) = rows([result], "val_auc", "max")
+    assert row["status"] == "diverged"
