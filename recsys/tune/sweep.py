@@ -55,8 +55,8 @@ def sweep_dir(opts: SweepOptions) -> str:
     return os.path.join(opts.storage, opts.name)
 
 
-def _fingerprint(space: SearchSpace, opts: SweepOptions) -> dict[str, Any]:
-    return {"space": space.raw, "base": space.base.to_dict(), "num_samples": opts.num_samples}
+def _fingerprint(space: SearchSpace) -> dict[str, Any]:
+    return {"space": space.raw, "base": space.base.to_dict()}
 
 
 def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
@@ -70,7 +70,7 @@ def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
         return False
     with open(state) as f:
         saved = json.load(f)
-    if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space, opts), default=str)):
+    if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
         raise ConfigError(
             f"sweep {opts.name!r} in {path} was started with another search space or base config "
             f"({saved['space_source']}); use a new --name, or the same space to resume"
@@ -81,7 +81,7 @@ def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
 def _save_state(space: SearchSpace, opts: SweepOptions) -> None:
     os.makedirs(sweep_dir(opts), exist_ok=True)
     state = {
-        "fingerprint": _fingerprint(space, opts),
+        "fingerprint": _fingerprint(space),
         "space_source": space.source,
         "options": asdict(opts),
     }
