@@ -93,6 +93,8 @@ def print_result(metrics: dict, checkpoint: object, seconds: float) -> None:
         "emb_bytes",
     ]
     print(f"\nfinished in {seconds:.1f}s")
+    if "step" not in metrics:
+        print("  nothing was trained: this run name already reached its steps (use a new --name)")
     for k in keys:
         if k in metrics:
             v = metrics[k]
