@@ -10,9 +10,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import rankdata
 
 EPS = 1e-7
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x``, ties sharing their average rank (as ``scipy.stats.rankdata``,
+    without importing scipy into every training worker)."""
+    order = np.argsort(x, kind="mergesort")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
+    return ranks
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -21,7 +30,7 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     pos, neg = int(labels.sum()), int((~labels).sum())
     if pos == 0 or neg == 0:
         return float("nan")
-    ranks = rankdata(scores)
+    ranks = average_ranks(np.asarray(scores))
     return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
