@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from ray import tune
 from ray.train.v2.api.callback import UserCallback
+from ray.train.v2.api.result import Result as TrainResult
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
@@ -86,11 +87,13 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     )
     tracker.set_tags(run_id, {"recsys.searched": json.dumps(params, default=str)})
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
+    train_storage = os.path.join(spec.storage, spec.sweep, "train")
+    backfill(tracker, run_id, os.path.join(train_storage, f"trial_{trial_id}"))
     trainer = make_trainer(
         cfg,
         Resources(spec.num_workers, spec.use_gpu, spec.cpus_per_worker),
         name=f"trial_{trial_id}",
-        storage_path=os.path.join(spec.storage, spec.sweep, "train"),
+        storage_path=train_storage,
         max_failures=spec.max_failures,
         callbacks=[TuneReportCallback(), MlflowReportCallback(spec.tracking_uri, run_id)],
     )
@@ -102,6 +105,22 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         raise
     tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
     finish_trial(tracker, run_id, result)
+
+
+def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
+    """Log the reports that Ray Train persisted but MLflow never got (the sweep driver died between
+    the checkpoint's registration and its logging), so the restored trial leaves no gap in its
+    step axis. Returns how many reports were logged."""
+    try:
+        result = TrainResult.from_path(train_run)
+    except RuntimeError:  # a trial that never checkpointed
+        return 0
+    reports = sorted((m for _, m in result.best_checkpoints or []), key=lambda m: m.get("step", 0))
+    last = tracker.last_step(run_id)
+    missing = [m for m in reports if m.get("step", 0) > last]
+    for metrics in missing:
+        tracker.log_report(run_id, metrics)
+    return len(missing)
 
 
 def finish_trial(tracker: Tracker, run_id: str, result: Any) -> None:

@@ -107,3 +107,29 @@ def test_diverged_trial_is_recorded_as_such(tmp_path):
     assert got.data.tags["recsys.status"] == "diverged" and got.info.status == "FAILED"
     (row,) = rows([result], "val_auc", "max")
     assert row["status"] == "diverged"
+
+
+def test_backfill_logs_reports_mlflow_missed(tmp_path, monkeypatch):
+    """The driver died after Ray Train registered the step-20 report but before MLflow got it:
+    the restored trial logs it before training on, so the step axis has no gap."""
+    from types import SimpleNamespace
+
+    from recsys.tune import trial
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    t.log_report(run, report(10, 0.6))
+    persisted = [(None, report(10, 0.6)), (None, report(20, 0.7))]
+    fake = SimpleNamespace(from_path=lambda path: SimpleNamespace(best_checkpoints=persisted))
+    monkeypatch.setattr(trial, "TrainResult", fake)
+    assert trial.backfill(Tracker(uri), run, str(tmp_path / "train" / "trial_1")) == 1
+    steps = [m.step for m in MlflowClient(uri).get_metric_history(run, "loss")]
+    assert steps == [5, 10, 15, 20]
+    monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=_no_run))
+    assert trial.backfill(Tracker(uri), run, str(tmp_path / "none")) == 0
+
+
+def _no_run(path):
+    raise RuntimeError(f"Experiment folder {path} doesn't exist.")
