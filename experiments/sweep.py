@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: argparse.Namespace) -> None:
     space = spaces.load(args.space, smoke=args.smoke_test)
     if args.data:
-        source = "criteo_tsv" if os.path.isfile(args.data) else "criteo_binary"
-        data = {"data.source": source, "data.paths": [os.path.abspath(args.data)]}
+        from recsys.data.loader import source_for
+
+        data = {"data.source": source_for(args.data), "data.paths": [os.path.abspath(args.data)]}
         space = dataclasses.replace(space, base=space.base.with_overrides(data))
     from recsys.cluster import alive_nodes, check_fits, connect
     from recsys.tune.sweep import SweepOptions, check_resume, format_table, run_sweep, sweep_dir

@@ -497,12 +497,17 @@ class ExperimentConfig:
         """All dotted leaf keys (what a search space may address)."""
         return dotted_keys(cls)
 
+    @classmethod
+    def sections(cls) -> set[str]:
+        """Dotted names of every section (``embeddings``, ``embeddings.qr``, ...)."""
+        parts = [k.split(".")[:-1] for k in cls.all_keys()]
+        return {".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)}
+
     def with_overrides(self, overrides: dict[str, Any]) -> ExperimentConfig:
         """A copy with dotted-key overrides applied and everything re-validated. A key may also
         name a whole section (``sharding.default``) with a mapping as its value."""
         data = self.to_dict()
-        leaves = self.all_keys()
-        valid = leaves + sorted({k.rsplit(".", 1)[0] for k in leaves if "." in k})
+        valid = self.all_keys() + sorted(self.sections())
         for key, value in overrides.items():
             set_dotted(data, key, value, valid)
         return ExperimentConfig.from_dict(data)

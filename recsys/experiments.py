@@ -106,18 +106,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def config_sections() -> set[str]:
-    """Dotted names of every section of ``ExperimentConfig`` (``embeddings``, ``embeddings.qr``)."""
-    parts = [k.split(".")[:-1] for k in ExperimentConfig.all_keys()]
-    return {".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)}
-
-
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested sections to dotted keys; leaves (incl. lists and per-table maps) stay whole."""
     out: dict[str, Any] = {}
+    sections = ExperimentConfig.sections()
     for key, value in data.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict) and path in config_sections():
+        if isinstance(value, dict) and path in sections:
             out.update(flatten(value, path + "."))
         else:
             out[path] = value

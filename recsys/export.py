@@ -31,7 +31,7 @@ from recsys.data import load_splits
 from recsys.data.loader import to_batch
 from recsys.distributed.checkpoint import load_model_unsharded
 from recsys.models import DLRM, ModelAndLoss
-from recsys.train.metrics import binary_metrics
+from recsys.train.metrics import binary_metrics, sigmoid
 
 DTYPES = {"int8": torch.qint8, "int4": torch.quint4x2, "fp16": torch.half}
 MODEL_FILE = "model.pt"
@@ -174,7 +174,6 @@ def export(
     labels = np.asarray(cols.labels[:, cfg.loss.tasks[0].label_column], dtype=np.float64)
     a, b = _predict(fp32, cfg, cols), _predict(torch.jit.load(path), cfg, cols)
     ma, mb = binary_metrics(labels, a), binary_metrics(labels, b)
-    sig = lambda x: 1 / (1 + np.exp(-x.astype(np.float64)))  # noqa: E731
     report = ExportReport(
         path=path,
         dtype=dtype,
@@ -186,7 +185,7 @@ def export(
         exported_auc=mb["auc"],
         fp32_log_loss=ma["log_loss"],
         exported_log_loss=mb["log_loss"],
-        max_prob_diff=float(np.abs(sig(a) - sig(b)).max()),
+        max_prob_diff=float(np.abs(sigmoid(a) - sigmoid(b)).max()),
         rows=len(cols),
     )
     meta = {

@@ -9,6 +9,7 @@ from typing import Any
 
 from recsys.bench.common import init_world1, table
 from recsys.config import ExperimentConfig
+from recsys.data.loader import source_for
 from recsys.distributed.env import current
 from recsys.experiments import criteo_kaggle, debug
 from recsys.train.local import LocalReporter
@@ -20,7 +21,7 @@ def base(data: str | None, steps: int) -> ExperimentConfig:
         cfg = debug().with_overrides({"data.synthetic.num_samples": 100_000})
         threshold = 1000
     else:
-        source = "criteo_binary" if not data.endswith((".txt", ".gz", ".tsv")) else "criteo_tsv"
+        source = source_for(data)
         cfg = criteo_kaggle().with_overrides(
             {
                 "data.source": source,

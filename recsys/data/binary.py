@@ -22,16 +22,14 @@ from collections.abc import Callable
 import numpy as np
 
 from recsys.data.columns import Columns, DataError
-from recsys.data.criteo import NUM_DENSE, NUM_SPARSE, ReadStats, iter_chunks
+from recsys.data.criteo import NUM_DENSE, NUM_SPARSE, ReadStats, is_gzip, iter_chunks
 
 _TRIPLE = re.compile(r"^day_(\d+)_(dense|sparse|labels)\.npy$")
 
 
 def count_lines(path: str) -> int:
     """Lines in a plain or gzip file (a last line without newline counts)."""
-    with open(path, "rb") as raw:
-        gz = raw.read(2) == b"\x1f\x8b"
-    opener: Callable[..., object] = gzip.open if gz else open
+    opener: Callable[..., object] = gzip.open if is_gzip(path) else open
     n, last = 0, b"\n"
     with opener(path, "rb") as f:  # type: ignore[attr-defined]
         while block := f.read(1 << 22):  # type: ignore[attr-defined]
@@ -45,10 +43,16 @@ def _paths(out_dir: str, k: int) -> dict[str, str]:
 
 
 def convert_file(
-    path: str, out_dir: str, k: int, on_bad_row: str, progress: Callable[[int], None] | None = None
+    path: str,
+    out_dir: str,
+    k: int,
+    on_bad_row: str,
+    progress: Callable[[int], None] | None = None,
+    total: int | None = None,
 ) -> ReadStats:
-    """Stream one Criteo TSV into ``day_{k}_*.npy`` in ``out_dir``, in constant memory."""
-    total = count_lines(path)
+    """Stream one Criteo TSV into ``day_{k}_*.npy`` in ``out_dir``, in constant memory.
+    ``total``: its line count, if the caller has it already (else one more pass counts it)."""
+    total = count_lines(path) if total is None else total
     paths = _paths(out_dir, k)
     shapes = {"dense": (total, NUM_DENSE), "sparse": (total, NUM_SPARSE), "labels": (total, 1)}
     dtypes = {"dense": np.float32, "sparse": np.uint32, "labels": np.int32}

@@ -38,13 +38,17 @@ def transform_dense(raw: np.ndarray) -> np.ndarray:
     return np.log1p(np.maximum(raw, 0)).astype(np.float32)
 
 
+def is_gzip(path: str) -> bool:
+    """Whether ``path`` is gzip-compressed (by its magic bytes, not its name)."""
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
 def open_text(path: str) -> IO[str]:
-    """Open a plain or gzip text file (by its magic bytes); a missing file is a ``DataError``."""
+    """Open a plain or gzip text file; a missing file is a ``DataError``."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    if magic == b"\x1f\x8b":
+    if is_gzip(path):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="ascii", errors="replace")
     return open(path, encoding="ascii", errors="replace")
 

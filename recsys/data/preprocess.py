@@ -29,11 +29,11 @@ def preprocess(inputs: list[str], out_dir: str, on_bad_row: str, progress: bool 
     os.makedirs(out_dir, exist_ok=True)
     stats: list[ReadStats] = []
     for k, path in enumerate(inputs):
-        total = count_lines(path) if progress else 0
+        total = count_lines(path)  # sizes the output arrays and the progress bar
         with tqdm(
             total=total, desc=os.path.basename(path), unit="rows", disable=not progress
         ) as bar:
-            stats.append(convert_file(path, out_dir, k, on_bad_row, progress=bar.update))
+            stats.append(convert_file(path, out_dir, k, on_bad_row, bar.update, total))
         st = stats[-1]
         if st.skipped:
             print(

@@ -46,12 +46,16 @@ def entropy(rate: float) -> float:
     return -(r * math.log(r) + (1 - r) * math.log(1 - r))
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-np.asarray(logits, dtype=np.float64)))
+
+
 def binary_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
     """AUC, log loss, normalized entropy (log loss / entropy of the CTR), calibration
     (mean prediction / mean label) and accuracy at 0.5, over ``[N]`` labels and logits."""
     labels = np.asarray(labels, dtype=np.float64).reshape(-1)
     logits = np.asarray(logits, dtype=np.float64).reshape(-1)
-    probs = 1 / (1 + np.exp(-logits))
+    probs = sigmoid(logits)
     ctr = float(labels.mean())
     ll = log_loss(labels, probs)
     return {

@@ -92,8 +92,7 @@ def _fail(source: str, where: str, msg: str) -> ConfigError:
 
 def _dimension(source: str, key: str, spec: Any, valid: list[str]) -> Dimension:
     if key not in valid:
-        return_msg = f"unknown config key {key!r}{nearest(key, valid)}"
-        raise _fail(source, "space", return_msg)
+        raise _fail(source, "space", f"unknown config key {key!r}{nearest(key, valid)}")
     if not isinstance(spec, dict) or len(spec) != 1:
         raise _fail(source, f"space.{key}", f"expected one of {{{', '.join(PRIMITIVES)}}}: ...")
     ((kind, values),) = spec.items()
