@@ -13,8 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError
-from recsys.experiments import EXPERIMENTS, from_file, named
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,18 +14,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from recsys.configlib import ConfigError, check, dotted_keys, from_dict, set_dotted, to_dict
+from recsys.configlib import (
+    ConfigError,
+    check,
+    check_choices,
+    dotted_keys,
+    from_dict,
+    set_dotted,
+    to_dict,
+)
 
 Interaction = Literal["dot", "cat", "sum", "dcn"]
 QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
 EmbeddingDType = Literal["fp32", "fp16", "bf16"]
 LossKind = Literal["bce", "wbce", "mse"]
+Source = Literal["synthetic", "criteo_tsv", "criteo_binary"]
+SplitMode = Literal["fraction", "files"]
+BadRowPolicy = Literal["error", "skip"]
+EmbeddingOptimizer = Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"]
+DenseOptimizer = Literal["adagrad", "sgd", "adam"]
+ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
+ComputeKernel = Literal["fused", "dense"]
+PipelineMode = Literal["auto", "on", "off"]
 
-INTERACTIONS = ("dot", "cat", "sum", "dcn")
-QR_OPERATIONS = ("mult", "add", "concat")
+INTERACTIONS: tuple[Interaction, ...] = get_args(Interaction)
+SHARDING_TYPES: tuple[ShardingType, ...] = get_args(ShardingType)
+CUDA_ONLY_SHARDING: tuple[ShardingType, ...] = ("row_wise", "table_row_wise")
 
 
 @dataclass
@@ -46,15 +63,10 @@ class QRConfig:
     operation: QROperation = "mult"
 
     def __post_init__(self) -> None:
+        check_choices(self, "embeddings.qr")
         if self.threshold is not None:
             check(self.threshold >= 1, "qr.threshold", self.threshold, "must be >= 1 or null")
         check(self.collisions >= 1, "qr.collisions", self.collisions, "must be >= 1")
-        check(
-            self.operation in QR_OPERATIONS,
-            "qr.operation",
-            self.operation,
-            f"not in {QR_OPERATIONS}",
-        )
 
     @property
     def enabled(self) -> bool:
@@ -96,6 +108,7 @@ class EmbeddingConfig:
     dtype: EmbeddingDType = "fp32"
 
     def __post_init__(self) -> None:
+        check_choices(self, "embeddings")
         n = self.num_embeddings
         check(len(n) > 0, "embeddings.num_embeddings", n, "needs at least one table")
         for i, rows in enumerate(n):
@@ -110,10 +123,6 @@ class EmbeddingConfig:
         if self.md_alpha is not None:
             check(0 <= self.md_alpha <= 1, "embeddings.md_alpha", self.md_alpha, "in [0, 1]")
         check(self.md_min_dim >= 4, "embeddings.md_min_dim", self.md_min_dim, "must be >= 4")
-        check(self.pooling in ("sum", "mean"), "embeddings.pooling", self.pooling, "sum or mean")
-        check(
-            self.dtype in ("fp32", "fp16", "bf16"), "embeddings.dtype", self.dtype, "fp32/fp16/bf16"
-        )
         if self.feature_names is not None:
             names = self.feature_names
             check(len(names) == len(n), "embeddings.feature_names", names, f"needs {len(n)} names")
@@ -184,16 +193,11 @@ class ModelConfig:
     dcn_low_rank: int = 16
 
     def __post_init__(self) -> None:
+        check_choices(self, "model")
         check(self.num_dense >= 1, "model.num_dense", self.num_dense, "must be >= 1")
         for name, widths in (("bottom_mlp", self.bottom_mlp), ("top_mlp", self.top_mlp)):
             for i, w in enumerate(widths):
                 check(w >= 1, f"model.{name}[{i}]", w, "layer widths must be >= 1")
-        check(
-            self.interaction in INTERACTIONS,
-            "model.interaction",
-            self.interaction,
-            f"unknown interaction op; choose one of {INTERACTIONS}",
-        )
         check(self.dcn_layers >= 1, "model.dcn_layers", self.dcn_layers, "must be >= 1")
         check(self.dcn_low_rank >= 1, "model.dcn_low_rank", self.dcn_low_rank, "must be >= 1")
 
@@ -227,17 +231,13 @@ class LossConfig:
     tasks: list[TaskConfig] = field(default_factory=lambda: [TaskConfig()])
 
     def __post_init__(self) -> None:
-        check(self.kind in ("bce", "wbce", "mse"), "loss.kind", self.kind, "bce, wbce or mse")
+        check_choices(self, "loss")
         check(len(self.weights) == 2, "loss.weights", self.weights, "needs (w0, w1)")
         check(min(self.weights) >= 0, "loss.weights", self.weights, "weights must be >= 0")
         check(max(self.weights) > 0, "loss.weights", self.weights, "not both zero")
         check(len(self.tasks) >= 1, "loss.tasks", self.tasks, "needs at least one task")
         names = [t.name for t in self.tasks]
         check(len(set(names)) == len(names), "loss.tasks", names, "task names must be unique")
-
-
-Source = Literal["synthetic", "criteo_tsv", "criteo_binary"]
-SplitMode = Literal["fraction", "files"]
 
 
 @dataclass
@@ -291,16 +291,14 @@ class DataConfig:
     split: SplitMode = "fraction"
     val_fraction: float = 0.1
     test_fraction: float = 0.1
-    on_bad_row: Literal["error", "skip"] = "error"
+    on_bad_row: BadRowPolicy = "error"
     shuffle: bool = True
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:
-        sources = ("synthetic", "criteo_tsv", "criteo_binary")
-        check(self.source in sources, "data.source", self.source, f"not in {sources}")
+        check_choices(self, "data")
         if self.source != "synthetic":
             check(len(self.paths) > 0, "data.paths", self.paths, f"{self.source} needs paths")
-        check(self.split in ("fraction", "files"), "data.split", self.split, "fraction or files")
         for name in ("val_fraction", "test_fraction"):
             v = getattr(self, name)
             check(0 <= v < 1, f"data.{name}", v, "must be in [0, 1)")
@@ -310,7 +308,6 @@ class DataConfig:
             self.val_fraction + self.test_fraction,
             "leaves no training data",
         )
-        check(self.on_bad_row in ("error", "skip"), "data.on_bad_row", self.on_bad_row, "")
 
 
 @dataclass
@@ -331,11 +328,9 @@ class OptimConfig:
         weight_decay: dense weight decay.
     """
 
-    embedding_optimizer: Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"] = (
-        "exact_rowwise_adagrad"
-    )
+    embedding_optimizer: EmbeddingOptimizer = "exact_rowwise_adagrad"
     embedding_lr: float = 0.05
-    dense_optimizer: Literal["adagrad", "sgd", "adam"] = "adagrad"
+    dense_optimizer: DenseOptimizer = "adagrad"
     lr: float = 0.05
     eps: float = 1e-8
     warmup_steps: int = 0
@@ -346,20 +341,7 @@ class OptimConfig:
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        emb = ("exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam")
-        check(
-            self.embedding_optimizer in emb,
-            "optim.embedding_optimizer",
-            self.embedding_optimizer,
-            f"not in {emb}",
-        )
-        dense = ("adagrad", "sgd", "adam")
-        check(
-            self.dense_optimizer in dense,
-            "optim.dense_optimizer",
-            self.dense_optimizer,
-            f"not in {dense}",
-        )
+        check_choices(self, "optim")
         check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
         check(self.embedding_lr > 0, "optim.embedding_lr", self.embedding_lr, "must be > 0")
         check(self.eps > 0, "optim.eps", self.eps, "must be > 0")
@@ -415,11 +397,6 @@ class TrainConfig:
             )
 
 
-SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
-COMPUTE_KERNELS = ("fused", "dense")
-CUDA_ONLY_SHARDING = ("row_wise", "table_row_wise")
-
-
 @dataclass
 class TableSharding:
     """Constraints on how one table may be sharded (TorchRec ``ParameterConstraints``).
@@ -431,15 +408,12 @@ class TableSharding:
         min_partition: smallest column-wise shard width.
     """
 
-    sharding_types: list[str] = field(default_factory=list)
-    compute_kernels: list[str] = field(default_factory=list)
+    sharding_types: list[ShardingType] = field(default_factory=list)
+    compute_kernels: list[ComputeKernel] = field(default_factory=list)
     min_partition: int | None = None
 
     def __post_init__(self) -> None:
-        for t in self.sharding_types:
-            check(t in SHARDING_TYPES, "sharding_types", t, f"not in {SHARDING_TYPES}")
-        for k in self.compute_kernels:
-            check(k in COMPUTE_KERNELS, "compute_kernels", k, f"not in {COMPUTE_KERNELS}")
+        check_choices(self, "sharding.<table>")
         if self.min_partition is not None:
             check(self.min_partition >= 4, "min_partition", self.min_partition, "must be >= 4")
 
@@ -458,10 +432,10 @@ class ShardingConfig:
 
     default: TableSharding = field(default_factory=TableSharding)
     tables: dict[str, TableSharding] = field(default_factory=dict)
-    pipeline: Literal["auto", "on", "off"] = "auto"
+    pipeline: PipelineMode = "auto"
 
     def __post_init__(self) -> None:
-        check(self.pipeline in ("auto", "on", "off"), "sharding.pipeline", self.pipeline, "")
+        check_choices(self, "sharding")
 
 
 @dataclass

@@ -2,15 +2,23 @@
 
 Ray Tune hands a trial a plain dict; it is turned into typed configs once, here, at the top of the
 worker. Unknown keys are an error naming the nearest valid key, never silently dropped.
+
+Allowed values are written once, as ``Literal`` types on the fields; ``check_choices`` checks
+every such field of a config section (also inside lists and optionals) in one place, so no
+``__post_init__`` restates them. Dotted keys (``embeddings.qr.threshold``) are handled by
+``dotted_keys`` (the schema's leaves), ``flatten`` (a nested dict to dotted keys) and
+``set_dotted``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
-from typing import Any, TypeVar, Union
+from collections.abc import Iterable
+from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -19,10 +27,58 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names the field and the value."""
 
 
-def nearest(key: str, valid: typing.Iterable[str]) -> str:
+def nearest(key: str, valid: Iterable[str]) -> str:
     """A ' (did you mean X?)' hint for an unknown key, or '' when nothing is close."""
     match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+@functools.cache
+def _hints_of(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of a dataclass (cached: configs are built per trial)."""
+    return _hints_of(cls)
+
+
+def _optional_inner(tp: Any) -> Any:
+    """``X`` for ``X | None`` (one non-None member), else ``tp`` unchanged."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) == 1:
+            return inner[0]
+    return tp
+
+
+def choices(tp: Any) -> tuple[Any, ...]:
+    """The allowed values of a ``Literal`` type (``()`` for any other type)."""
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
+
+
+def _check_choice(tp: Any, value: Any, path: str) -> None:
+    tp = _optional_inner(tp)
+    if value is None:
+        return
+    allowed = choices(tp)
+    if allowed:
+        if value not in allowed:
+            hint = nearest(str(value), [str(a) for a in allowed])
+            raise ConfigError(f"{path}={value!r}: not one of {allowed}{hint}")
+        return
+    if typing.get_origin(tp) in (list, tuple) and isinstance(value, (list, tuple)):
+        args = typing.get_args(tp)
+        for i, item in enumerate(value):
+            _check_choice(args[0] if args else Any, item, f"{path}[{i}]")
+
+
+def check_choices(cfg: Any, section: str = "") -> None:
+    """Raise ``ConfigError`` naming ``section.field`` if a ``Literal`` field of ``cfg`` (or an
+    item of a list of them) holds a value its type does not allow."""
+    for f in dataclasses.fields(cfg):
+        path = f"{section}.{f.name}" if section else f.name
+        _check_choice(_hints(type(cfg))[f.name], getattr(cfg, f.name), path)
 
 
 def _convert(tp: Any, value: Any, path: str) -> Any:
@@ -56,12 +112,13 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         raise ConfigError(f"{path}: expected {tp.__name__}, got {value!r}")
     if tp is int and isinstance(value, bool):
         raise ConfigError(f"{path}: expected int, got {value!r}")
+    _check_choice(tp, value, path)
     return value
 
 
 def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     """Build dataclass ``cls`` from a nested plain dict; unknown keys raise ``ConfigError``."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in data:
         if key not in names:
@@ -87,18 +144,34 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 def dotted_keys(cls: type, prefix: str = "") -> list[str]:
     """Every leaf key of a config schema as a dotted path, e.g. ``embeddings.qr.threshold``."""
     keys: list[str] = []
-    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        if typing.get_origin(tp) in (Union, types.UnionType) and len(inner) == 1:
-            tp = inner[0]
+        tp = _optional_inner(_hints(cls)[f.name])
         name = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):
             keys += dotted_keys(tp, name + ".")
         else:
             keys.append(name)
     return keys
+
+
+def flatten(data: dict[str, Any], sections: set[str] | None = None) -> dict[str, Any]:
+    """A nested dict as dotted keys: ``{"a": {"b": 1}} -> {"a.b": 1}``.
+
+    ``sections``: the dotted paths that are sections; a mapping anywhere else is a leaf value
+    (a per-table map, say). ``None``: every non-empty mapping is a section."""
+
+    def walk(node: dict[str, Any], prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            is_section = sections is None or path in sections
+            if isinstance(value, dict) and value and is_section:
+                out.update(walk(value, path + "."))
+            else:
+                out[path] = value
+        return out
+
+    return walk(data, "")
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any, valid: list[str]) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 from recsys.bench.common import init_world1, table
 from recsys.config import ExperimentConfig
+from recsys.config_registry import criteo_kaggle, debug
 from recsys.data.loader import source_for
 from recsys.distributed.env import current
-from recsys.experiments import criteo_kaggle, debug
 from recsys.train.local import LocalReporter
 from recsys.train.loop import run
 

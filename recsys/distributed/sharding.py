@@ -22,6 +22,7 @@ from recsys.config import (
     SHARDING_TYPES,
     OptimConfig,
     ShardingConfig,
+    ShardingType,
     TableSharding,
 )
 from recsys.configlib import ConfigError, nearest
@@ -78,7 +79,7 @@ def constraints(
         if half and "data_parallel" in t.sharding_types:
             raise ConfigError(f"sharding of {name}: data_parallel cannot hold fp16/bf16 tables")
         if half and not t.sharding_types:
-            allowed = [s for s in SHARDING_TYPES if s != "data_parallel"]
+            allowed: list[ShardingType] = [s for s in SHARDING_TYPES if s != "data_parallel"]
             if compute_device == "cpu":
                 allowed = [s for s in allowed if s not in CUDA_ONLY_SHARDING]
             t = TableSharding(allowed, t.compute_kernels, t.min_partition)

@@ -2,7 +2,7 @@
 
 A space file::
 
-    base: debug                      # a named experiment (recsys.experiments) or a config file
+    base: debug                      # a named experiment (config_registry) or a config file
     overrides:                       # fixed for every trial (dotted keys)
       train.steps: 150
     space:                           # sampled per trial (dotted keys -> one primitive each)
@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 
 from recsys.config import ExperimentConfig
+from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
-from recsys.experiments import EXPERIMENTS, from_file, named
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096

@@ -17,6 +17,8 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from recsys.configlib import flatten
+
 log = logging.getLogger(__name__)
 
 SWEEP_TAG = "recsys.sweep"
@@ -31,15 +33,9 @@ def default_tracking_uri(root: str) -> str:
     return f"sqlite:///{os.path.join(root, 'mlflow.db')}"
 
 
-def flat_params(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flat_params(data: dict[str, Any]) -> dict[str, str]:
     """Nested config -> ``{"model.interaction": "dot", ...}`` as MLflow params (strings)."""
-    out: dict[str, str] = {}
-    for k, v in data.items():
-        if isinstance(v, dict) and v:
-            out.update(flat_params(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = str(v)[:6000]
-    return out
+    return {k: str(v)[:6000] for k, v in flatten(data).items()}
 
 
 class Tracker:

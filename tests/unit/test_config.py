@@ -40,3 +40,36 @@ def test_keys_cover_nested_fields():
 def test_criteo_needs_26_tables():
     with pytest.raises(ConfigError, match="Criteo has 26 features"):
         ExperimentConfig.from_dict({"data": {"source": "criteo_tsv", "paths": ["x.txt"]}})
+
+
+def _literal_keys() -> list[tuple[str, tuple]]:
+    """Every dotted key whose type is a Literal (or a list/optional of one), with its choices."""
+    import typing
+
+    from recsys.configlib import choices, dotted_keys
+
+    out = []
+    for key in dotted_keys(ExperimentConfig):
+        cls, *path = [ExperimentConfig], *key.split(".")
+        tp = None
+        for part in path:
+            tp = typing.get_type_hints(cls[-1])[part]
+            inner = [a for a in typing.get_args(tp) if a is not type(None)]
+            if typing.get_origin(tp) in (typing.Union, type(int | None)) and len(inner) == 1:
+                tp = inner[0]
+            cls.append(tp)
+        if typing.get_origin(tp) is list:
+            tp = typing.get_args(tp)[0]
+        if choices(tp):
+            out.append((key, choices(tp)))
+    return out
+
+
+def test_every_literal_field_is_checked_with_its_derived_choices():
+    keys = _literal_keys()
+    assert {"model.interaction", "data.source", "optim.dense_optimizer"} <= {k for k, _ in keys}
+    for key, allowed in keys:
+        value = ["nonsense"] if key.startswith("sharding.default.") else "nonsense"
+        with pytest.raises(ConfigError, match=rf"{key}(\[0\])?='nonsense': not one of") as e:
+            ExperimentConfig().with_overrides({key: value})
+        assert str(allowed) in str(e.value)  # the message lists the choices the type declares

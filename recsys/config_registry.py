@@ -1,4 +1,4 @@
-"""Named experiments: each is a function returning an ``ExperimentConfig``.
+"""The config registry: named experiments, each a function returning an ``ExperimentConfig``.
 
 Variants copy a small base and change a few fields, so the command line stays small::
 
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from recsys.config import ExperimentConfig
-from recsys.configlib import ConfigError, nearest
+from recsys.configlib import ConfigError, flatten, nearest
 
 # Criteo Kaggle: rows per categorical feature (as TorchRec's DLRM example).
 KAGGLE_ROWS = [
@@ -106,19 +106,6 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested sections to dotted keys; leaves (incl. lists and per-table maps) stay whole."""
-    out: dict[str, Any] = {}
-    sections = ExperimentConfig.sections()
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and path in sections:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
-
-
 def from_file(path: str) -> ExperimentConfig:
     """A YAML file of overrides on the defaults, nested sections or dotted keys."""
     if not os.path.isfile(path):
@@ -128,6 +115,6 @@ def from_file(path: str) -> ExperimentConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top")
     try:
-        return ExperimentConfig().with_overrides(flatten(data))
+        return ExperimentConfig().with_overrides(flatten(data, ExperimentConfig.sections()))
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
