@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
     from recsys.cluster import alive_nodes, check_fits, connect
-    from recsys.train.trainer import Resources, make_trainer
+    from recsys.train.ray_trainer import Resources, make_trainer
 
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
     connect(args.address)

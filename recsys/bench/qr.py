@@ -12,8 +12,8 @@ from recsys.config import ExperimentConfig
 from recsys.config_registry import criteo_kaggle, debug
 from recsys.data.loader import source_for
 from recsys.distributed.env import current
-from recsys.train.local import LocalReporter
-from recsys.train.loop import run
+from recsys.train.reporting import LocalReporter
+from recsys.train.trainer import Trainer
 
 
 def base(data: str | None, steps: int) -> ExperimentConfig:
@@ -47,7 +47,9 @@ def base(data: str | None, steps: int) -> ExperimentConfig:
 def train(cfg: ExperimentConfig) -> dict[str, Any]:
     init_world1()
     with tempfile.TemporaryDirectory() as tmp:
-        return run(cfg, current(use_gpu=False), LocalReporter(tmp, 0), log=lambda s: None)
+        return Trainer(
+            cfg, current(use_gpu=False), LocalReporter(tmp, 0), log=lambda s: None
+        ).train()
 
 
 def sweep(data: str | None, steps: int, collisions: list[int], ops: list[str]) -> str:

@@ -15,7 +15,8 @@ from recsys.bench.plain_dlrm import PlainDLRM, to_plain
 from recsys.config import ExperimentConfig
 from recsys.data.loader import synthetic_columns, to_batch
 from recsys.distributed.env import current
-from recsys.train.loop import Stepper, build
+from recsys.train.build import build
+from recsys.train.stepper import Stepper
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def batches(cfg: ExperimentConfig, n: int = 4) -> list[Any]:
 
 def ours(cfg: ExperimentConfig, data: list[Any]) -> Any:
     init_world1()
-    model, optimizer, _ = build(cfg, current(use_gpu=False))
+    built = build(cfg, current(use_gpu=False))
+    model, optimizer = built.model, built.optimizer
     stepper = Stepper(model, optimizer, torch.device("cpu"), pipeline=False)
     it = iter(data * 1_000_000)
     return lambda: stepper(it)
@@ -138,7 +140,7 @@ def two_workers(cases: list[Case], ops: list[str], steps: int) -> str:
     import tempfile
 
     from recsys.cluster import connect
-    from recsys.train.trainer import Resources, make_trainer
+    from recsys.train.ray_trainer import Resources, make_trainer
 
     connect(None, log_to_driver=False)
     rows = []

@@ -104,7 +104,7 @@ def verify(folder: str, world_size: int) -> None:
 
 def load(folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: int) -> TrainState:
     """Restore model, optimizer and this rank's state in place (collective). Callers run
-    ``verify`` first and agree on the verdict across ranks (``recsys.train.loop.restore``)."""
+    ``verify`` first and agree on the verdict across ranks (``recsys.train.resume.restore``)."""
     extra = torch.load(_worker_file(folder, rank), weights_only=True)
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
     dcp.load(state, checkpoint_id=folder)

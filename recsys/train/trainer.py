@@ -1,74 +1,222 @@
-"""Build the ``TorchTrainer`` of one configuration (Ray Train V2)."""
+"""The per-worker trainer: build, shard, restore, train, evaluate, checkpoint, report.
+
+    trainer = Trainer(cfg, env, reporter)    # builds everything, resumes from the newest checkpoint
+    metrics = trainer.train()                # to cfg.train.steps; the last report's metrics
+
+It runs inside any launcher that has set up the process group (Ray Train's ``TorchTrainer`` in
+``recsys.train.worker``, or two gloo processes in the tests) and talks to it through a
+``Reporter``. The same code runs on CPU (gloo) and GPU (NCCL); only ``WorkerEnv.device`` differs.
+
+One report = one checkpoint + the metrics since the previous one (training-loss history at its real
+steps, validation metrics when due). A worker restarted from the last checkpoint therefore never
+reports a step twice.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchConfig, TorchTrainer
+import torch
+import torch.distributed as dist
 
 from recsys.config import ExperimentConfig
-from recsys.configlib import check
-from recsys.distributed.env import backend_for
-from recsys.train.worker import train_func
+from recsys.data import TrainStream, load_splits
+from recsys.distributed import checkpoint
+from recsys.distributed.env import WorkerEnv
+from recsys.models import embedding_report
+from recsys.train.build import build
+from recsys.train.evaluation import evaluate
+from recsys.train.optim import LRPolicy
+from recsys.train.reporting import Reporter
+from recsys.train.resume import restore
+from recsys.train.stepper import Stepper, use_pipeline
 
 
-@dataclass(frozen=True)
-class Resources:
-    """What one training run asks of the cluster.
+def mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
+    value = value.detach().float().reshape(1).clone()
+    if world_size > 1:
+        dist.all_reduce(value)
+    return float(value.item()) / world_size
 
-    Attributes:
-        num_workers: Ray Train workers (ranks).
-        use_gpu: one GPU per worker, NCCL; else CPU and gloo.
-        cpus_per_worker: CPUs reserved per worker.
+
+def due(step: int, every: int, last: int) -> bool:
+    """Whether something done every ``every`` steps (0: only at the end) is due at ``step``."""
+    return step == last or (every > 0 and step % every == 0)
+
+
+@dataclass
+class Clock:
+    """Wall time by phase on this worker (cumulative) and the current report interval."""
+
+    started: float = field(default_factory=time.time)
+    train_s: float = 0.0
+    eval_s: float = 0.0
+    ckpt_s: float = 0.0
+    interval_s: float = 0.0
+    interval_steps: int = 0
+
+    def tick(self, seconds: float) -> None:
+        """One training step took ``seconds``."""
+        self.train_s += seconds
+        self.interval_s += seconds
+        self.interval_steps += 1
+
+    def samples_per_s(self, global_batch: int) -> float:
+        return self.interval_steps * global_batch / max(self.interval_s, 1e-9)
+
+    def new_interval(self) -> None:
+        self.interval_s, self.interval_steps = 0.0, 0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "t_worker_start": self.started,
+            "t_report": time.time(),
+            "train_s": self.train_s,
+            "eval_s": self.eval_s,
+            "ckpt_s": self.ckpt_s,
+        }
+
+
+class Trainer:
+    """One worker's training of ``cfg``.
+
+    Args:
+        cfg: the experiment.
+        env: this worker's ranks and device (``recsys.distributed.env.current``).
+        reporter: checkpoints and reports (Ray Train, or ``LocalReporter``).
+        log: progress lines (rank 0 prints the loss; every rank its resume/skip notices).
     """
 
-    num_workers: int = 2
-    use_gpu: bool = False
-    cpus_per_worker: float = 1.0
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        env: WorkerEnv,
+        reporter: Reporter,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        t_start = time.perf_counter()
+        self.cfg, self.env, self.reporter, self.log = cfg, env, reporter, log
+        self.clock = Clock()
+        self.splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
+        built = build(cfg, env)
+        self.plan = built.plan
+        self.state = restore(reporter, built.model, built.optimizer, env, log)
+        self.stream = TrainStream(
+            self.splits.train,
+            rank=env.rank,
+            world_size=env.world_size,
+            batch_size=cfg.train.batch_size,
+            table_rows=cfg.embeddings.num_embeddings,
+            feature_names=cfg.embeddings.names(),
+            seed=cfg.train.seed,
+            shuffle=cfg.data.shuffle,
+            position=self.state.data_position,
+        )
+        pipelined = use_pipeline(cfg.sharding, env.device)
+        self.stepper = Stepper(built.model, built.optimizer, env.device, pipelined)
+        self.policy = LRPolicy(built.optimizer, cfg.optim)
+        per_rank = self.plan["embedding_bytes_per_rank"]
+        self.static = {
+            **embedding_report(cfg.embeddings).as_metrics(),
+            **{f"emb_bytes_rank{r}": b for r, b in per_rank.items()},
+            "setup_s": time.perf_counter() - t_start,
+        }
+        self.history: list[tuple[int, float]] = []  # (step, loss) since the last report
 
-    def __post_init__(self) -> None:
-        check(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
-        check(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
+    def train(self) -> dict[str, Any]:
+        """Train to ``cfg.train.steps``; returns the last report's metrics."""
+        tc = self.cfg.train
+        loss_sum, loss_n = torch.zeros((), device=self.env.device), 0
+        metrics: dict[str, Any] = {}
+        while self.state.step < tc.steps:
+            t0 = time.perf_counter()
+            lr_factor = self.policy.apply(self.state.step)
+            loss_sum += self.stepper(self.stream)["loss"].detach()
+            loss_n += 1
+            self.state.step += 1
+            self.state.data_position += tc.batch_size
+            if due(self.state.step, tc.log_every, tc.steps):
+                loss = mean_over_ranks(loss_sum / loss_n, self.env.world_size)
+                loss_sum.zero_()
+                loss_n = 0
+                if not self._record_loss(loss, lr_factor):
+                    return self._diverged(loss)
+            self.clock.tick(time.perf_counter() - t0)
+            if due(self.state.step, tc.checkpoint_every, tc.steps):
+                metrics = self._report_point(lr_factor)
+        return metrics
 
+    def _record_loss(self, loss: float, lr_factor: float) -> bool:
+        """Keep the loss for the next report; False if it is NaN/inf."""
+        self.history.append((self.state.step, loss))
+        if not math.isfinite(loss):
+            return False
+        if self.env.is_main:
+            steps = self.cfg.train.steps
+            self.log(f"step {self.state.step}/{steps} loss {loss:.5f} lr x{lr_factor:.3f}")
+        return True
 
-def make_trainer(
-    cfg: ExperimentConfig,
-    resources: Resources,
-    *,
-    name: str,
-    storage_path: str,
-    max_failures: int = 0,
-    keep_checkpoints: int | None = 2,
-    train_loop: Callable[[dict[str, Any]], None] = train_func,
-    callbacks: list[Any] | None = None,
-) -> TorchTrainer:
-    """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
-    from its latest checkpoint. Keeps the best ``keep_checkpoints`` by validation AUC (and always
-    the latest; ``None`` keeps all)."""
-    per_worker = {"CPU": resources.cpus_per_worker}
-    if resources.use_gpu:
-        per_worker["GPU"] = 1
-    return TorchTrainer(
-        train_loop,
-        train_loop_config={"experiment": cfg.to_dict(), "use_gpu": resources.use_gpu},
-        torch_config=TorchConfig(backend=backend_for(resources.use_gpu)),
-        scaling_config=ScalingConfig(
-            num_workers=resources.num_workers,
-            use_gpu=resources.use_gpu,
-            resources_per_worker=per_worker,
-        ),
-        run_config=RunConfig(
-            name=name,
-            storage_path=storage_path,
-            callbacks=callbacks or [],
-            failure_config=FailureConfig(max_failures=max_failures),
-            checkpoint_config=CheckpointConfig(
-                num_to_keep=keep_checkpoints,
-                checkpoint_score_attribute="ckpt_score",
-                checkpoint_score_order="max",
-            ),
-        ),
-    )
+    def _interval_metrics(self, lr_factor: float) -> dict[str, Any]:
+        global_batch = self.cfg.train.batch_size * self.env.world_size
+        return {
+            **self.static,
+            "step": self.state.step,
+            "epoch": self.stream.epoch,
+            "loss": self.history[-1][1] if self.history else float("nan"),
+            "samples_per_s": self.clock.samples_per_s(global_batch),
+            "ids_hashed": self.stream.ids_hashed,
+            "lr_factor": lr_factor,
+        }
+
+    def _report_point(self, lr_factor: float) -> dict[str, Any]:
+        """Evaluate when due, then checkpoint and report (the model's plain forward meanwhile)."""
+        cfg, env, step = self.cfg, self.env, self.state.step
+        metrics = self._interval_metrics(lr_factor)
+        with self.stepper.plain_model() as model:
+            t0 = time.perf_counter()
+            if due(step, cfg.train.eval_every, cfg.train.steps):
+                metrics.update(evaluate(model, self.splits.val, cfg, env, "val"))
+            if step == cfg.train.steps and len(self.splits.test):
+                metrics.update(evaluate(model, self.splits.test, cfg, env, "test"))
+            t1 = time.perf_counter()
+            self.clock.eval_s += t1 - t0
+            metrics.update(self.clock.as_metrics())
+            folder = self._save(model)
+            self.reporter.report({**metrics, "loss_history": self.history}, folder, step)
+            self.clock.ckpt_s += time.perf_counter() - t1
+        self.history = []
+        self.clock.new_interval()
+        if env.is_main and "val_auc" in metrics:
+            self.log(f"step {step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
+        return metrics
+
+    def _save(self, model: torch.nn.Module) -> str:
+        folder = self.reporter.checkpoint_dir(self.state.step)
+        env = self.env
+        checkpoint.save(folder, model, self.stepper.optimizer, self.state, env.rank, env.world_size)
+        if env.is_main:
+            with open(os.path.join(folder, "sharding_plan.json"), "w") as f:
+                json.dump(self.plan, f, indent=2)
+        return folder
+
+    def _diverged(self, loss: float) -> dict[str, Any]:
+        """Stop a trial whose loss is NaN/inf: report it (no checkpoint) and return."""
+        step = self.state.step
+        if self.env.is_main:
+            self.log(f"step {step}: loss is {loss}; stopping this trial as diverged")
+        nan = float("nan")  # schedulers and searchers need the metric keys; NaN ranks it last
+        metrics = {
+            "step": step,
+            "loss": loss,
+            "diverged": 1.0,
+            "loss_history": self.history,
+            **{k: nan for k in ("val_auc", "val_log_loss", "val_ne")},
+        }
+        self.reporter.report(metrics, "", step)
+        return metrics

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from recsys.config import ExperimentConfig
 from recsys.distributed.env import current
-from recsys.train.loop import run
+from recsys.train.trainer import Trainer
 
 
 class RayReporter:
@@ -97,4 +97,5 @@ def train_func(config: dict[str, Any]) -> None:
         )
     nodes: list[str | None] = [None] * env.world_size
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
-    run(cfg, env, RayReporter(",".join(sorted({n for n in nodes if n}))))
+    reporter = RayReporter(",".join(sorted({n for n in nodes if n})))
+    Trainer(cfg, env, reporter).train()

@@ -20,7 +20,7 @@ from ray.train.v2.api.result import Result as TrainResult
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
-from recsys.train.trainer import Resources, make_trainer
+from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune.tracking import Tracker, flat_params
 
 

@@ -17,12 +17,14 @@ def _train_tables(rank, world, dtype, planner_free=False):
 
     from recsys.data import TrainStream, load_splits
     from recsys.distributed.env import current
-    from recsys.train.loop import Stepper, build
+    from recsys.train.build import build
+    from recsys.train.stepper import Stepper
 
     cfg = tiny_config(**{"embeddings.dtype": dtype})
     if planner_free:  # untuned, the planner would make the small tables data-parallel
         cfg = cfg.with_overrides({"sharding.default": {}, "sharding.tables": {}})
-    model, optimizer, summary = build(cfg, current(False))
+    built = build(cfg, current(False))
+    model, optimizer, summary = built.model, built.optimizer, built.plan
 
     def tables():
         return {
@@ -74,7 +76,7 @@ def test_fp16_tables_train_and_keep_updates(world, planner_free):
 def _bf16(rank, world):
     from recsys.configlib import ConfigError
     from recsys.distributed.env import current
-    from recsys.train.loop import build
+    from recsys.train.build import build
 
     try:
         build(tiny_config(**{"embeddings.dtype": "bf16"}), current(False))

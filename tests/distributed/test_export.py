@@ -19,10 +19,10 @@ INT8_MAX_AUC_DELTA = 0.005
 
 def _train(rank, world, root):
     from recsys.distributed.env import current
-    from recsys.train.local import LocalReporter
-    from recsys.train.loop import run
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
 
-    run(cfg(), current(False), LocalReporter(root, rank), log=lambda s: None)
+    Trainer(cfg(), current(False), LocalReporter(root, rank), log=lambda s: None).train()
 
 
 def cfg():

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.distributed
 def _train(rank, world, root, overrides, fail_second_save=False):
     from recsys.distributed import checkpoint
     from recsys.distributed.env import current
-    from recsys.train.local import LocalReporter
-    from recsys.train.loop import run
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
 
     if fail_second_save:  # the disk fills up while the step-12 checkpoint is written
         real = checkpoint.torch.save
@@ -30,9 +30,8 @@ def _train(rank, world, root, overrides, fail_second_save=False):
         checkpoint.torch.save = save
     logs: list[str] = []
     try:
-        metrics = run(
-            tiny_config(**overrides), current(False), LocalReporter(root, rank), logs.append
-        )
+        cfg, reporter = tiny_config(**overrides), LocalReporter(root, rank)
+        metrics = Trainer(cfg, current(False), reporter, logs.append).train()
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}", "logs": logs}
     return {"metrics": {k: v for k, v in metrics.items() if k != "loss_history"}, "logs": logs}

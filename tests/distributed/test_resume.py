@@ -22,16 +22,17 @@ def _train(rank, world, root, steps):
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
     from recsys.distributed.env import current
-    from recsys.train.local import LocalReporter
-    from recsys.train.loop import build, run
+    from recsys.train.build import build
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
 
     cfg = tiny_config(**{"train.steps": steps, "train.checkpoint_every": K, "train.eval_every": K})
     reporter = LocalReporter(root, rank)
-    metrics = run(cfg, current(use_gpu=False), reporter, log=lambda s: None)
+    metrics = Trainer(cfg, current(use_gpu=False), reporter, log=lambda s: None).train()
     folder = reporter.completed()[-1]
     extra = torch.load(f"{folder}/worker_{rank}.pt", weights_only=True)
     del extra["torch_rng"]
-    model, _, _ = build(cfg, current(use_gpu=False))
+    model = build(cfg, current(use_gpu=False)).model
     state = {"model": model.state_dict()}
     dcp.load(state, checkpoint_id=folder)
     tensors = {

@@ -85,12 +85,13 @@ def _reference(cfg):
 def _rank_fn(rank, world):
     from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
-    from recsys.train.loop import build
+    from recsys.train.build import build
 
     cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
     env = current(use_gpu=False)
     ref, ref_opts = _reference(cfg)
-    dmp, optimizer, summary = build(cfg, env)
+    built = build(cfg, env)
+    dmp, optimizer, summary = built.model, built.optimizer, built.plan
     copy_full_into_sharded(dmp.state_dict(), ref.state_dict())
     batches = _global_batches(cfg, K + 1)
 

@@ -14,7 +14,7 @@ import torch
 from sklearn.metrics import log_loss, roc_auc_score
 
 from recsys.config import ExperimentConfig
-from recsys.train.trainer import Resources, make_trainer
+from recsys.train.ray_trainer import Resources, make_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

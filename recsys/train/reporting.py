@@ -1,6 +1,6 @@
-"""A ``Reporter`` without Ray: checkpoints in a folder every rank can reach.
-
-Used by the multi-process tests and single-host runs; ``recsys.train.worker`` has the Ray one.
+"""How the trainer talks to its launcher: the ``Reporter`` protocol, and ``LocalReporter``, one
+without Ray (checkpoints in a folder every rank can reach) for the multi-process tests and
+single-host runs. ``recsys.train.worker.RayReporter`` is the Ray Train one.
 """
 
 from __future__ import annotations
@@ -9,9 +9,28 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
+
+
+class Reporter(Protocol):
+    """What the trainer needs from its launcher."""
+
+    def checkpoints(self) -> list[Any]:
+        """Handles of the checkpoints to resume from, newest first."""
+
+    def open_checkpoint(self, handle: Any) -> contextlib.AbstractContextManager[str]:
+        """A local folder holding checkpoint ``handle``."""
+
+    def skip_names_of(self, handle: Any) -> None:
+        """Checkpoint ``handle`` is unusable: never reuse its folder name."""
+
+    def checkpoint_dir(self, step: int) -> str:
+        """A folder this rank may write its part of the checkpoint of ``step`` into."""
+
+    def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
+        """Hand over metrics and the checkpoint folder (all ranks call it, same count)."""
 
 
 class LocalReporter:

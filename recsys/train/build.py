@@ -1,0 +1,66 @@
+"""Build one worker's training objects: the sharded model, its optimizer, the plan summary.
+
+The model is created with its tables on ``meta``; ``recsys.distributed.sharding`` shards it from
+outside (planner, constraints, fused FBGEMM optimizer, DMP), then the dense optimizer is combined
+with DMP's fused embedding optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from recsys.config import ExperimentConfig
+from recsys.configlib import ConfigError
+from recsys.distributed.env import WorkerEnv
+from recsys.distributed.sharding import plan_summary, shard
+from recsys.models import DLRM, ModelAndLoss
+from recsys.models.accounting import BYTES_PER_ELEMENT
+from recsys.models.embeddings import table_specs
+from recsys.train.optim import combined_optimizer
+
+
+@dataclass
+class Built:
+    """What ``build`` returns.
+
+    Attributes:
+        model: ``DistributedModelParallel`` over ``ModelAndLoss``: ``model(batch) -> (loss, out)``.
+        optimizer: the combined optimizer (fused embedding + dense).
+        plan: table -> sharding type, ranks, shards; embedding bytes per rank
+            (``recsys.distributed.sharding.plan_summary``).
+    """
+
+    model: nn.Module
+    optimizer: Any
+    plan: dict[str, Any]
+
+
+def check_dtype(cfg: ExperimentConfig, env: WorkerEnv) -> None:
+    """bf16 tables have no FBGEMM CPU kernels: refuse them on CPU workers, clearly."""
+    if cfg.embeddings.dtype == "bf16" and env.device.type == "cpu":
+        raise ConfigError(
+            "embeddings.dtype='bf16': FBGEMM's CPU kernels have no bf16 tables; "
+            "use fp16 on CPU (bf16 needs GPU workers)"
+        )
+
+
+def build(cfg: ExperimentConfig, env: WorkerEnv) -> Built:
+    """The sharded ``ModelAndLoss`` of ``cfg`` on ``env``, seeded by ``cfg.train.seed``."""
+    check_dtype(cfg, env)
+    torch.manual_seed(cfg.train.seed)
+    dlrm = DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), embedding_device="meta")
+    model = ModelAndLoss(dlrm, cfg.loss)
+    specs = table_specs(cfg.embeddings)
+    half = cfg.embeddings.dtype != "fp32"
+    dmp = shard(model, env, cfg.sharding, cfg.optim, [s.name for s in specs], half)
+    summary = plan_summary(
+        dmp.plan,
+        {s.name: (s.rows, s.dim) for s in specs},
+        BYTES_PER_ELEMENT[cfg.embeddings.dtype],
+        env.world_size,
+    )
+    return Built(dmp, combined_optimizer(dmp, cfg.optim), summary)

@@ -1,0 +1,74 @@
+"""Build the ``TorchTrainer`` of one configuration (Ray Train V2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from recsys.config import ExperimentConfig
+from recsys.configlib import check
+from recsys.distributed.env import backend_for
+from recsys.train.worker import train_func
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one training run asks of the cluster.
+
+    Attributes:
+        num_workers: Ray Train workers (ranks).
+        use_gpu: one GPU per worker, NCCL; else CPU and gloo.
+        cpus_per_worker: CPUs reserved per worker.
+    """
+
+    num_workers: int = 2
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+
+    def __post_init__(self) -> None:
+        check(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
+        check(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
+
+
+def make_trainer(
+    cfg: ExperimentConfig,
+    resources: Resources,
+    *,
+    name: str,
+    storage_path: str,
+    max_failures: int = 0,
+    keep_checkpoints: int | None = 2,
+    train_loop: Callable[[dict[str, Any]], None] = train_func,
+    callbacks: list[Any] | None = None,
+) -> TorchTrainer:
+    """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
+    from its latest checkpoint. Keeps the best ``keep_checkpoints`` by validation AUC (and always
+    the latest; ``None`` keeps all)."""
+    per_worker = {"CPU": resources.cpus_per_worker}
+    if resources.use_gpu:
+        per_worker["GPU"] = 1
+    return TorchTrainer(
+        train_loop,
+        train_loop_config={"experiment": cfg.to_dict(), "use_gpu": resources.use_gpu},
+        torch_config=TorchConfig(backend=backend_for(resources.use_gpu)),
+        scaling_config=ScalingConfig(
+            num_workers=resources.num_workers,
+            use_gpu=resources.use_gpu,
+            resources_per_worker=per_worker,
+        ),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path,
+            callbacks=callbacks or [],
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=keep_checkpoints,
+                checkpoint_score_attribute="ckpt_score",
+                checkpoint_score_order="max",
+            ),
+        ),
+    )
