@@ -1,107 +1,14 @@
 """Train one DLRM configuration with Ray Train and print its metrics.
 
-    python experiments/train.py          # the `debug` experiment on 2 CPU workers of a local Ray
+    python experiments/train.py        # the `debug` experiment on 2 CPU workers of a local Ray
     python experiments/train.py --experiment debug --set model.interaction=cat --set train.steps=100
     python experiments/train.py --config my.yaml --address auto --num-workers 8 --gpus
 
-Re-running with the same --name and --storage resumes from the latest checkpoint.
+(The installed command ``recsys-train`` is the same.) Re-running with the same --name and
+--storage resumes from the latest checkpoint.
 """
 
-from __future__ import annotations
-
-import argparse
-import os
-import sys
-import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from recsys.config_registry import EXPERIMENTS, from_file, named, parse_overrides
-from recsys.configlib import ConfigError
-from recsys.data.columns import DataError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--experiment", default="debug", help=f"one of {sorted(EXPERIMENTS)}")
-    src.add_argument("--config", help="YAML file of overrides on the defaults")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
-    )
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--cpus-per-worker", type=float, default=1.0)
-    p.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
-    p.add_argument(
-        "--storage",
-        default=os.path.join(ROOT, "runs"),
-        help="checkpoint storage (shared on a cluster)",
-    )
-    p.add_argument("--name", help="run name (default: the experiment name)")
-    p.add_argument(
-        "--max-failures", type=int, default=2, help="worker-group restarts from the last checkpoint"
-    )
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    try:
-        cfg = from_file(args.config) if args.config else named(args.experiment)
-        cfg = cfg.with_overrides(parse_overrides(args.set))
-    except ConfigError as e:
-        raise SystemExit(f"error: {e}") from None
-    from recsys.cluster import alive_nodes, check_fits, connect
-    from recsys.train.ray_trainer import Resources, make_trainer
-
-    resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
-    connect(args.address)
-    try:
-        check_fits(args.num_workers, args.cpus_per_worker, 1.0 if args.gpus else 0.0, alive_nodes())
-    except ConfigError as e:
-        raise SystemExit(f"error: {e}") from None
-    name = args.name or cfg.name
-    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
-    trainer = make_trainer(
-        cfg, resources, name=name, storage_path=storage, max_failures=args.max_failures
-    )
-    t0 = time.time()
-    try:
-        result = trainer.fit()
-    except (ConfigError, DataError) as e:
-        raise SystemExit(f"error: {e}") from None
-    print_result(result.metrics or {}, result.checkpoint, time.time() - t0)
-
-
-def print_result(metrics: dict, checkpoint: object, seconds: float) -> None:
-    keys = [
-        "step",
-        "loss",
-        "val_auc",
-        "val_log_loss",
-        "val_ne",
-        "val_calibration",
-        "test_auc",
-        "test_log_loss",
-        "test_ne",
-        "samples_per_s",
-        "emb_bytes",
-    ]
-    print(f"\nfinished in {seconds:.1f}s")
-    if "step" not in metrics:
-        print("  nothing was trained: this run name already reached its steps (use a new --name)")
-    for k in keys:
-        if k in metrics:
-            v = metrics[k]
-            print(f"  {k:16s} {v:.5g}" if isinstance(v, float) else f"  {k:16s} {v}")
-    if checkpoint is not None:
-        print(f"  checkpoint       {checkpoint.path}")  # type: ignore[attr-defined]
-
+from recsys.cli.train import main
 
 if __name__ == "__main__":
     main()

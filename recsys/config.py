@@ -13,6 +13,7 @@ Search spaces address fields by dotted keys (``embeddings.qr.threshold``); see
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -238,6 +239,11 @@ class LossConfig:
         check(len(self.tasks) >= 1, "loss.tasks", self.tasks, "needs at least one task")
         names = [t.name for t in self.tasks]
         check(len(set(names)) == len(names), "loss.tasks", names, "task names must be unique")
+
+
+def source_for(path: str) -> Source:
+    """The ``data.source`` of a user's path: a file is raw Criteo text, a folder the binary form."""
+    return "criteo_tsv" if os.path.isfile(path) else "criteo_binary"
 
 
 @dataclass

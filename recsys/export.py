@@ -31,11 +31,10 @@ from recsys.data import load_splits
 from recsys.data.loader import to_batch
 from recsys.distributed.checkpoint import load_model_unsharded
 from recsys.models import DLRM, ModelAndLoss
+from recsys.serving import META_FILE, MODEL_FILE
 from recsys.train.metrics import binary_metrics, sigmoid
 
 DTYPES = {"int8": torch.qint8, "int4": torch.quint4x2, "fp16": torch.half}
-MODEL_FILE = "model.pt"
-META_FILE = "meta.json"
 
 
 @dataclass(frozen=True)
@@ -198,53 +197,3 @@ def export(
     with open(os.path.join(out_dir, META_FILE), "w") as f:
         json.dump(meta, f, indent=2)
     return report
-
-
-def best_trial(
-    tracking_uri: str, sweep: str, metric: str = "val_auc"
-) -> tuple[str, str, ExperimentConfig]:
-    """The sweep's best finished trial by ``metric``: its run id, best checkpoint and config."""
-    import tempfile
-
-    import yaml
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    exp = client.get_experiment_by_name(sweep)
-    if exp is None:
-        raise ValueError(f"no sweep named {sweep!r} in {tracking_uri}")
-    runs = client.search_runs(
-        [exp.experiment_id],
-        filter_string="tags.`recsys.kind` = 'trial' and tags.`recsys.status` = 'finished'",
-        order_by=[f"metrics.{metric} DESC"],
-        max_results=1,
-    )
-    if not runs:
-        raise ValueError(f"sweep {sweep!r} has no finished trial")
-    run = runs[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(run.info.run_id, "config.yaml", tmp)
-        with open(path) as f:
-            cfg = ExperimentConfig.from_dict(yaml.safe_load(f))
-    return run.info.run_id, run.data.tags["checkpoint.best"], cfg
-
-
-def export_best(
-    tracking_uri: str, sweep: str, out_dir: str, dtype: str = "int8", register: str | None = None
-) -> tuple[str, ExportReport, str]:
-    """Export the best trial of ``sweep``; its metrics, files and MLflow model go to its run."""
-    from mlflow.tracking import MlflowClient
-
-    from recsys.serving import example_rows, log_model
-
-    run_id, ckpt, cfg = best_trial(tracking_uri, sweep)
-    report = export(cfg, ckpt, out_dir, dtype)
-    client = MlflowClient(tracking_uri)
-    for k, v in report.as_metrics().items():
-        client.log_metric(run_id, k, v)
-    client.log_artifact(run_id, os.path.join(out_dir, META_FILE), "export")
-    cols = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
-    uri = log_model(
-        tracking_uri, run_id, out_dir, example_rows(cols, cfg.model.num_dense), register
-    )
-    return run_id, report, uri

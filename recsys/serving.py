@@ -7,27 +7,33 @@ The TorchScript model inside is the one ``recsys.export`` wrote; this wrapper on
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
-import os
 from typing import Any
 
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
-from recsys.export import META_FILE, MODEL_FILE
+MODEL_FILE = "model.pt"  # the TorchScript model (written by recsys.export)
+META_FILE = "meta.json"  # feature names, table sizes, transforms, the export report
 
-PIP_REQUIREMENTS = [
-    "torch==2.13.0",
-    "torchrec==1.8.0",
-    "fbgemm-gpu-cpu==1.8.0",
-    "numpy",
-    "pandas",
-    "pyyaml",
-    "tensordict",
-    "torchmetrics==1.0.3",
-]
+# What the served model imports, pinned to the versions installed here.
+SERVING_PACKAGES = ["torch", "torchrec", "numpy", "pandas", "pyyaml", "tensordict", "torchmetrics"]
+
+
+def pip_requirements() -> list[str]:
+    """The served model's pip requirements from the installed packages (their public versions:
+    ``2.13.0`` for ``2.13.0+cpu``), with whichever FBGEMM build is installed here:
+    ``fbgemm-gpu-cpu`` on a CPU host, ``fbgemm-gpu`` on a CUDA host."""
+    reqs = []
+    for name in [*SERVING_PACKAGES, "fbgemm-gpu", "fbgemm-gpu-cpu"]:
+        try:
+            version = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+        reqs.append(f"{name}=={version.split('+')[0]}")
+    return reqs
 
 
 def columns(num_dense: int, num_sparse: int) -> tuple[list[str], list[str]]:
@@ -87,36 +93,3 @@ def example_rows(cols: Any, num_dense: int, n: int = 4) -> pd.DataFrame:
     for j, c in enumerate(sparse_cols):
         frame[c] = [f"{int(v):08x}" for v in cols.sparse[:n, j, 0]]
     return pd.DataFrame(frame)
-
-
-def log_model(
-    tracking_uri: str,
-    run_id: str,
-    export_dir: str,
-    example: pd.DataFrame,
-    registered_name: str | None = None,
-) -> str:
-    """Log the export as an MLflow pyfunc model in run ``run_id`` (and register it); its URI."""
-    from mlflow.models import infer_signature
-
-    mlflow.set_tracking_uri(tracking_uri)
-    artifacts = {
-        "model": os.path.join(export_dir, MODEL_FILE),
-        "meta": os.path.join(export_dir, META_FILE),
-    }
-    scorer = CriteoScorer()
-    scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
-    signature = infer_signature(example, scorer.predict(None, example))
-    recsys_dir = os.path.dirname(os.path.abspath(__file__))
-    with mlflow.start_run(run_id=run_id):
-        info = mlflow.pyfunc.log_model(
-            name="served_model",
-            python_model=CriteoScorer(),
-            artifacts=artifacts,
-            code_paths=[recsys_dir],
-            input_example=example,
-            signature=signature,
-            pip_requirements=PIP_REQUIREMENTS,
-            registered_model_name=registered_name,
-        )
-    return str(info.model_uri)

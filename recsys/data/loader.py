@@ -17,7 +17,6 @@ rows it reads, and with shared storage (NFS, a mounted bucket) every worker read
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -42,11 +41,6 @@ def load_parts(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> list[C
     for part in parts:
         check_schema(part, num_dense, len(table_rows))
     return parts
-
-
-def source_for(path: str) -> str:
-    """The ``data.source`` of a user's path: a file is raw Criteo text, a folder the binary form."""
-    return "criteo_tsv" if os.path.isfile(path) else "criteo_binary"
 
 
 def synthetic_columns(cfg: SyntheticConfig, num_dense: int, table_rows: list[int]) -> Columns:

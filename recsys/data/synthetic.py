@@ -6,8 +6,8 @@ features (``u_f``: a random effect per id). The bias ``b`` is solved so that the
 ``positive_rate`` (Criteo: about 25%). Ids follow a power law (``p_k ~ (k + 1)^-zipf_alpha``,
 shuffled over the table), dense values are log-normal counts with 10% missing.
 
-A model that learns clearly beats 0.5 AUC (``oracle_auc`` is the ceiling: the AUC of the true
-logits); a bug that breaks learning shows as AUC near 0.5. ``signal=0`` gives pure-noise labels.
+A model that learns clearly beats 0.5 AUC (the true ``logits`` give the ceiling); a bug that breaks
+learning shows as AUC near 0.5. ``signal=0`` gives pure-noise labels.
 """
 
 from __future__ import annotations
@@ -37,11 +37,6 @@ class SyntheticData:
         dense = transform_dense(np.nan_to_num(self.dense_raw, nan=0.0))
         labels = self.labels.astype(np.float32).reshape(-1, 1)
         return Columns(dense, self.sparse, labels, source="synthetic")
-
-    def oracle_auc(self) -> float:
-        from sklearn.metrics import roc_auc_score
-
-        return float(roc_auc_score(self.labels, self.logits))
 
     def write_tsv(self, path: str, compress: bool = False) -> None:
         """Write as a Criteo TSV (one-hot only: the format has one id per field)."""

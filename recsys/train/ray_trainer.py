@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from recsys.config import ExperimentConfig
@@ -60,11 +60,13 @@ def make_trainer(
             use_gpu=resources.use_gpu,
             resources_per_worker=per_worker,
         ),
-        run_config=RunConfig(
+        # ray.train.RunConfig is Train V2's at run time (mypy sees the V1 class it replaces)
+        run_config=RunConfig(  # type: ignore[call-arg]
             name=name,
             storage_path=storage_path,
             callbacks=callbacks or [],
             failure_config=FailureConfig(max_failures=max_failures),
+            logging_config=LoggingConfig(log_level="WARNING"),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=keep_checkpoints,
                 checkpoint_score_attribute="ckpt_score",

@@ -73,12 +73,11 @@ class RayReporter:
 
 def quiet_libraries() -> None:
     """Keep worker logs to our progress lines and real warnings: TorchRec, FBGEMM and Ray Train
-    log every table and report at INFO, and TorchRec raises deprecation notices on every build."""
-    from ray.train.v2._internal.execution import context
-
+    log every table and report at INFO, and TorchRec raises deprecation notices on every build.
+    (Ray Train's own ``ray.train`` console logs are set by ``LoggingConfig`` in the trainer;
+    its per-report log line uses a logger named after its file, below the root's WARNING.)"""
     logging.getLogger().setLevel(logging.WARNING)  # FBGEMM logs each table at INFO on the root
-    names = ["torchrec", "fbgemm_gpu", "ray.train", "torch.fx._symbolic_trace", context.__file__]
-    for name in names:  # Ray Train's report log is named after its file
+    for name in ["torchrec", "fbgemm_gpu", "torch.fx._symbolic_trace"]:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")

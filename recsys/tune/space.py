@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from recsys.config import ExperimentConfig
+from recsys.config import ExperimentConfig, source_for
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 
@@ -134,8 +134,12 @@ def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) ->
             ) from None
 
 
-def load(path_or_name: str, smoke: bool = False) -> SearchSpace:
-    """Load and validate a space: a path, or a name under ``search_spaces/``."""
+def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> SearchSpace:
+    """Load and validate a space: a path, or a name under ``search_spaces/``.
+
+    ``smoke``: apply the space's ``smoke`` variant. ``data``: a Criteo file or preprocessed folder
+    that replaces ``data.paths`` (and sets ``data.source``) for every trial, applied with the
+    space's own overrides."""
     path = resolve(path_or_name)
     with open(path) as f:
         raw = yaml.safe_load(f) or {}
@@ -150,6 +154,8 @@ def load(path_or_name: str, smoke: bool = False) -> SearchSpace:
     overrides = dict(raw.get("overrides") or {})
     if smoke:
         overrides.update((raw.get("smoke") or {}).get("overrides") or {})
+    if data:
+        overrides.update({"data.source": source_for(data), "data.paths": [os.path.abspath(data)]})
     try:
         base = base.with_overrides(overrides)
     except ConfigError as e:

@@ -233,24 +233,67 @@ def log_sweep_summary(
     """On the parent run: the space, the best config and metrics, all trials as CSV, the plot."""
     with tempfile.TemporaryDirectory() as tmp:
         with open(space.source) as f:
-            tracker.client.log_text(parent, f.read(), "search_space.yaml")
+            tracker.log_text(parent, f.read(), "search_space.yaml")
         if table:
             buf = io.StringIO()
             writer = csv.DictWriter(buf, fieldnames=list(table[0]))
             writer.writeheader()
             writer.writerows(table)
-            tracker.client.log_text(parent, buf.getvalue(), "trials.csv")
+            tracker.log_text(parent, buf.getvalue(), "trials.csv")
             best = table[0]
             params = {k[6:]: v for k, v in best.items() if k.startswith("param:")}
-            tracker.client.log_text(parent, yaml.safe_dump(params), "best_params.yaml")
+            tracker.log_text(parent, yaml.safe_dump(params), "best_params.yaml")
             cfg = space.config_for(params).to_dict()
-            tracker.client.log_text(parent, yaml.safe_dump(cfg), "best_config.yaml")
-            for key, _ in TABLE_COLUMNS:
-                if isinstance(best[key], float) and best[key] == best[key]:
-                    tracker.client.log_metric(parent, f"best_{key}", best[key])
+            tracker.log_text(parent, yaml.safe_dump(cfg), "best_config.yaml")
+            values = {
+                f"best_{key}": best[key]
+                for key, _ in TABLE_COLUMNS
+                if isinstance(best[key], float) and best[key] == best[key]
+            }
+            tracker.log_values(parent, values)
             plot = os.path.join(tmp, "auc_vs_memory.png")
             pareto_plot(table, plot)
-            tracker.client.log_artifact(parent, plot)
+            tracker.log_file(parent, plot)
+
+
+def launch(
+    space: SearchSpace,
+    opts: SweepOptions,
+    *,
+    address: str | None = None,
+    export: str | None = None,
+    register: str | None = None,
+) -> list[dict[str, Any]]:
+    """Everything ``recsys-sweep`` does: check the request (resume, MLflow, cluster fit) before
+    anything launches, connect to Ray, run or resume the sweep, print the best trials and where
+    to look, and export the best one if asked. Returns the trials' rows, best first."""
+    from recsys.cluster import alive_nodes, check_fits, connect
+
+    restore = check_resume(space, opts)
+    tracker = Tracker(opts.tracking_uri)
+    tracker.check_reachable()
+    connect(address)
+    gpus = 1.0 if opts.use_gpu else 0.0
+    nodes = alive_nodes()
+    check_fits(opts.num_workers, opts.cpus_per_worker, gpus, nodes, extra_cpus=opts.driver_cpus)
+    table = run_sweep(space, opts, tracker, restore)
+    print("\nbest trials (validation):")
+    print(format_table(table))
+    print(f"\nsweep folder: {sweep_dir(opts)}")
+    if export:
+        from recsys.tune.publish import export_best
+
+        out = os.path.join(sweep_dir(opts), "export")
+        run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
+        print(
+            f"exported the best trial ({run_id}) as {export}: {report.path}; test AUC "
+            f"{report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f}); MLflow model {uri}"
+        )
+    print(
+        f"compare the runs: mlflow ui --backend-store-uri {opts.tracking_uri} "
+        "--host 127.0.0.1 --port 5000"
+    )
+    return table
 
 
 def run_sweep(

@@ -21,10 +21,20 @@ from recsys.configlib import flatten
 
 log = logging.getLogger(__name__)
 
-SWEEP_TAG = "recsys.sweep"
-TRIAL_TAG = "recsys.trial_id"
-KIND_TAG = "recsys.kind"
-PARENT_TAG = "mlflow.parentRunId"
+
+class Tag:
+    """Every MLflow tag name this project writes or searches by, in one place."""
+
+    SWEEP = "recsys.sweep"  # the sweep a run belongs to
+    TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
+    KIND = "recsys.kind"  # "trial", or "sweep:<name>" on a sweep's parent run
+    STATUS = "recsys.status"  # a trial's outcome: finished, diverged, ...
+    SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
+    BEST_CHECKPOINT = "checkpoint.best"
+    LAST_CHECKPOINT = "checkpoint.last"
+    PARENT = "mlflow.parentRunId"  # MLflow's own: nests trial runs under the sweep's run
+
+
 NOT_LOGGED = {"loss_history", "checkpoint_path", "ckpt_score", "step"}
 
 
@@ -77,12 +87,12 @@ class Tracker:
         return runs[0] if runs else None
 
     def parent_run(self, experiment_id: str, sweep: str) -> str:
-        found = self._find(experiment_id, KIND_TAG, f"sweep:{sweep}")
+        found = self._find(experiment_id, Tag.KIND, f"sweep:{sweep}")
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
             return str(found.info.run_id)
         run = self.client.create_run(
-            experiment_id, run_name=sweep, tags={SWEEP_TAG: sweep, KIND_TAG: f"sweep:{sweep}"}
+            experiment_id, run_name=sweep, tags={Tag.SWEEP: sweep, Tag.KIND: f"sweep:{sweep}"}
         )
         return str(run.info.run_id)
 
@@ -91,7 +101,7 @@ class Tracker:
     ) -> str:
         """The trial's run: the existing one (a restored trial, or one left RUNNING by a killed
         driver) or a new child of the sweep's run with every resolved config value as a param."""
-        found = self._find(experiment_id, TRIAL_TAG, trial_id)
+        found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
             self._last_step[found.info.run_id] = int(found.data.metrics.get("step", 0))
@@ -99,7 +109,7 @@ class Tracker:
         run = self.client.create_run(
             experiment_id,
             run_name=trial_id,
-            tags={PARENT_TAG: parent_id, TRIAL_TAG: trial_id, SWEEP_TAG: sweep, KIND_TAG: "trial"},
+            tags={Tag.PARENT: parent_id, Tag.TRIAL: trial_id, Tag.SWEEP: sweep, Tag.KIND: "trial"},
         )
         run_id = str(run.info.run_id)
         items = [Param(k, v) for k, v in params.items()]
@@ -163,6 +173,41 @@ class Tracker:
             self.client.log_text(run_id, text, name)
         except Exception as e:
             log.warning("MLflow %s: could not log %s (%s)", self.uri, name, e)
+
+    def log_file(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
+        """Log one file as an artifact (under ``artifact_path``)."""
+        try:
+            self.client.log_artifact(run_id, path, artifact_path)
+        except Exception as e:
+            log.warning("MLflow %s: could not log %s (%s)", self.uri, path, e)
+
+    def log_folder(self, run_id: str, folder: str, artifact_path: str) -> None:
+        try:
+            self.client.log_artifacts(run_id, folder, artifact_path=artifact_path)
+        except Exception as e:
+            log.warning("MLflow %s: could not log %s (%s)", self.uri, folder, e)
+
+    def runs(self, experiment: str, filter_string: str, order_by: list[str] | None = None) -> list:
+        """Runs of the experiment named ``experiment`` matching ``filter_string``; [] if none."""
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            return []
+        return list(self.client.search_runs([exp.experiment_id], filter_string, order_by=order_by))
+
+    def download(self, run_id: str, artifact: str, dst: str) -> str:
+        return str(self.client.download_artifacts(run_id, artifact, dst))
+
+    def log_model(self, run_id: str, registered_name: str | None, **pyfunc: Any) -> str:
+        """Log an MLflow pyfunc model in run ``run_id`` (and register it); returns its URI.
+        Raises on failure: a model export is asked for explicitly, never skipped silently."""
+        import mlflow.pyfunc
+
+        mlflow.set_tracking_uri(self.uri)
+        with mlflow.start_run(run_id=run_id):
+            info = mlflow.pyfunc.log_model(
+                name="served_model", registered_model_name=registered_name, **pyfunc
+            )
+        return str(info.model_uri)
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         try:

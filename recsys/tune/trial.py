@@ -15,13 +15,13 @@ from typing import Any
 
 import yaml
 from ray import tune
-from ray.train.v2.api.callback import UserCallback
-from ray.train.v2.api.result import Result as TrainResult
+from ray.train import Result as TrainResult
+from ray.train import UserCallback
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune.tracking import Tracker, flat_params
+from recsys.tune.tracking import Tag, Tracker, flat_params
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class MlflowReportCallback(UserCallback):
             self._tracker = Tracker(self.uri)
         self._tracker.log_report(self.run_id, metrics[0])
         if checkpoint is not None:
-            self._tracker.set_tags(self.run_id, {"checkpoint.last": checkpoint.path})
+            self._tracker.set_tags(self.run_id, {Tag.LAST_CHECKPOINT: checkpoint.path})
 
 
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
@@ -85,7 +85,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         trial_id,
         flat_params(cfg.to_dict()),
     )
-    tracker.set_tags(run_id, {"recsys.searched": json.dumps(params, default=str)})
+    tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(params, default=str)})
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
     train_storage = os.path.join(spec.storage, spec.sweep, "train")
     backfill(tracker, run_id, os.path.join(train_storage, f"trial_{trial_id}"))
@@ -129,17 +129,17 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any) -> None:
     metrics = result.metrics or {}
     tags = {}
     if result.checkpoint is not None:
-        tags["checkpoint.last"] = result.checkpoint.path
+        tags[Tag.LAST_CHECKPOINT] = result.checkpoint.path
         plan = os.path.join(result.checkpoint.path, "sharding_plan.json")
         if os.path.isfile(plan):
-            tracker.client.log_artifact(run_id, plan)
+            tracker.log_file(run_id, plan)
     best = result.get_best_checkpoint("ckpt_score", "max") if result.best_checkpoints else None
     if best is not None:
-        tags["checkpoint.best"] = best.path
+        tags[Tag.BEST_CHECKPOINT] = best.path
         if _size(best.path) < 64 * 2**20:
-            tracker.client.log_artifacts(run_id, best.path, artifact_path="checkpoint_best")
+            tracker.log_folder(run_id, best.path, artifact_path="checkpoint_best")
     diverged = bool(metrics.get("diverged"))
-    tags["recsys.status"] = "diverged" if diverged else "finished"
+    tags[Tag.STATUS] = "diverged" if diverged else "finished"
     tracker.set_tags(run_id, tags)
     tracker.finish(run_id, "FAILED" if diverged else "FINISHED")
 

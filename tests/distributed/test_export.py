@@ -42,7 +42,9 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
 
     from recsys.data import load_splits
     from recsys.export import export
-    from recsys.serving import example_rows, log_model
+    from recsys.serving import example_rows
+    from recsys.tune.publish import log_served_model
+    from recsys.tune.tracking import Tracker
 
     run_ranks(_train, str(tmp_path / "ckpt"), world_size=2)
     c = cfg()
@@ -57,7 +59,8 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     cols = load_splits(c.data, 13, c.embeddings.num_embeddings).test
     example = example_rows(cols, 13)
-    log_model(uri, run_id, str(tmp_path / "out"), example, registered_name="tiny-dlrm")
+    out = str(tmp_path / "out")
+    log_served_model(Tracker(uri), run_id, out, example, registered_name="tiny-dlrm")
     example.to_json(tmp_path / "rows.json", orient="split")
     code = (
         "import json, sys, mlflow, pandas as pd\n"

@@ -1,10 +1,13 @@
-"""Benchmarks. Each prints a Markdown table; --append adds it to BENCHMARKS.md with the machine,
-versions, date and command.
+"""Benchmarks, run from the project folder. Each prints a Markdown table; --append adds it to
+BENCHMARKS.md with the machine, versions, date and command.
 
-    python experiments/bench.py step [--quick]      # our DMP step vs a plain-PyTorch DLRM
-    python experiments/bench.py overhead            # per-trial orchestration overhead of a sweep
-    python experiments/bench.py qr [--data FILE]    # QR memory / accuracy trade-off
-    python experiments/bench.py data                # reader samples/s vs the training step
+    .venv/bin/python -m benchmarks step [--quick]      # our DMP step vs a plain-PyTorch DLRM
+    .venv/bin/python -m benchmarks overhead            # per-trial orchestration overhead of a sweep
+    .venv/bin/python -m benchmarks qr [--data FILE]    # QR memory / accuracy trade-off
+    .venv/bin/python -m benchmarks data                # reader samples/s vs the training step
+
+They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
+Ray/MLflow drivers here are measuring tools, not part of the library.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ["dot", "cat", "sum", "dcn"]
@@ -49,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> str:
     if args.bench == "step":
-        from recsys.bench import step
+        from benchmarks import step
 
         cases = {"small": [step.SMALL], "criteo": [step.CRITEO], "both": [step.SMALL, step.CRITEO]}
         ops = ["dot"] if args.quick else args.ops
@@ -57,14 +58,14 @@ def run(args: argparse.Namespace) -> str:
             return step.two_workers(cases[args.config], ops, args.steps or 20)
         return step.run(cases[args.config], ops, args.steps or None, args.reps, args.threads)
     if args.bench == "overhead":
-        from recsys.bench import overhead
+        from benchmarks import overhead
 
         return overhead.run(args.trials, args.steps)
     if args.bench == "qr":
-        from recsys.bench import qr
+        from benchmarks import qr
 
         return qr.sweep(args.data, args.steps, args.collisions, args.ops)
-    from recsys.bench import data
+    from benchmarks import data
 
     return data.run(args.rows, path=args.file)
 
@@ -74,9 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args)
     print(result)
     if args.append:
-        from recsys.bench.common import machine
+        from benchmarks.common import machine
 
-        command = "python experiments/bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
         with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
             f.write(f"\n### `{args.bench}`: {machine()}\n\n`{command}`\n\n{result}\n")
 

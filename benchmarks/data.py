@@ -7,7 +7,7 @@ import os
 import tempfile
 import time
 
-from recsys.bench.common import table
+from benchmarks.common import table
 from recsys.config import SyntheticConfig
 from recsys.data import TrainStream
 from recsys.data.binary import load_folder

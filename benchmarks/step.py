@@ -10,8 +10,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from recsys.bench.common import init_world1, median_spread, table, timed
-from recsys.bench.plain_dlrm import PlainDLRM, to_plain
+from benchmarks.common import init_world1, median_spread, table, timed
+from benchmarks.plain_dlrm import PlainDLRM, to_plain
 from recsys.config import ExperimentConfig
 from recsys.data.loader import synthetic_columns, to_batch
 from recsys.distributed.env import current

@@ -13,7 +13,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
-from recsys.bench.common import table
+from benchmarks.common import table
 from recsys.cluster import connect
 from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep

@@ -7,10 +7,9 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from recsys.bench.common import init_world1, table
-from recsys.config import ExperimentConfig
+from benchmarks.common import init_world1, table
+from recsys.config import ExperimentConfig, source_for
 from recsys.config_registry import criteo_kaggle, debug
-from recsys.data.loader import source_for
 from recsys.distributed.env import current
 from recsys.train.reporting import LocalReporter
 from recsys.train.trainer import Trainer

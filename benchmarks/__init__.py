@@ -1,0 +1,1 @@
+"""Benchmarks (``python -m benchmarks --help``); results go to ``BENCHMARKS.md``."""

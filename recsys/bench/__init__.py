@@ -1,1 +1,0 @@
-"""Benchmarks behind ``experiments/bench.py``; results go to ``BENCHMARKS.md``."""

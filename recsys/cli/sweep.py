@@ -1,0 +1,88 @@
+"""Sweep DLRM configurations with Ray Tune; every trial is a Ray Train job; MLflow records all.
+
+    recsys-sweep                           # the `default` space: local Ray, ./mlflow.db, ./runs
+    recsys-sweep --space criteo --address auto --gpus --num-workers 8 \\
+        --storage /shared/sweeps --tracking-uri http://mlflow:5000
+    recsys-sweep --name default --resume   # pick a killed sweep up again
+    mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1   # compare the runs
+
+(``python experiments/sweep.py`` is the same command.) Re-running with the same --name resumes
+too: finished trials stay finished, unfinished ones continue from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from recsys.configlib import ConfigError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="recsys-sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--space", default="default", help="search space name or YAML path")
+    p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
+    p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
+    p.add_argument("--max-concurrent", type=int, default=1, help="trials running at once")
+    p.add_argument("--scheduler", choices=["fifo", "asha"], default="fifo")
+    p.add_argument("--search", choices=["random", "optuna"], default="random")
+    p.add_argument("--num-workers", type=int, default=2, help="Ray Train workers per trial")
+    p.add_argument("--cpus-per-worker", type=float, default=0.95)
+    p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
+    p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
+    p.add_argument("--data", help="override data.paths (a Criteo file or preprocessed folder)")
+    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    p.add_argument(
+        "--storage", default="runs", help="checkpoints and Tune state; shared on a cluster"
+    )
+    p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
+    p.add_argument("--name", help="sweep name (default: the space's name)")
+    p.add_argument("--resume", action="store_true", help="resume the sweep of this --name")
+    p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--export",
+        choices=["int8", "int4", "fp16"],
+        help="at the end, export the best trial for serving (see recsys-export)",
+    )
+    p.add_argument("--register", help="with --export: register the MLflow model under this name")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from recsys.tune import space as spaces
+    from recsys.tune.sweep import SweepOptions, launch
+    from recsys.tune.tracking import default_tracking_uri
+
+    try:
+        space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
+        smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
+        storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
+        opts = SweepOptions(
+            name=args.name or space.name,
+            storage=storage,
+            tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
+            num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
+            max_concurrent=args.max_concurrent,
+            scheduler=args.scheduler,
+            search=args.search,
+            num_workers=args.num_workers,
+            cpus_per_worker=args.cpus_per_worker,
+            use_gpu=args.gpus,
+            driver_cpus=args.driver_cpus,
+            max_failures=args.max_failures,
+            seed=args.seed,
+            resume=args.resume,
+        )
+        launch(space, opts, address=args.address, export=args.export, register=args.register)
+    except (ConfigError, ConnectionError) as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+    main()

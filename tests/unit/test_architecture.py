@@ -1,0 +1,87 @@
+"""The architecture as executable rules, read from the source (imports at any level count)."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "recsys"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, at module level or inside functions."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    """recsys module -> the recsys modules it imports (a module's own parent packages, which
+    Python initialises first, are not edges)."""
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {
+        m: {i for i in imports_of(p) if i in files and i != m and not m.startswith(i + ".")}
+        for m, p in files.items()
+    }
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = 2
+        stack.pop()
+        return []
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return []
+
+
+def test_the_recsys_module_graph_has_no_cycle():
+    edges = graph()
+    assert "recsys.export" in edges and "recsys.serving" in edges["recsys.export"]
+    assert find_cycle(edges) == [], " -> ".join(find_cycle(edges))
+
+
+def test_a_cycle_would_be_found():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_model_code_imports_neither_ray_nor_torch_distributed():
+    for path in (PACKAGE / "models").rglob("*.py"):
+        bad = {i for i in imports_of(path) if i.split(".")[0] == "ray" or "torch.distributed" in i}
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_the_library_does_not_import_the_benchmarks():
+    for path in PACKAGE.rglob("*.py"):
+        assert not {i for i in imports_of(path) if i.startswith("benchmarks")}, path
+
+
+def test_clis_need_no_sys_path_edits():
+    for folder in ("experiments", "recsys"):
+        for path in (ROOT / folder).rglob("*.py"):
+            assert "sys.path" not in path.read_text(), path
+    assert os.path.isfile(ROOT / "recsys" / "config_registry.py")
