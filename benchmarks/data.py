@@ -8,7 +8,7 @@ import tempfile
 import time
 
 from benchmarks.common import table
-from recsys.config import SyntheticConfig
+from recsys.config import SparseLayout, SyntheticConfig
 from recsys.data import TrainStream
 from recsys.data.binary import load_folder
 from recsys.data.criteo import read_tsv
@@ -36,8 +36,7 @@ def run(rows: int = 200_000, batch: int = 2048, path: str | None = None) -> str:
             rank=0,
             world_size=1,
             batch_size=batch,
-            table_rows=ROWS,
-            feature_names=[f"cat_{i}" for i in range(26)],
+            layout=SparseLayout([f"cat_{i}" for i in range(26)], ROWS),
             seed=0,
             shuffle=True,
         )

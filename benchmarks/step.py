@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from benchmarks.common import init_world1, median_spread, table, timed
 from benchmarks.plain_dlrm import PlainDLRM, to_plain
-from recsys.config import ExperimentConfig
-from recsys.data.loader import synthetic_columns, to_batch
+from recsys.config import ExperimentConfig, SparseLayout
+from recsys.data.loader import to_batch
+from recsys.data.synthetic import SyntheticRows
 from recsys.distributed.env import current
 from recsys.train.build import build
 from recsys.train.stepper import Stepper
@@ -52,15 +53,15 @@ def config(case: Case, op: str, qr: bool) -> ExperimentConfig:
     )
 
 
-def batches(cfg: ExperimentConfig, n: int = 4) -> list[Any]:
-    cols = synthetic_columns(cfg.data.synthetic, 13, cfg.embeddings.num_embeddings)
+def batches(cfg: ExperimentConfig, raw: bool = False, n: int = 4) -> list[Any]:
+    """``n`` batches; ``raw``: QR features not split (the plain model splits them itself; ours
+    reads them split, as the data path builds them on the host)."""
+    rows = SyntheticRows(cfg.data.synthetic, 13, cfg.embeddings.num_embeddings)
+    layout = cfg.embeddings.layout()
+    if raw:
+        layout = SparseLayout(layout.names, layout.rows)
     b = cfg.train.batch_size
-    return [
-        to_batch(
-            cols.rows(i * b, (i + 1) * b), cfg.embeddings.num_embeddings, cfg.embeddings.names()
-        )
-        for i in range(n)
-    ]
+    return [to_batch(rows.read(i * b, (i + 1) * b), layout) for i in range(n)]
 
 
 def ours(cfg: ExperimentConfig, data: list[Any]) -> Any:
@@ -92,8 +93,7 @@ def plain(cfg: ExperimentConfig, data: list[Any]) -> Any:
 
 def compare(case: Case, op: str, qr: bool, steps: int, reps: int) -> list[Any]:
     cfg = config(case, op, qr)
-    data = batches(cfg)
-    a, b = ours(cfg, data), plain(cfg, data)
+    a, b = ours(cfg, batches(cfg)), plain(cfg, batches(cfg, raw=True))
     for fn in (a, b):  # warm up
         timed(fn, 2)
     ra, rb = [], []

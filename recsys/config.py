@@ -12,6 +12,7 @@ Search spaces address fields by dotted keys (``embeddings.qr.threshold``); see
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise"
 ComputeKernel = Literal["fused", "dense"]
 PipelineMode = Literal["auto", "on", "off"]
 
+QR_SUFFIX = "__qr_r"  # the KJT key of a QR feature's remainder ids: f"{feature}{QR_SUFFIX}"
+FROM_DATA = "from_data"  # embeddings.num_embeddings: the table sizes of the data's vocabularies
 INTERACTIONS: tuple[Interaction, ...] = get_args(Interaction)
 SHARDING_TYPES: tuple[ShardingType, ...] = get_args(ShardingType)
 CUDA_ONLY_SHARDING: tuple[ShardingType, ...] = ("row_wise", "table_row_wise")
@@ -151,6 +154,31 @@ class EmbeddingConfig:
     @property
     def mixed(self) -> bool:
         return any(d != self.dim for d in self.table_dims())
+
+    def layout(self) -> SparseLayout:
+        """How raw ids become the model's input keys (the data path builds batches with it)."""
+        qr = {f: self.qr.collisions for f, r in zip(self.names(), self.num_embeddings, strict=True)
+              if self.qr.applies_to(r)}  # fmt: skip
+        return SparseLayout(self.names(), list(self.num_embeddings), qr)
+
+
+@dataclass(frozen=True)
+class SparseLayout:
+    """The sparse input the model reads: one KJT key per feature, ids taken ``mod rows`` of its
+    table, then each QR feature's ids split into quotient ``id // c`` (under its own key) and
+    remainder ``id % c`` (under ``feature + QR_SUFFIX``, after all feature keys).
+
+    Attributes:
+        names: the F feature names. rows: table rows per feature (before QR).
+        qr: ``{feature: collisions}`` of the QR-split features.
+    """
+
+    names: list[str]
+    rows: list[int]
+    qr: dict[str, int] = field(default_factory=dict)
+
+    def keys(self) -> list[str]:
+        return [*self.names, *(f + QR_SUFFIX for f in self.names if f in self.qr)]
 
 
 def md_dims(rows: list[int], dim: int, alpha: float, min_dim: int = 4) -> list[int]:
@@ -290,6 +318,12 @@ class DataConfig:
         on_bad_row: ``error`` stops at the first malformed row naming file and line; ``skip``
             drops it and counts it.
         synthetic: generator options when ``source`` is ``synthetic``.
+        cache_dir: where ``criteo_tsv`` files are converted to the binary form once (shared by
+            every trial and rank; a local disk per node, or shared storage); empty:
+            ``$RECSYS_CACHE`` or ``~/.cache/recsys-sweep``.
+        torchrec_dense_min: a folder made by TorchRec's own preprocessing stores dense features
+            as ``log(x - min + 2)`` without recording ``min``; it is read off each day's first
+            rows unless declared here (``recsys.data.binary``).
     """
 
     source: Source = "synthetic"
@@ -300,6 +334,8 @@ class DataConfig:
     on_bad_row: BadRowPolicy = "error"
     shuffle: bool = True
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    cache_dir: str = ""
+    torchrec_dense_min: int | None = None
 
     def __post_init__(self) -> None:
         check_choices(self, "data")
@@ -467,7 +503,9 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
-        return from_dict(cls, data)
+        """Build from a plain dict; ``embeddings.num_embeddings: from_data`` takes the table sizes
+        of the vocabularies in the data folder's ``meta.json``."""
+        return from_dict(cls, resolve_table_sizes(data))
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -493,6 +531,43 @@ class ExperimentConfig:
         return ExperimentConfig.from_dict(data)
 
 
+def resolve_table_sizes(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``embeddings.num_embeddings: from_data`` replaced by the data's table sizes
+    (every folder in ``data.paths`` must have the same vocabularies)."""
+    emb = data.get("embeddings") or {}
+    if emb.get("num_embeddings") != FROM_DATA:
+        return data
+    src = data.get("data") or {}
+    sizes = None
+    for folder in src.get("paths") or []:
+        here = _vocab_sizes(folder)
+        if sizes is not None and here != sizes:
+            raise ConfigError(
+                f"embeddings.num_embeddings=from_data: {folder} has other vocabularies"
+            )
+        sizes = here
+    if src.get("source") != "criteo_binary" or sizes is None:
+        raise ConfigError(
+            "embeddings.num_embeddings=from_data needs data.source=criteo_binary and data.paths "
+            "with a folder preprocessed with --vocab-min-count"
+        )
+    return {**data, "embeddings": {**emb, "num_embeddings": sizes}}
+
+
+def _vocab_sizes(folder: str) -> list[int]:
+    path = os.path.join(folder, "meta.json")
+    if not os.path.isfile(path):
+        raise ConfigError(f"embeddings.num_embeddings=from_data: {path} does not exist")
+    with open(path) as f:
+        meta = json.load(f)
+    if "vocab" not in meta:
+        raise ConfigError(
+            f"embeddings.num_embeddings=from_data: {path} has no vocabulary (ids are hashes); "
+            "preprocess with --vocab-min-count N"
+        )
+    return [int(n) for n in meta["vocab"]["table_sizes"]]
+
+
 __all__ = [
     "ConfigError",
     "DataConfig",
@@ -503,6 +578,7 @@ __all__ = [
     "OptimConfig",
     "QRConfig",
     "ShardingConfig",
+    "SparseLayout",
     "SyntheticConfig",
     "TableSharding",
     "TaskConfig",

@@ -1,6 +1,9 @@
 """From a trained checkpoint to a servable model, with TorchRec's inference workflow.
 
-1. the sharded checkpoint is loaded into an unsharded model on CPU;
+1. the sharded checkpoint is loaded into an unsharded model on CPU, its tables in FP32 whatever
+   they were trained in (TorchRec's unsharded collection would make every non-FP32 table fp16,
+   overflowing bf16 values beyond 65504), with the QR id split in front (``WithRawIds``) so the
+   exported model takes raw ids;
 2. its ``EmbeddingBagCollection`` is swapped for TorchRec's quantized one
    (``quantize_inference_model``: INT8 by default, INT4 or FP16 selectable);
 3. the quantized module is sharded for inference (``shard_quant_model``, table-wise on one CPU
@@ -17,6 +20,7 @@ on the test split (AUC, log loss, largest probability difference) and both sizes
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -26,11 +30,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from recsys.config import ExperimentConfig
-from recsys.data import load_splits
+from recsys.config import ExperimentConfig, SparseLayout
+from recsys.data import RowSource, load_splits
 from recsys.data.loader import to_batch
 from recsys.distributed.checkpoint import load_model_unsharded
 from recsys.models import DLRM, ModelAndLoss
+from recsys.models.dlrm import WithRawIds
 from recsys.serving import META_FILE, MODEL_FILE
 from recsys.train.metrics import binary_metrics, sigmoid
 
@@ -83,9 +88,35 @@ class ExportReport:
 
 
 def load_fp32(cfg: ExperimentConfig, checkpoint_dir: str) -> nn.Module:
-    """The trained DLRM, unsharded, on CPU, in eval mode."""
-    wrapper = ModelAndLoss(DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks)), cfg.loss)
-    return load_model_unsharded(checkpoint_dir, wrapper).model.eval()  # type: ignore[union-attr]
+    """The trained DLRM, unsharded, on CPU, in eval mode, its tables loaded into FP32 whatever
+    their trained dtype (DCP converts on load), taking raw ids: ``model(dense, raw_kjt)``."""
+    fp32 = dataclasses.replace(cfg.embeddings, dtype="fp32")
+    wrapper = ModelAndLoss(DLRM(cfg.model, fp32, len(cfg.loss.tasks)), cfg.loss)
+    model = load_model_unsharded(checkpoint_dir, wrapper).model
+    assert isinstance(model, nn.Module)
+    return WithRawIds(model, cfg.embeddings.layout().qr).eval()
+
+
+def copy_vocabularies(cfg: ExperimentConfig, out_dir: str) -> list[str] | None:
+    """Copy the training data's vocabularies next to the export (serving maps raw hashes with
+    them); their file names, or None when the data's ids are hashes."""
+    import shutil
+
+    from recsys.data.binary import read_meta
+
+    meta = read_meta(cfg.data.paths[0]) if cfg.data.source == "criteo_binary" else None
+    if not meta or "vocab" not in meta:
+        return None
+    names: list[str] = meta["vocab"]["files"]
+    for name in names:
+        os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
+        shutil.copyfile(os.path.join(cfg.data.paths[0], name), os.path.join(out_dir, name))
+    return names
+
+
+def raw_layout(cfg: ExperimentConfig) -> SparseLayout:
+    """The serving input: raw ids (mod table rows), not split; the model splits them."""
+    return SparseLayout(cfg.embeddings.names(), list(cfg.embeddings.num_embeddings))
 
 
 def table_bytes(model: nn.Module) -> int:
@@ -134,13 +165,11 @@ def quantize_and_script(
     return torch.jit.script(symbolic_trace(sharded)), quant_bytes
 
 
-def _predict(model: Any, cfg: ExperimentConfig, cols: Any, batch: int = 4096) -> np.ndarray:
+def _predict(model: Any, cfg: ExperimentConfig, rows: RowSource, batch: int = 4096) -> np.ndarray:
     out = []
     with torch.no_grad():
-        for i in range(0, len(cols), batch):
-            b = to_batch(
-                cols.rows(i, i + batch), cfg.embeddings.num_embeddings, cfg.embeddings.names()
-            )
+        for i in range(0, len(rows), batch):
+            b = to_batch(rows.read(i, i + batch), raw_layout(cfg))
             out.append(model(b.dense_features, b.sparse_features)[:, 0].float())
     return torch.cat(out).numpy()
 
@@ -162,7 +191,7 @@ def export(
     fp32 = load_fp32(cfg, checkpoint_dir)
     splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
     cols = splits.test if len(splits.test) else splits.val
-    first = to_batch(cols.rows(0, 8), cfg.embeddings.num_embeddings, cfg.embeddings.names())
+    first = to_batch(cols.read(0, 8), raw_layout(cfg))
     sample = (first.dense_features, first.sparse_features)
     fp32_tables = table_bytes(fp32)
     scripted, quant_tables = quantize_and_script(copy.deepcopy(fp32), dtype, sample)
@@ -170,7 +199,9 @@ def export(
     exported_bytes = _file_bytes(scripted, path)
     fp32_bytes = _file_bytes(fp32, os.path.join(out_dir, "fp32_state.pt"))
     os.remove(os.path.join(out_dir, "fp32_state.pt"))
-    labels = np.asarray(cols.labels[:, cfg.loss.tasks[0].label_column], dtype=np.float64)
+    labels = np.asarray(
+        cols.read(0, len(cols)).labels[:, cfg.loss.tasks[0].label_column], np.float64
+    )
     a, b = _predict(fp32, cfg, cols), _predict(torch.jit.load(path), cfg, cols)
     ma, mb = binary_metrics(labels, a), binary_metrics(labels, b)
     report = ExportReport(
@@ -191,6 +222,8 @@ def export(
         "num_dense": cfg.model.num_dense,
         "feature_names": cfg.embeddings.names(),
         "table_rows": cfg.embeddings.num_embeddings,
+        "dense_transform": "log1p",  # what every source is read as (recsys.data.binary)
+        "vocab": copy_vocabularies(cfg, out_dir),
         "dtype": dtype,
         "report": asdict(report),
     }

@@ -1,10 +1,16 @@
-"""The in-memory (or memory-mapped) form every source reduces to, and the splits.
+"""Rows of a click log, where they come from, and the train / validation / test splits.
 
 Shapes: ``N`` rows, ``I`` dense features, ``F`` sparse features, ``H`` ids per bag, ``L`` labels.
+
+Every source is a ``RowSource``: it has a length and materialises only the rows asked for
+(``read(start, stop)``, ``take(indices)``). Splits and per-worker shards are ``RowRange`` views and
+several files are one ``Concat``, so a split over 24 memory-mapped days copies nothing: a worker
+touches the pages of the rows it reads, and its memory does not grow with the number of days.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,14 +22,51 @@ class DataError(ValueError):
     """Input data is missing or malformed; the message names the file (and line) at fault."""
 
 
+class RowSource(ABC):
+    """Rows ``[0, len)`` that are read on demand.
+
+    ``generated``: the rows are computed when read (synthetic data), so a worker materialises its
+    own part once (``resident``) instead of recomputing it per batch.
+    """
+
+    source: str = "<rows>"
+    generated: bool = False
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def read(self, start: int, stop: int) -> Columns:
+        """Rows ``[start, stop)`` as arrays."""
+
+    def take(self, idx: np.ndarray) -> Columns:
+        """Rows ``idx`` (any order) as arrays, in that order."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0:
+            return self.read(0, 0)
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        return self.read(lo, hi).take(idx - lo)
+
+    def slice(self, start: int, stop: int) -> RowSource:
+        """A view of rows ``[start, stop)``."""
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"{self.source}: rows [{start}, {stop}) outside [0, {len(self)})")
+        return RowRange(self, start, stop)
+
+    def resident(self) -> RowSource:
+        """The rows in a form that is cheap to read repeatedly: generated rows are computed into
+        memory once; memory-mapped files stay mapped (nothing is copied)."""
+        return self.read(0, len(self)) if self.generated else self
+
+
 @dataclass(frozen=True)
-class Columns:
-    """Rows of a click log as arrays.
+class Columns(RowSource):
+    """Rows as arrays (in memory, or memory-mapped).
 
     Attributes:
         dense: ``[N, I]`` float32, already transformed (``log(1 + max(x, 0))``, missing -> 0).
-        sparse: ``[N, F, H]`` unsigned/signed ints: raw ids or hashes; mapped to table rows by
-            modulo at batch time, so one preprocessed file serves every table size.
+        sparse: ``[N, F, H]`` unsigned/signed ints: raw ids, hashes, or vocabulary ids; mapped to
+            table rows by modulo at batch time, so one preprocessed file serves every table size.
         labels: ``[N, L]`` in {0, 1}.
         source: where the rows came from, for error messages.
     """
@@ -57,6 +100,9 @@ class Columns:
     def num_sparse(self) -> int:
         return int(self.sparse.shape[1])
 
+    def read(self, start: int, stop: int) -> Columns:
+        return self.rows(start, stop)
+
     def rows(self, start: int, stop: int) -> Columns:
         return Columns(
             self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop], self.source
@@ -66,26 +112,99 @@ class Columns:
         return Columns(self.dense[idx], self.sparse[idx], self.labels[idx], self.source)
 
 
-def concat(parts: list[Columns]) -> Columns:
+def stack(parts: list[Columns], source: str) -> Columns:
+    """Small pieces (a batch's rows from several files) as one ``Columns`` (copies them)."""
     if len(parts) == 1:
         return parts[0]
     return Columns(
         np.concatenate([p.dense for p in parts]),
         np.concatenate([p.sparse for p in parts]),
         np.concatenate([p.labels for p in parts]),
-        ", ".join(p.source for p in parts),
+        source,
     )
+
+
+class RowRange(RowSource):
+    """Rows ``[start, stop)`` of ``base``, renumbered from 0."""
+
+    def __init__(self, base: RowSource, start: int, stop: int) -> None:
+        self.base, self.start, self.stop = base, start, stop
+        self.source = base.source
+        self.generated = base.generated
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def read(self, start: int, stop: int) -> Columns:
+        return self.base.read(self.start + start, self.start + min(stop, len(self)))
+
+    def take(self, idx: np.ndarray) -> Columns:
+        return self.base.take(np.asarray(idx, dtype=np.int64) + self.start)
+
+    def slice(self, start: int, stop: int) -> RowSource:
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"{self.source}: rows [{start}, {stop}) outside [0, {len(self)})")
+        return RowRange(self.base, self.start + start, self.start + stop)
+
+    def resident(self) -> RowSource:
+        return self.base.read(self.start, self.stop) if self.generated else self
+
+
+class Concat(RowSource):
+    """Several sources (days, in time order) as one, without copying them: a read that crosses a
+    file boundary reads each file's part (``offsets[i]`` is the first row of part ``i``)."""
+
+    def __init__(self, parts: list[RowSource]) -> None:
+        if not parts:
+            raise DataError("no input files")
+        self.parts = parts
+        self.offsets = np.cumsum([0] + [len(p) for p in parts])
+        self.source = ", ".join(p.source for p in parts)
+        self.generated = any(p.generated for p in parts)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def locate(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """``(part, local start, local stop)`` of the parts that rows ``[start, stop)`` span, as
+        TorchRec's ``get_file_row_ranges_and_remainder`` computes per rank."""
+        out = []
+        first = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        for i in range(max(first, 0), len(self.parts)):
+            lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+            if lo >= stop:
+                break
+            if hi > start:
+                out.append((i, max(start, lo) - lo, min(stop, hi) - lo))
+        return out
+
+    def read(self, start: int, stop: int) -> Columns:
+        pieces = [self.parts[i].read(a, b) for i, a, b in self.locate(start, stop)]
+        if not pieces:
+            return self.parts[0].read(0, 0)
+        return stack(pieces, self.source)
+
+    def take(self, idx: np.ndarray) -> Columns:
+        idx = np.asarray(idx, dtype=np.int64)
+        part = np.searchsorted(self.offsets, idx, side="right") - 1
+        order = np.argsort(part, kind="stable")
+        pieces, sorted_parts = [], part[order]
+        for i in np.unique(sorted_parts):
+            sel = order[sorted_parts == i]
+            pieces.append(self.parts[int(i)].take(idx[sel] - self.offsets[i]))
+        merged = stack(pieces, self.source) if pieces else self.parts[0].read(0, 0)
+        return merged.take(np.argsort(order, kind="stable")) if len(pieces) > 1 else merged
 
 
 @dataclass(frozen=True)
 class Splits:
-    train: Columns
-    val: Columns
-    test: Columns
+    train: RowSource
+    val: RowSource
+    test: RowSource
 
 
-def split(parts: list[Columns], cfg: DataConfig) -> Splits:
-    """Train / validation / test, in time order (Criteo files are time-ordered).
+def split(parts: list[RowSource], cfg: DataConfig) -> Splits:
+    """Train / validation / test, in time order (Criteo files are time-ordered); views, no copies.
 
     ``fraction``: all rows in file order, cut at ``1 - val - test`` and ``1 - test``.
     ``files``: the last file is test, the one before it validation, the rest training
@@ -94,17 +213,17 @@ def split(parts: list[Columns], cfg: DataConfig) -> Splits:
     if cfg.split == "files":
         if len(parts) < 3:
             raise DataError(f"data.split=files needs >= 3 files, got {len(parts)}")
-        out = Splits(concat(parts[:-2]), parts[-2], parts[-1])
+        out = Splits(Concat(parts[:-2]), parts[-2], parts[-1])
     else:
-        rows = concat(parts)
+        rows = Concat(parts) if len(parts) > 1 else parts[0]
         n = len(rows)
         n_test = round(n * cfg.test_fraction)
         n_val = round(n * cfg.val_fraction)
         n_train = n - n_val - n_test
         out = Splits(
-            rows.rows(0, n_train),
-            rows.rows(n_train, n_train + n_val),
-            rows.rows(n_train + n_val, n),
+            rows.slice(0, n_train),
+            rows.slice(n_train, n_train + n_val),
+            rows.slice(n_train + n_val, n),
         )
     for name in ("train", "val", "test"):
         if len(getattr(out, name)) == 0 and (name == "train" or _wanted(cfg, name)):

@@ -1,63 +1,103 @@
 """From a ``DataConfig`` to per-worker batches of ``(dense, KeyedJaggedTensor, labels)``.
 
-Each of ``world_size`` workers reads a disjoint contiguous part of a split
-(``shard_range``); across workers every row is read exactly once per epoch.
+Each of ``world_size`` workers reads a disjoint contiguous part of a split (``shard_range``, across
+file boundaries as TorchRec's ``get_file_row_ranges_and_remainder``); across workers every row is
+read exactly once per epoch. Nothing is loaded whole: binary days stay memory-mapped, a
+``criteo_tsv`` file is converted to the binary form once (cached, ``cached_binary``), and
+synthetic rows are generated per worker for its own part only.
 
-- Training (``TrainStream``): each worker cycles through its part epoch after epoch (reshuffled
-  per epoch from ``(seed, epoch, rank)`` when ``shuffle``), cut into full batches, so every step has
-  the same batch size on every rank. Its ``position`` (rows consumed) is the data position saved in
-  checkpoints; resuming from it continues the exact same stream.
+- Training (``TrainStream``): each worker cycles through its part epoch after epoch, reshuffled per
+  epoch from ``(seed, epoch, rank)`` when ``shuffle`` (a keyed permutation evaluated per batch,
+  ``recsys.data.permutation``: no per-worker index array), cut into full batches, so every step has
+  the same batch size on every rank. Its ``position`` (rows consumed) is the data position saved
+  in checkpoints; resuming from it continues the exact same stream.
 - Evaluation (``eval_batches``): every worker yields the same number of batches (sharded modules
   run collectives in forward); the last ones are padded and carry a ``valid`` mask.
+- Batches carry the model's input keys (``SparseLayout``): ids mod table rows, QR features split
+  into quotient and remainder keys here, on the host, so the embedding collection's input comes
+  straight from the batch (TorchRec's train pipeline then overlaps its input distribution).
+- ``pin_memory``: batches in page-locked memory, so the copy to a GPU is asynchronous (GPU hosts
+  only: CPU-only torch cannot pin).
 
-Ray Data is not used: the preprocessed npy files are memory-mapped, so a worker touches only the
-rows it reads, and with shared storage (NFS, a mounted bucket) every worker reads its part directly.
+Ray Data is not used: memory-mapped npy files on shared storage let each worker read only its own
+rows with no extra service, and the data position is one integer per rank in the checkpoint, which
+makes resume exact.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from collections.abc import Iterator
 
 import numpy as np
 import torch
+from filelock import FileLock
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from recsys.config import DataConfig, SyntheticConfig
-from recsys.data import binary, criteo
-from recsys.data.columns import Columns, DataError, Splits, split
-from recsys.data.synthetic import generate
+from recsys.config import DataConfig, SparseLayout
+from recsys.data import binary
+from recsys.data.columns import Columns, DataError, RowSource, Splits, split
+from recsys.data.permutation import Permutation
+from recsys.data.synthetic import SyntheticRows
 
 
-def load_parts(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> list[Columns]:
-    """The configured source as one ``Columns`` per input file (synthetic: one part)."""
+def cache_root(cfg: DataConfig) -> str:
+    return cfg.cache_dir or os.environ.get(
+        "RECSYS_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "recsys-sweep")
+    )
+
+
+def cached_binary(path: str, cfg: DataConfig) -> str:
+    """The binary form of the Criteo TSV ``path``, converted on first use (one process converts,
+    under a file lock; every other rank and trial waits, then reads the result)."""
+    from recsys.data.preprocess import preprocess
+
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
+    st = os.stat(path)
+    key = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{cfg.on_bad_row}|{binary.FORMAT}"
+    name = f"{os.path.basename(path)}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    folder = os.path.join(cache_root(cfg), name)
+    os.makedirs(cache_root(cfg), exist_ok=True)
+    with FileLock(folder + ".lock"):
+        if not os.path.isfile(os.path.join(folder, binary.META)):
+            preprocess([path], folder, cfg.on_bad_row, progress=False, workers=0)
+    return folder
+
+
+def load_parts(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> list[RowSource]:
+    """The configured source as one row source per input file (synthetic: one part)."""
     if cfg.source == "synthetic":
-        return [synthetic_columns(cfg.synthetic, num_dense, table_rows)]
+        return [SyntheticRows(cfg.synthetic, num_dense, table_rows)]
     if cfg.source == "criteo_tsv":
-        parts = [criteo.read_tsv(p, on_bad_row=cfg.on_bad_row) for p in cfg.paths]
+        parts = []
+        for path in cfg.paths:
+            (day,) = binary.load_folder(cached_binary(path, cfg))
+            day.source = path  # errors name the user's file, not the cache
+            parts.append(day)
     else:
-        parts = [day for folder in cfg.paths for day in binary.load_folder(folder)]
+        parts = [d for f in cfg.paths for d in binary.load_folder(f, cfg.torchrec_dense_min)]
     for part in parts:
         check_schema(part, num_dense, len(table_rows))
-    return parts
+    return list(parts)
 
 
-def synthetic_columns(cfg: SyntheticConfig, num_dense: int, table_rows: list[int]) -> Columns:
-    return generate(cfg, num_dense, table_rows).columns()
-
-
-def check_schema(cols: Columns, num_dense: int, num_sparse: int) -> None:
-    if cols.num_dense != num_dense or cols.num_sparse != num_sparse:
+def check_schema(part: binary.NpyDay, num_dense: int, num_sparse: int) -> None:
+    dense, sparse = part.dense.shape[1], part.sparse.shape[1]
+    if dense != num_dense or sparse != num_sparse:
         raise DataError(
-            f"{cols.source}: has {cols.num_dense} dense and {cols.num_sparse} sparse features; "
+            f"{part.source}: has {dense} dense and {sparse} sparse features; "
             f"the model expects {num_dense} (model.num_dense) and {num_sparse} "
             "(len(embeddings.num_embeddings))"
         )
 
 
 def load_splits(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> Splits:
-    """Load and split; a missing file, an empty file or an empty split is a ``DataError``."""
+    """Open and split (views: nothing is read yet); a missing file, an empty file or an empty
+    split is a ``DataError``."""
     return split(load_parts(cfg, num_dense, table_rows), cfg)
 
 
@@ -66,17 +106,26 @@ def shard_range(n: int, rank: int, world_size: int) -> tuple[int, int]:
     return n * rank // world_size, n * (rank + 1) // world_size
 
 
-def to_batch(cols: Columns, table_rows: list[int], feature_names: list[str]) -> Batch:
-    """Rows -> ``Batch(dense [B, I], KJT (F keys, H ids per bag), labels [B, L])``.
+def sparse_ids(cols: Columns, layout: SparseLayout) -> np.ndarray:
+    """``[K, B, H]`` ids in the layout's key order: each feature's ids mod its table's rows, then
+    each QR feature's quotient under its key and its remainder under ``key + QR_SUFFIX``."""
+    ids = np.asarray(cols.sparse, dtype=np.int64) % np.asarray(layout.rows)[None, :, None]
+    ids = ids.transpose(1, 0, 2)  # [F, B, H]
+    if not layout.qr:
+        return ids
+    c = np.array([layout.qr.get(f, 1) for f in layout.names])[:, None, None]
+    qr = [i for i, f in enumerate(layout.names) if f in layout.qr]
+    return np.concatenate([ids // c, ids[qr] % c[qr]])
 
-    Raw ids map to table rows by ``id mod rows`` (the hashing trick of the DLRM reference).
-    """
-    b, f, h = cols.sparse.shape
-    ids = np.asarray(cols.sparse, dtype=np.int64) % np.asarray(table_rows)[None, :, None]
+
+def to_batch(cols: Columns, layout: SparseLayout) -> Batch:
+    """Rows -> ``Batch(dense [B, I], KJT (layout keys, H ids per bag), labels [B, L])``."""
+    ids = sparse_ids(cols, layout)
+    k, b, h = ids.shape
     kjt = KeyedJaggedTensor(
-        keys=feature_names,
-        values=torch.from_numpy(np.ascontiguousarray(ids.transpose(1, 0, 2)).reshape(-1)),
-        lengths=torch.full((f * b,), h, dtype=torch.int64),
+        keys=layout.keys(),
+        values=torch.from_numpy(np.ascontiguousarray(ids).reshape(-1)),
+        lengths=torch.full((k * b,), h, dtype=torch.int64),
         stride=b,
     )
     return Batch(
@@ -98,60 +147,59 @@ class TrainStream:
     """An endless, resumable stream of full training batches for one worker.
 
     Args:
-        cols: the training split (all workers pass the same one).
-        rank / world_size: this worker's place; it reads ``shard_range(len(cols), ...)``.
+        rows: the training split (all workers pass the same one).
+        rank / world_size: this worker's place; it reads ``shard_range(len(rows), ...)``.
+        layout: feature names, table rows and QR split of the model's input.
         position: rows already consumed by this worker (from a checkpoint), 0 to start.
+        pin_memory: put batches in page-locked memory (for asynchronous copies to a GPU).
     """
 
     def __init__(
         self,
-        cols: Columns,
+        rows: RowSource,
         *,
         rank: int,
         world_size: int,
         batch_size: int,
-        table_rows: list[int],
-        feature_names: list[str],
+        layout: SparseLayout,
         seed: int,
         shuffle: bool,
         position: int = 0,
+        pin_memory: bool = False,
     ) -> None:
-        start, stop = shard_range(len(cols), rank, world_size)
+        start, stop = shard_range(len(rows), rank, world_size)
         if stop == start:
             raise DataError(
-                f"{cols.source}: {len(cols)} training rows cannot feed {world_size} workers"
+                f"{rows.source}: {len(rows)} training rows cannot feed {world_size} workers"
             )
-        self.shard = cols.rows(start, stop)
+        self.shard = rows.slice(start, stop).resident()
         self.rank, self.batch_size, self.seed, self.shuffle = rank, batch_size, seed, shuffle
-        self.table_rows, self.feature_names = table_rows, feature_names
+        self.layout, self.pin_memory = layout, pin_memory
         self.position = position
         self.ids_hashed = 0  # ids at or beyond their table's size seen so far (mapped by modulo)
-        self._epoch, self._order = -1, np.empty(0, dtype=np.int64)
+        self._epoch, self._perm = -1, Permutation(1, key=())
 
     @property
     def epoch(self) -> int:
         return self.position // len(self.shard)
 
-    def _order_of(self, epoch: int) -> np.ndarray:
+    def _order(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+        if not self.shuffle:
+            return offsets
         if epoch != self._epoch:
-            n = len(self.shard)
-            if self.shuffle:
-                rng = np.random.default_rng([self.seed, epoch, self.rank])
-                self._order = rng.permutation(n)
-            else:
-                self._order = np.arange(n)
+            self._perm = Permutation(len(self.shard), key=(self.seed, epoch, self.rank))
             self._epoch = epoch
-        return self._order
+        return self._perm(offsets)
 
     def next_indices(self) -> np.ndarray:
         """Shard-relative row indices of the next batch; advances ``position``."""
         parts, need, n = [], self.batch_size, len(self.shard)
         while need:
             epoch, offset = divmod(self.position, n)
-            take = self._order_of(epoch)[offset : offset + need]
-            parts.append(take)
-            self.position += len(take)
-            need -= len(take)
+            take = min(need, n - offset)
+            parts.append(self._order(epoch, np.arange(offset, offset + take)))
+            self.position += take
+            need -= take
         return np.concatenate(parts)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -159,33 +207,33 @@ class TrainStream:
 
     def __next__(self) -> Batch:
         rows = self.shard.take(self.next_indices())
-        self.ids_hashed += count_out_of_range(rows, self.table_rows)
-        return to_batch(rows, self.table_rows, self.feature_names)
+        self.ids_hashed += count_out_of_range(rows, self.layout.rows)
+        batch = to_batch(rows, self.layout)
+        return batch.pin_memory() if self.pin_memory else batch
 
 
 def eval_batches(
-    cols: Columns,
+    rows: RowSource,
     *,
     rank: int,
     world_size: int,
     batch_size: int,
-    table_rows: list[int],
-    feature_names: list[str],
+    layout: SparseLayout,
     max_batches: int = 0,
 ) -> Iterator[tuple[Batch, torch.Tensor]]:
     """``(batch, valid [B] bool)`` over this worker's part; the same count on every worker.
 
     ``max_batches`` (0 = all) caps the batches per worker.
     """
-    start, stop = shard_range(len(cols), rank, world_size)
-    count = math.ceil(math.ceil(len(cols) / world_size) / batch_size)
+    start, stop = shard_range(len(rows), rank, world_size)
+    count = math.ceil(math.ceil(len(rows) / world_size) / batch_size)
     if max_batches:
         count = min(count, max_batches)
+    part = rows.slice(start, stop).resident() if stop > start else rows.slice(0, 1).resident()
     for i in range(count):
-        lo = min(start + i * batch_size, stop)
-        hi = min(lo + batch_size, stop)
-        idx = np.arange(lo, hi)
+        lo = min(i * batch_size, stop - start)
+        hi = min(lo + batch_size, stop - start)
         valid = torch.zeros(batch_size, dtype=torch.bool)
-        valid[: len(idx)] = True
-        idx = np.concatenate([idx, np.full(batch_size - len(idx), min(start, len(cols) - 1))])
-        yield to_batch(cols.take(idx), table_rows, feature_names), valid
+        valid[: hi - lo] = True
+        idx = np.concatenate([np.arange(lo, hi), np.zeros(batch_size - (hi - lo), np.int64)])
+        yield to_batch(part.take(idx), layout), valid

@@ -1,13 +1,19 @@
-"""Synthetic click logs in the Criteo schema, with a planted signal.
+"""Synthetic click logs in the Criteo schema, with a planted signal, generated per row range.
 
 Labels are drawn from a known logistic model: ``logit = b + sum_k w_k z_k + sum_f u_f[id_f]``
 over half of the dense features (``z_k``: standardised ``log(1 + x_k)``) and half of the sparse
 features (``u_f``: a random effect per id). The bias ``b`` is solved so that the positive rate is
 ``positive_rate`` (Criteo: about 25%). Ids follow a power law (``p_k ~ (k + 1)^-zipf_alpha``,
-shuffled over the table), dense values are log-normal counts with 10% missing.
+shuffled over the table), dense values are log-normal counts (``>= 0``) with 10% missing, except
+feature 1, which also takes values down to -3 (Criteo's ``I2`` is its one feature with negative
+values).
 
-A model that learns clearly beats 0.5 AUC (the true ``logits`` give the ceiling); a bug that breaks
-learning shows as AUC near 0.5. ``signal=0`` gives pure-noise labels.
+Rows are generated in blocks of ``BLOCK`` rows, block ``k`` from its own seed ``(seed, k)``; the
+model's parameters (weights, id effects, bias, standardisation) come from ``seed`` alone. So any
+row range can be generated on its own and equals the same rows of the whole data set: a worker
+generates only its rows (``SyntheticRows.read``). A model that learns clearly beats 0.5 AUC (the
+true ``logits`` give the ceiling); a bug that breaks learning shows as AUC near 0.5.
+``signal=0`` gives pure-noise labels.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from recsys.config import SyntheticConfig
-from recsys.data.columns import Columns
+from recsys.data.columns import Columns, RowSource
 from recsys.data.criteo import transform_dense, write_tsv
 
 MISSING_RATE = 0.1
+BLOCK = 16_384
+PILOT_ROWS = 20_000  # rows that fix the standardisation and the bias
 
 
 @dataclass(frozen=True)
@@ -46,11 +54,10 @@ class SyntheticData:
 
 
 def _power_law_ids(
-    rng: np.random.Generator, rows: int, size: tuple[int, ...], alpha: float
+    rng: np.random.Generator, cdf: np.ndarray, perm: np.ndarray, size: tuple[int, ...]
 ) -> np.ndarray:
-    cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -alpha)
     ranks = np.searchsorted(cdf, rng.random(size) * cdf[-1])
-    return rng.permutation(rows)[np.minimum(ranks, rows - 1)]
+    return perm[np.minimum(ranks, len(perm) - 1)]
 
 
 def _solve_bias(z: np.ndarray, rate: float) -> float:
@@ -61,27 +68,87 @@ def _solve_bias(z: np.ndarray, rate: float) -> float:
     return (lo + hi) / 2
 
 
-def generate(cfg: SyntheticConfig, num_dense: int, table_rows: list[int]) -> SyntheticData:
-    """Generate ``cfg.num_samples`` rows with ``num_dense`` dense and ``len(table_rows)`` sparse
-    features; feature ``f`` has ids in ``[0, table_rows[f])``. Same seed, same rows."""
-    rng = np.random.default_rng(cfg.seed)
-    n, h = cfg.num_samples, cfg.multi_hot
-    mu = rng.uniform(0.5, 3.0, num_dense)
-    dense = np.floor(np.exp(rng.normal(mu, 1.0, (n, num_dense)))) - 1
-    dense[rng.random((n, num_dense)) < MISSING_RATE] = np.nan
-    sparse = np.stack(
-        [_power_law_ids(rng, r, (n, h), cfg.zipf_alpha) for r in table_rows], axis=1
-    )  # [N, F, H]
+class Generator:
+    """The synthetic data set of ``cfg`` with ``num_dense`` dense and ``len(table_rows)`` sparse
+    features (feature ``f`` has ids in ``[0, table_rows[f])``); ``raw(start, stop)`` generates rows
+    ``[start, stop)``. Same seed, same rows."""
 
-    informative_dense = max(1, num_dense // 2)
-    informative_sparse = max(1, len(table_rows) // 2)
-    scale = cfg.signal / np.sqrt(informative_dense + informative_sparse)
-    z = np.log1p(np.nan_to_num(dense[:, :informative_dense], nan=0.0).clip(min=0))
-    z = (z - z.mean(0)) / (z.std(0) + 1e-6)
-    logit = z @ (rng.normal(0, 1, informative_dense) * scale)
-    for f in range(informative_sparse):
-        effect = rng.normal(0, scale, table_rows[f])
-        logit += effect[sparse[:, f, :]].mean(axis=1)
-    logit += _solve_bias(logit, cfg.positive_rate)
-    labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
-    return SyntheticData(dense, sparse.astype(np.int64), labels, logit)
+    def __init__(self, cfg: SyntheticConfig, num_dense: int, table_rows: list[int]) -> None:
+        self.cfg, self.num_dense, self.table_rows = cfg, num_dense, table_rows
+        rng = np.random.default_rng([cfg.seed, 0])
+        self.mu = rng.uniform(0.5, 3.0, num_dense)
+        self.informative_dense = max(1, num_dense // 2)
+        self.informative_sparse = max(1, len(table_rows) // 2)
+        scale = cfg.signal / np.sqrt(self.informative_dense + self.informative_sparse)
+        self.w = rng.normal(0, 1, self.informative_dense) * scale
+        self.effects = [rng.normal(0, scale, table_rows[f]) for f in range(self.informative_sparse)]
+        self.perms = [rng.permutation(r) for r in table_rows]
+        ranks = [np.arange(1, r + 1, dtype=np.float64) for r in table_rows]
+        self.cdfs = [np.cumsum(r**-cfg.zipf_alpha) for r in ranks]
+        pilot_dense, pilot_sparse = self._features(np.random.default_rng([cfg.seed, 1]), PILOT_ROWS)
+        z = self._z_raw(pilot_dense)
+        self.z_mean, self.z_std = z.mean(0), z.std(0) + 1e-6
+        self.bias = _solve_bias(self._logit(pilot_dense, pilot_sparse), cfg.positive_rate)
+
+    def _features(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        dense = np.floor(np.exp(rng.normal(self.mu, 1.0, (n, self.num_dense))))
+        dense[:, 1 % self.num_dense] -= 3  # like Criteo's I2: negative down to -3
+        dense[rng.random((n, self.num_dense)) < MISSING_RATE] = np.nan
+        h = self.cfg.multi_hot
+        tables = zip(self.cdfs, self.perms, strict=True)
+        sparse = np.stack([_power_law_ids(rng, c, p, (n, h)) for c, p in tables], axis=1)  # [N,F,H]
+        return dense, sparse.astype(np.int64)
+
+    def _z_raw(self, dense: np.ndarray) -> np.ndarray:
+        return np.log1p(np.nan_to_num(dense[:, : self.informative_dense], nan=0.0).clip(min=0))
+
+    def _logit(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        """The planted logit without the bias."""
+        logit = ((self._z_raw(dense) - self.z_mean) / self.z_std) @ self.w
+        for f, effect in enumerate(self.effects):
+            logit += effect[sparse[:, f, :]].mean(axis=1)
+        return logit
+
+    def _block(self, k: int) -> SyntheticData:
+        n = min(BLOCK, self.cfg.num_samples - k * BLOCK)
+        rng = np.random.default_rng([self.cfg.seed, 2, k])
+        dense, sparse = self._features(rng, n)
+        logit = self._logit(dense, sparse) + self.bias
+        labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
+        return SyntheticData(dense, sparse, labels, logit)
+
+    def raw(self, start: int = 0, stop: int | None = None) -> SyntheticData:
+        """Rows ``[start, stop)`` (default: all) with their true logits."""
+        stop = self.cfg.num_samples if stop is None else stop
+        first, last = start // BLOCK, max(start, stop - 1) // BLOCK
+        blocks = [self._block(k) for k in range(first, last + 1)]
+        cut = slice(start - first * BLOCK, stop - first * BLOCK)
+
+        def joined(name: str) -> np.ndarray:
+            return np.concatenate([getattr(b, name) for b in blocks])[cut]
+
+        return SyntheticData(
+            joined("dense_raw"), joined("sparse"), joined("labels"), joined("logits")
+        )
+
+
+class SyntheticRows(RowSource):
+    """The synthetic data set as a ``RowSource``: rows are generated when read."""
+
+    generated = True
+
+    def __init__(self, cfg: SyntheticConfig, num_dense: int, table_rows: list[int]) -> None:
+        self.generator = Generator(cfg, num_dense, table_rows)
+        self.n = cfg.num_samples
+        self.source = "synthetic"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def read(self, start: int, stop: int) -> Columns:
+        return self.generator.raw(start, min(stop, self.n)).columns()
+
+
+def generate(cfg: SyntheticConfig, num_dense: int, table_rows: list[int]) -> SyntheticData:
+    """All ``cfg.num_samples`` rows at once (tests, TSV files for the readers)."""
+    return Generator(cfg, num_dense, table_rows).raw()

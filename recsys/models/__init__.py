@@ -1,7 +1,15 @@
 """DLRM models over TorchRec types. Imports neither Ray nor ``torch.distributed``."""
 
 from recsys.models.accounting import EmbeddingReport, embedding_report
-from recsys.models.dlrm import DLRM, materialize
+from recsys.models.dlrm import DLRM, WithRawIds, materialize
 from recsys.models.loss import Loss, ModelAndLoss
 
-__all__ = ["DLRM", "EmbeddingReport", "Loss", "ModelAndLoss", "embedding_report", "materialize"]
+__all__ = [
+    "DLRM",
+    "EmbeddingReport",
+    "Loss",
+    "ModelAndLoss",
+    "WithRawIds",
+    "embedding_report",
+    "materialize",
+]

@@ -15,7 +15,7 @@ from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import EmbeddingConfig, ModelConfig
-from recsys.models.embeddings import SparseArch
+from recsys.models.embeddings import SparseArch, qr_split_kjt
 from recsys.models.interactions import NEEDS_EQUAL_DIMS, make_interaction
 
 
@@ -64,10 +64,34 @@ class DLRM(nn.Module):
         )
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
-        """``dense: [B, I]``, ``sparse``: KJT with the F feature keys -> logits ``[B, T]``."""
+        """``dense: [B, I]``, ``sparse``: KJT with the layout's keys (``EmbeddingConfig.layout``:
+        the F features, QR ones split) -> logits ``[B, T]``."""
         dense_out = self.dense_arch(dense)  # [B, D]
         pooled = self.sparse_arch(sparse)  # F x [B, d_f]
         return self.over_arch(self.interaction(dense_out, pooled))
+
+
+# A leaf for torch.fx, in the module that calls it (fx.wrap patches this module's globals): the
+# export traces the model with WithRawIds in front and keeps the split as one scripted call.
+torch.fx.wrap("qr_split_kjt")
+
+
+class WithRawIds(nn.Module):
+    """``model(dense, raw_kjt)`` for a model that reads the split KJT: the QR features' ids are
+    split in front of it (``qr_split_kjt``; scriptable), as the data path splits them for
+    training. For export, serving and tests, where raw ids arrive. No QR feature: a pass-through.
+
+    (This file has no ``from __future__ import annotations``: TorchScript needs the forward's
+    annotations as types, not strings, once fx has traced it.)
+    """
+
+    def __init__(self, model: nn.Module, collisions: dict[str, int]) -> None:
+        super().__init__()
+        self.model = model
+        self.collisions = collisions
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        return self.model(dense, qr_split_kjt(sparse, self.collisions))
 
 
 def materialize(model: nn.Module, device: torch.device | str = "cpu") -> nn.Module:

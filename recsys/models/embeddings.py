@@ -2,9 +2,16 @@
 
 QR embeddings (Shi et al., KDD 2020) are built from ordinary TorchRec tables: a feature ``f`` whose
 table is QR-split reads its quotient table under key ``f`` (ids ``i // c``) and its remainder table
-under key ``f__qr_r`` (ids ``i % c``). The id split happens on the ``KeyedJaggedTensor`` before the
-lookup (``qr_split_kjt``), so both tables live in the same collection and
+under key ``f__qr_r`` (ids ``i % c``), so both tables live in the same collection and
 ``DistributedModelParallel`` shards them like any other table.
+
+Where the ids are split: the input of ``SparseArch`` is the split KJT (``SparseLayout.keys()``),
+built on the host with the batch (``recsys.data.loader.to_batch``). Splitting inside the model
+would make the collection's input a computed value, and TorchRec's train pipeline then leaves it
+out ("will NOT be pipelined, due to input modifications"): no input-distribution overlap for any
+table, and a device sync for ``length_per_key`` twice a step. Where raw ids arrive instead
+(export, serving), ``recsys.models.dlrm.WithRawIds`` splits them in front of the model with
+``qr_split_kjt`` (scriptable), which gives the same KJT.
 
 Pooling subtlety (facebookresearch/dlrm issue 366): the two lookups are each pooled, then combined.
 For ``add`` and ``concat`` this equals pooling the per-id combined vectors (both are linear). For
@@ -27,9 +34,8 @@ from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, Poo
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from recsys.config import EmbeddingConfig
+from recsys.config import QR_SUFFIX, EmbeddingConfig
 
-QR_SUFFIX = "__qr_r"
 _DTYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
 _POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
 
@@ -132,12 +138,6 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
     )
 
 
-# A leaf for torch.fx: TorchRec's train pipeline traces the model to find the sharded modules
-# whose input comes straight from the batch. With QR, the collection's input is this function's
-# output, so the pipeline runs that module's input distribution in step instead of ahead.
-torch.fx.wrap("qr_split_kjt")
-
-
 def combine_qr(q: torch.Tensor, r: torch.Tensor, operation: str) -> torch.Tensor:
     """Combine pooled quotient and remainder lookups, ``[B, d_q]`` and ``[B, d_r]``."""
     if operation == "mult":
@@ -159,7 +159,7 @@ class SparseArch(nn.Module):
     Example::
 
         arch = SparseArch(EmbeddingConfig(num_embeddings=[10, 20], dim=8))
-        pooled = arch(kjt)          # [tensor[B, 8], tensor[B, 8]]
+        pooled = arch(kjt)          # [tensor[B, 8], tensor[B, 8]]; kjt with the layout's keys
     """
 
     def __init__(
@@ -190,8 +190,7 @@ class SparseArch(nn.Module):
         )
 
     def forward(self, features: KeyedJaggedTensor) -> list[torch.Tensor]:
-        if self.collisions:
-            features = qr_split_kjt(features, self.collisions)
+        """``features``: the split KJT (``EmbeddingConfig.layout().keys()``) -> F x ``[B, d_f]``."""
         pooled = self.embedding_bag_collection(features).to_dict()
         out = []
         for f in self.features:

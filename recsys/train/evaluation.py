@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch import nn
 
 from recsys.config import ExperimentConfig
-from recsys.data import Columns, eval_batches
+from recsys.data import RowSource, eval_batches
 from recsys.distributed.env import WorkerEnv
 from recsys.train.metrics import binary_metrics
 
@@ -23,7 +23,7 @@ def gather(t: torch.Tensor, world_size: int) -> torch.Tensor:
 
 
 def evaluate(
-    model: nn.Module, split: Columns, cfg: ExperimentConfig, env: WorkerEnv, prefix: str
+    model: nn.Module, split: RowSource, cfg: ExperimentConfig, env: WorkerEnv, prefix: str
 ) -> dict[str, float]:
     """``{prefix}_auc``, ``{prefix}_log_loss``, ... of ``split`` over all ranks' predictions
     (padding rows masked out); tasks after the first get ``{prefix}_{task}_...``."""
@@ -35,8 +35,7 @@ def evaluate(
             rank=env.rank,
             world_size=env.world_size,
             batch_size=cfg.train.batch_size,
-            table_rows=cfg.embeddings.num_embeddings,
-            feature_names=cfg.embeddings.names(),
+            layout=cfg.embeddings.layout(),
             max_batches=cfg.train.eval_batches,
         ):
             _, out = model(batch.to(env.device, non_blocking=True))

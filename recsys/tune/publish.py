@@ -52,6 +52,9 @@ def log_served_model(
         "model": os.path.join(export_dir, MODEL_FILE),
         "meta": os.path.join(export_dir, META_FILE),
     }
+    vocab_dir = os.path.join(export_dir, "vocab")
+    if os.path.isdir(vocab_dir):  # the scorer finds the vocabularies beside meta.json
+        artifacts["vocab"] = vocab_dir
     scorer = CriteoScorer()
     scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
     recsys_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,6 +70,16 @@ def log_served_model(
     )
 
 
+def export_vocabs(export_dir: str) -> list[Any] | None:
+    import json
+
+    from recsys.data import vocab
+
+    with open(os.path.join(export_dir, META_FILE)) as f:
+        names = json.load(f).get("vocab")
+    return vocab.load(export_dir, names) if names else None
+
+
 def export_best(
     tracking_uri: str, sweep: str, out_dir: str, dtype: str = "int8", register: str | None = None
 ) -> tuple[str, ExportReport, str]:
@@ -76,6 +89,6 @@ def export_best(
     report = export(cfg, ckpt, out_dir, dtype)
     tracker.log_values(run_id, report.as_metrics())
     tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
-    cols = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
-    example = example_rows(cols, cfg.model.num_dense)
+    val = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
+    example = example_rows(val.read(0, 8), cfg.model.num_dense, vocabs=export_vocabs(out_dir))
     return run_id, report, log_served_model(tracker, run_id, out_dir, example, register)

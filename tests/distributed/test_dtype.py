@@ -40,8 +40,7 @@ def _train_tables(rank, world, dtype, planner_free=False):
         rank=rank,
         world_size=world,
         batch_size=64,
-        table_rows=cfg.embeddings.num_embeddings,
-        feature_names=cfg.embeddings.names(),
+        layout=cfg.embeddings.layout(),
         seed=0,
         shuffle=True,
     )

@@ -34,8 +34,7 @@ def _global_batches(cfg, steps):
             rank=r,
             world_size=2,
             batch_size=cfg.train.batch_size,
-            table_rows=cfg.embeddings.num_embeddings,
-            feature_names=cfg.embeddings.names(),
+            layout=cfg.embeddings.layout(),
             seed=cfg.train.seed,
             shuffle=True,
         )

@@ -50,7 +50,7 @@ def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
     )
     val = load_splits(cfg.data, 13, cfg.embeddings.num_embeddings).val
     with torch.no_grad():
-        _, out = model.eval()(to_batch(val, cfg.embeddings.num_embeddings, cfg.embeddings.names()))
+        _, out = model.eval()(to_batch(val.read(0, len(val)), cfg.embeddings.layout()))
     logits, labels = out["logits"][:, 0].numpy(), out["labels"][:, 0].numpy()
     assert m["val_count"] == len(val)
     assert m["val_auc"] == pytest.approx(roc_auc_score(labels, logits), abs=1e-6)

@@ -99,7 +99,7 @@ def test_preprocess_binary_equals_text(tmp_path, synthetic):
     synthetic.write_tsv(b, compress=True)
     out = str(tmp_path / "npy")
     preprocess([a, b], out, "error", progress=False)
-    days = load_folder(out)
+    days = [d.read(0, len(d)) for d in load_folder(out)]
     text = read_tsv(a)
     assert len(days) == 2
     for day in days:
@@ -115,24 +115,27 @@ def test_preprocess_skips_bad_rows_and_truncates(tmp_path):
     path.write_text(row("1") + BAD[2][0] + row("0"))
     preprocess([str(path)], str(tmp_path / "out"), "skip", progress=False)
     (day,) = load_folder(str(tmp_path / "out"))
-    assert day.labels[:, 0].tolist() == [1, 0]
+    assert day.read(0, len(day)).labels[:, 0].tolist() == [1, 0]
 
 
 def test_torchrec_layout_and_bad_folders(tmp_path):
     folder = tmp_path / "tr"
     folder.mkdir()
-    np.save(folder / "day_0_dense.npy", np.zeros((4, 13), np.float32))
+    np.save(folder / "day_0_dense.npy", np.full((4, 13), np.log(2.0), np.float32))
     np.save(folder / "day_0_sparse.npy", np.arange(4 * 26, dtype=np.int64).reshape(4, 26))
     np.save(folder / "day_0_labels.npy", np.array([[0], [1], [1], [0]], np.int32))
     (day,) = load_folder(str(folder))
-    assert day.sparse.shape == (4, 26, 1) and day.sparse[1, 0, 0] == 26
-    np.save(folder / "day_1_dense.npy", np.zeros((4, 13), np.float32))
+    rows = day.read(0, 4)
+    assert rows.sparse.shape == (4, 26, 1) and rows.sparse[1, 0, 0] == 26
+    np.save(folder / "day_1_dense.npy", np.full((4, 13), np.log(2.0), np.float32))
     with pytest.raises(DataError, match="day_1_labels.npy is missing"):
         load_folder(str(folder))
     np.save(folder / "day_1_sparse.npy", np.zeros((4, 26), np.int64))
     np.save(folder / "day_1_labels.npy", np.array([[0], [1], [2], [0]], np.int32))
+    day1 = load_folder(str(folder))[1]
+    day1.read(0, 2)  # labels are checked on the rows read, not by scanning whole days up front
     with pytest.raises(DataError, match=r"day_1_labels.npy: row 2: label must be 0 or 1"):
-        load_folder(str(folder))
+        day1.read(1, 4)
     with pytest.raises(DataError, match="no such folder"):
         load_folder(str(tmp_path / "absent"))
 
@@ -143,7 +146,7 @@ def test_splits_in_file_order_and_empty_split(tmp_path, synthetic):
     cfg = DataConfig(source="criteo_tsv", paths=[path], val_fraction=0.1, test_fraction=0.2)
     s = load_splits(cfg, 13, ROWS)
     assert (len(s.train), len(s.val), len(s.test)) == (210, 30, 60)
-    np.testing.assert_array_equal(s.val.labels[:, 0], synthetic.labels[210:240])
+    np.testing.assert_array_equal(s.val.read(0, 30).labels[:, 0], synthetic.labels[210:240])
     tiny = tmp_path / "tiny.txt"
     tiny.write_text(row() * 3)
     cfg = DataConfig(source="criteo_tsv", paths=[str(tiny)], val_fraction=0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from recsys.config import SparseLayout
 from recsys.data import Columns, TrainStream, eval_batches, shard_range, to_batch
 
 N, F = 103, 3
@@ -24,8 +25,7 @@ def stream(cols: Columns, rank: int, world: int = 2, batch: int = 8, **kw) -> Tr
         rank=rank,
         world_size=world,
         batch_size=batch,
-        table_rows=[1000] * F,
-        feature_names=["a", "b", "c"],
+        layout=SparseLayout(["a", "b", "c"], [1000] * F),
         seed=0,
         shuffle=True,
         **kw,
@@ -74,8 +74,7 @@ def test_eval_batches_equal_count_and_cover_once():
                 rank=rank,
                 world_size=2,
                 batch_size=16,
-                table_rows=[1000] * F,
-                feature_names=["a", "b", "c"],
+                layout=SparseLayout(["a", "b", "c"], [1000] * F),
             )
         )
         per_rank.append(out)
@@ -91,7 +90,7 @@ def test_eval_batches_equal_count_and_cover_once():
 
 def test_kjt_layout_and_modulo():
     cols = indexed(4)
-    batch = to_batch(cols, table_rows=[5, 7, 1000], feature_names=["a", "b", "c"])
+    batch = to_batch(cols, SparseLayout(["a", "b", "c"], [5, 7, 1000]))
     kjt = batch.sparse_features
     assert kjt.keys() == ["a", "b", "c"]
     assert kjt["a"].values().tolist() == [0, 3 % 5, 6 % 5, 9 % 5]
@@ -111,8 +110,7 @@ def test_ids_beyond_table_size_are_hashed_and_counted():
         rank=0,
         world_size=1,
         batch_size=8,
-        table_rows=[10, 10, 1000],
-        feature_names=["a", "b", "c"],
+        layout=SparseLayout(["a", "b", "c"], [10, 10, 1000]),
         seed=0,
         shuffle=False,
     )

@@ -10,6 +10,7 @@ from torchrec.datasets.utils import Batch
 
 from recsys.config import ConfigError, EmbeddingConfig, LossConfig, ModelConfig, QRConfig
 from recsys.models import DLRM, ModelAndLoss, materialize
+from recsys.models.dlrm import WithRawIds
 from tests.conftest import make_kjt
 
 ROWS = [50, 300, 20, 1000]
@@ -37,7 +38,7 @@ def test_forward_backward_grid(op, qr, mixed):
         sparse_features=make_kjt(emb.names(), ROWS, batch=6, hot=2),
         labels=torch.randint(0, 2, (6,)).float(),
     )
-    loss, out = ModelAndLoss(model, LossConfig())(batch)
+    loss, out = ModelAndLoss(WithRawIds(model, emb.layout().qr), LossConfig())(batch)
     assert out["logits"].shape == (6, 1) and torch.isfinite(loss)
     loss.backward()
     grads = [p.grad for p in model.parameters()]

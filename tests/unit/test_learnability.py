@@ -10,7 +10,7 @@ import torch
 
 from recsys.config import DataConfig, EmbeddingConfig, LossConfig, ModelConfig, SyntheticConfig
 from recsys.data import TrainStream, eval_batches, load_splits
-from recsys.data.columns import Columns
+from recsys.data.columns import Columns, RowSource
 from recsys.models import DLRM, ModelAndLoss
 from recsys.train.metrics import binary_metrics
 
@@ -19,11 +19,11 @@ EMB = EmbeddingConfig(num_embeddings=ROWS, dim=8)
 MODEL = ModelConfig(num_dense=13, bottom_mlp=[16], top_mlp=[16])
 
 
-def train_and_eval(train: Columns, val: Columns, steps: int = 300) -> float:
+def train_and_eval(train: RowSource, val: RowSource, steps: int = 300) -> float:
     torch.manual_seed(0)
     model = ModelAndLoss(DLRM(MODEL, EMB), LossConfig())
     opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
-    kw = {"table_rows": ROWS, "feature_names": EMB.names()}
+    kw = {"layout": EMB.layout()}
     stream = TrainStream(train, rank=0, world_size=1, batch_size=128, seed=0, shuffle=True, **kw)
     for _ in range(steps):
         loss, _ = model(next(stream))
@@ -43,8 +43,10 @@ def test_tiny_dlrm_learns_and_shuffled_labels_do_not():
     cfg = DataConfig(synthetic=SyntheticConfig(num_samples=30_000, seed=1))
     splits = load_splits(cfg, 13, ROWS)
     learned = train_and_eval(splits.train, splits.val)
-    shuffled_labels = np.random.default_rng(0).permutation(splits.train.labels)
-    shuffled = train_and_eval(dataclasses.replace(splits.train, labels=shuffled_labels), splits.val)
+    train = splits.train.resident()
+    assert isinstance(train, Columns)  # synthetic rows, generated into memory
+    shuffled_labels = np.random.default_rng(0).permutation(train.labels)
+    shuffled = train_and_eval(dataclasses.replace(train, labels=shuffled_labels), splits.val)
     print(f"val AUC: learned {learned:.3f}, shuffled labels {shuffled:.3f}")
     assert learned > 0.70
     assert abs(shuffled - 0.5) < 0.05
