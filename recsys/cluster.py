@@ -46,15 +46,39 @@ def connect(
     return ray.cluster_resources()
 
 
-def placeable_workers(nodes: list[dict[str, float]], cpus: float, gpus: float) -> int:
-    """How many workers of ``cpus`` CPUs and ``gpus`` GPUs the nodes can hold at once."""
-    total = 0
+def node_slots(nodes: list[dict[str, float]], cpus: float, gpus: float) -> list[int]:
+    """How many workers of ``cpus`` CPUs and ``gpus`` GPUs each node can hold."""
+    out = []
     for node in nodes:
         fit = math.floor(node.get("CPU", 0) / cpus + 1e-9) if cpus else math.inf
         if gpus:
             fit = min(fit, math.floor(node.get("GPU", 0) / gpus + 1e-9))
-        total += int(fit) if fit != math.inf else 0
-    return total
+        out.append(int(fit) if fit != math.inf else 0)
+    return out
+
+
+def placeable_workers(nodes: list[dict[str, float]], cpus: float, gpus: float) -> int:
+    """How many workers of ``cpus`` CPUs and ``gpus`` GPUs the nodes can hold at once."""
+    return sum(node_slots(nodes, cpus, gpus))
+
+
+def placement_strategy(num_workers: int, slots: list[int]) -> str:
+    """Ray's placement for a trial's workers, so that every node holds the same number of them
+    (TorchRec plans for one ``local_world_size``): ``STRICT_PACK`` (one node) when a node can
+    hold them all, else ``PACK`` over whole nodes, which needs a multiple of the node size.
+    Ray's default ``PACK`` alone is best effort and may split a trial 1 + 3 when other trials
+    hold part of a node; the workers also check their placement at start
+    (``recsys.distributed.env.check_placement``)."""
+    biggest = max(slots, default=0)
+    if num_workers <= biggest:
+        return "STRICT_PACK"
+    if biggest == 0 or num_workers % biggest:
+        raise ConfigError(
+            f"num_workers={num_workers} do not fit one node (at most {biggest} such workers per "
+            f"node) and cannot fill whole nodes evenly: use at most {biggest}, or a multiple of "
+            f"{biggest} (TorchRec needs the same number of workers on every node)"
+        )
+    return "PACK"
 
 
 def check_fits(
@@ -79,6 +103,7 @@ def check_fits(
             f"{total_gpu:g} GPU on {len(nodes)} node(s) and can place {fit} such workers. "
             "Lower --num-workers / --cpus-per-worker, or add nodes."
         )
+    placement_strategy(num_workers, node_slots(nodes, cpus_per_worker, gpus_per_worker))
 
 
 def alive_nodes() -> list[dict[str, float]]:

@@ -2,8 +2,10 @@
 
 A checkpoint directory holds one ``__<rank>_0.distcp`` shard file per rank and ``.metadata``
 (model incl. sharded tables, fused and dense optimizer state), plus one small
-``worker_<rank>.pt`` per rank with what differs between ranks: step, data position and RNG
-state. Everything loads with DCP or ``torch.load(weights_only=True)``: no arbitrary pickles.
+``worker_<rank>.pt`` per rank with what differs between ranks: step, data position and the RNG
+states: the CPU generator's and, on a GPU worker, its device's (FBGEMM's fp16/bf16 tables round
+stochastically in backward with the CUDA generator, so an exact resume needs it). Everything
+loads with DCP or ``torch.load(weights_only=True)``: no arbitrary pickles.
 
 With Ray Train every rank saves into its own local folder and reports it; Ray merges the folders
 into one checkpoint directory on the run's storage.
@@ -20,6 +22,8 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+
+CPU = torch.device("cpu")
 
 
 @dataclass
@@ -38,6 +42,22 @@ class CheckpointError(RuntimeError):
     """A checkpoint is incomplete, corrupt, unwritable or from another world size."""
 
 
+def rng_states(device: torch.device) -> dict[str, torch.Tensor]:
+    """The generators a worker's training draws from: CPU, and its GPU's on a GPU worker."""
+    out = {"torch_rng": torch.get_rng_state()}
+    if device.type == "cuda":
+        out["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def set_rng_states(saved: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(saved["torch_rng"])
+    if device.type == "cuda":
+        if "cuda_rng" not in saved:
+            raise CheckpointError("the checkpoint has no CUDA RNG state (saved by a CPU worker)")
+        torch.cuda.set_rng_state(saved["cuda_rng"], device)
+
+
 def save(
     folder: str,
     model: nn.Module,
@@ -45,6 +65,7 @@ def save(
     state: TrainState,
     rank: int,
     world_size: int,
+    device: torch.device = CPU,
 ) -> None:
     """Write this rank's part of a checkpoint into ``folder`` (collective: all ranks call it).
 
@@ -60,7 +81,7 @@ def save(
                 "step": state.step,
                 "data_position": state.data_position,
                 "world_size": world_size,
-                "torch_rng": torch.get_rng_state(),
+                **rng_states(device),
             },
             _worker_file(folder, rank),
         )
@@ -102,7 +123,14 @@ def verify(folder: str, world_size: int) -> None:
             )
 
 
-def load(folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: int) -> TrainState:
+def load(
+    folder: str,
+    model: nn.Module,
+    optimizer: Any,
+    rank: int,
+    world_size: int,
+    device: torch.device = CPU,
+) -> TrainState:
     """Restore model, optimizer and this rank's state in place (collective). Callers run
     ``verify`` first and agree on the verdict across ranks (``recsys.train.resume.restore``)."""
     extra = torch.load(_worker_file(folder, rank), weights_only=True)
@@ -110,7 +138,7 @@ def load(folder: str, model: nn.Module, optimizer: Any, rank: int, world_size: i
     dcp.load(state, checkpoint_id=folder)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optim"])
-    torch.set_rng_state(extra["torch_rng"])
+    set_rng_states(extra, device)
     return TrainState(step=int(extra["step"]), data_position=int(extra["data_position"]))
 
 

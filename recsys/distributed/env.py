@@ -60,3 +60,38 @@ def current(use_gpu: bool) -> WorkerEnv:
     if use_gpu:
         torch.cuda.set_device(env.device)
     return env
+
+
+class PlacementError(RuntimeError):
+    """A trial's workers are spread over nodes in a way TorchRec cannot shard for."""
+
+
+def check_placement(placement: list[tuple[str, int, int]]) -> None:
+    """``placement[rank] = (node id, LOCAL_RANK, LOCAL_WORLD_SIZE)`` of every rank.
+
+    TorchRec's planner takes one ``local_world_size`` and places shards on
+    ``cuda:{rank % local_world_size}``, with rank ``r`` on host ``r // local_world_size``: every
+    node must hold the same number of consecutive ranks. A best-effort placement that splits a
+    trial 1 + 3 over two nodes breaks that; this names it before anything is sharded."""
+    by_node: dict[str, list[int]] = {}
+    for rank, (node, _, _) in enumerate(placement):
+        by_node.setdefault(node, []).append(rank)
+    sizes = {lws for _, _, lws in placement}
+    size = next(iter(sizes))
+    even = len(sizes) == 1 and all(len(r) == size for r in by_node.values())
+    ordered = all(
+        local == rank % size and ranks == list(range(ranks[0], ranks[0] + size))
+        for ranks in by_node.values()
+        for rank in ranks
+        for _, local, _ in [placement[rank]]
+    )
+    if even and ordered:
+        return
+    where = "; ".join(f"node {n[:8]}: ranks {r}" for n, r in by_node.items())
+    raise PlacementError(
+        f"this trial's {len(placement)} workers are spread unevenly over {len(by_node)} nodes "
+        f"({where}; LOCAL_WORLD_SIZE {sorted(sizes)}): TorchRec needs the same number of "
+        "consecutive ranks on every node. Use a --num-workers that fits one node (its workers "
+        "are then placed together), or a multiple of the GPUs per node with whole nodes free "
+        "(e.g. --max-concurrent 1 for such trials)."
+    )

@@ -2,19 +2,36 @@
 
 The embedding optimizer is fused into the backward pass through the sharder's fused params
 (FBGEMM ``EmbOptimType``), so embedding gradients are never materialised.
+
+The planner is told the machine it plans for (``topology``): the device's memory (a GPU's real
+HBM, not TorchRec's default 32 GiB; on CPU the host memory per worker), the host memory per
+worker, the number of workers per node, and the trial's batch size (TorchRec assumes 512). Its
+per-rank memory estimate of the chosen plan is kept (``PlanEstimate``) for the reports and for
+the feasibility check before a trial launches.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from torch import nn
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
-from torchrec.distributed.planner.types import ParameterConstraints
+from torchrec.distributed.planner.types import (
+    HardwareConfig,
+    KernelConfig,
+    ParameterConstraints,
+    ShardingOption,
+    Stats,
+    TopologyFactory,
+    TrainerConfig,
+)
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from recsys.config import (
@@ -95,25 +112,99 @@ def constraints(
     return out
 
 
+def host_memory_bytes() -> int:
+    """This machine's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What one worker may use, as the planner sees it.
+
+    Attributes:
+        device: ``cuda`` or ``cpu``. hbm: bytes of the worker's GPU (None on CPU).
+        ddr: host memory per worker (the node's memory over its workers); on CPU it is also the
+            device's memory.
+    """
+
+    device: str
+    hbm: int | None
+    ddr: int
+
+    @classmethod
+    def of(cls, env: WorkerEnv) -> Machine:
+        """This worker's: the GPU's real memory, the host's memory over the node's workers."""
+        hbm = None
+        if env.device.type == "cuda":
+            hbm = int(torch.cuda.get_device_properties(env.device).total_memory)
+        return cls(env.compute_device, hbm, host_memory_bytes() // env.local_world_size)
+
+
+def topology(world_size: int, local_world_size: int, machine: Machine) -> Topology:
+    """TorchRec's ``Topology`` through ``TopologyFactory`` (as TorchRec 1.8 asks), with the real
+    memory of the machine instead of TorchRec's defaults (32 GiB HBM, 128 GiB host)."""
+    return TopologyFactory.create_topology(
+        trainer_config=TrainerConfig(world_size=world_size, local_world_size=local_world_size),
+        hardware_config=HardwareConfig(hbm_cap_bytes=machine.hbm, ddr_cap_bytes=machine.ddr),
+        kernel_config=KernelConfig(compute_device=machine.device),
+    )
+
+
+@dataclass
+class PlanEstimate(Stats):
+    """A planner ``Stats`` hook that keeps the chosen plan's estimated bytes per rank (HBM and
+    host), instead of logging TorchRec's table of them."""
+
+    hbm: dict[int, int] = field(default_factory=dict)
+    ddr: dict[int, int] = field(default_factory=dict)
+
+    def log(self, *args: Any, best_plan: list[ShardingOption] | None = None, **kw: Any) -> None:
+        self.hbm, self.ddr = {}, {}
+        for option in best_plan or []:
+            for shard_ in option.shards:
+                if shard_.rank is None or shard_.storage is None:
+                    continue
+                self.hbm[shard_.rank] = self.hbm.get(shard_.rank, 0) + int(shard_.storage.hbm)
+                self.ddr[shard_.rank] = self.ddr.get(shard_.rank, 0) + int(shard_.storage.ddr)
+
+
+def planner(
+    cfg: ShardingConfig,
+    table_names: list[str],
+    machine: Machine,
+    world_size: int,
+    local_world_size: int,
+    batch_size: int,
+    half: bool = False,
+) -> tuple[EmbeddingShardingPlanner, PlanEstimate]:
+    """The planner for ``world_size`` workers of ``machine`` at ``batch_size`` per worker."""
+    estimate = PlanEstimate()
+    return (
+        EmbeddingShardingPlanner(
+            topology=topology(world_size, local_world_size, machine),
+            batch_size=batch_size,
+            constraints=constraints(cfg, table_names, machine.device, half),
+            stats=[estimate],
+        ),
+        estimate,
+    )
+
+
 def plan(
     model: nn.Module,
     env: WorkerEnv,
     cfg: ShardingConfig,
     optim: OptimConfig,
     table_names: list[str],
+    batch_size: int,
     half: bool = False,
-) -> ShardingPlan:
-    """The planner's plan, agreed by all ranks (``collective_plan``)."""
-    topology = Topology(
-        world_size=env.world_size,
-        local_world_size=env.local_world_size,
-        compute_device=env.compute_device,
+) -> tuple[ShardingPlan, PlanEstimate]:
+    """The planner's plan, agreed by all ranks (``collective_plan``; rank 0 plans), and rank 0's
+    estimate of it (empty on the other ranks)."""
+    p, estimate = planner(
+        cfg, table_names, Machine.of(env), env.world_size, env.local_world_size, batch_size, half
     )
-    planner = EmbeddingShardingPlanner(
-        topology=topology,
-        constraints=constraints(cfg, table_names, env.compute_device, half),
-    )
-    return planner.collective_plan(model, sharders(optim), dist.GroupMember.WORLD)
+    return p.collective_plan(model, sharders(optim), dist.GroupMember.WORLD), estimate
 
 
 def shard(
@@ -122,14 +213,16 @@ def shard(
     cfg: ShardingConfig,
     optim: OptimConfig,
     table_names: list[str],
+    batch_size: int,
     half: bool = False,
-) -> DistributedModelParallel:
+) -> tuple[DistributedModelParallel, PlanEstimate]:
     """Shard the model's embedding tables (created on ``meta``) and place the rest on the device;
     dense parts are data-parallel (DDP). ``half``: the tables are fp16/bf16."""
-    sharding_plan = plan(model, env, cfg, optim, table_names, half)
-    return DistributedModelParallel(
+    sharding_plan, estimate = plan(model, env, cfg, optim, table_names, batch_size, half)
+    dmp = DistributedModelParallel(
         module=model, device=env.device, plan=sharding_plan, sharders=sharders(optim)
     )
+    return dmp, estimate
 
 
 def plan_summary(

@@ -56,11 +56,13 @@ def build(cfg: ExperimentConfig, env: WorkerEnv) -> Built:
     model = ModelAndLoss(dlrm, cfg.loss)
     specs = table_specs(cfg.embeddings)
     half = cfg.embeddings.dtype != "fp32"
-    dmp = shard(model, env, cfg.sharding, cfg.optim, [s.name for s in specs], half)
+    names = [s.name for s in specs]
+    dmp, estimate = shard(model, env, cfg.sharding, cfg.optim, names, cfg.train.batch_size, half)
     summary = plan_summary(
         dmp.plan,
         {s.name: (s.rows, s.dim) for s in specs},
         BYTES_PER_ELEMENT[cfg.embeddings.dtype],
         env.world_size,
     )
+    summary["planner_estimate"] = {"hbm_per_rank": estimate.hbm, "ddr_per_rank": estimate.ddr}
     return Built(dmp, combined_optimizer(dmp, cfg.optim), summary)

@@ -1,33 +1,26 @@
-"""Evaluation of a (sharded) model on a split: every rank scores its own rows, then the figures of
-the whole split are computed from all ranks' predictions (``recsys.train.metrics``)."""
+"""Evaluation of a (sharded) model on a split: every rank scores its own rows and adds their
+sufficient statistics to a ``MetricState`` on its device; one all-reduce sums the states, and
+every rank reads the whole split's figures off the sum. A rank's time and memory grow with its own
+rows only, not with the split or the number of ranks (``recsys.train.metrics``)."""
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from recsys.config import ExperimentConfig
 from recsys.data import RowSource, eval_batches
+from recsys.distributed import collectives
 from recsys.distributed.env import WorkerEnv
-from recsys.train.metrics import binary_metrics
-
-
-def gather(t: torch.Tensor, world_size: int) -> torch.Tensor:
-    """Concatenate equal-shaped tensors from every rank (rank order)."""
-    if world_size == 1:
-        return t
-    parts = [torch.empty_like(t) for _ in range(world_size)]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
+from recsys.train.metrics import MetricState
 
 
 def evaluate(
     model: nn.Module, split: RowSource, cfg: ExperimentConfig, env: WorkerEnv, prefix: str
 ) -> dict[str, float]:
-    """``{prefix}_auc``, ``{prefix}_log_loss``, ... of ``split`` over all ranks' predictions
-    (padding rows masked out); tasks after the first get ``{prefix}_{task}_...``."""
-    logits, labels, valid = [], [], []
+    """``{prefix}_auc``, ``{prefix}_log_loss``, ``{prefix}_auc_error_bound``, ... of ``split``
+    over all ranks (padding rows masked out); tasks after the first get ``{prefix}_{task}_...``."""
+    state = MetricState(len(cfg.loss.tasks), env.device)
     model.eval()
     with torch.no_grad():
         for batch, mask in eval_batches(
@@ -39,16 +32,12 @@ def evaluate(
             max_batches=cfg.train.eval_batches,
         ):
             _, out = model(batch.to(env.device, non_blocking=True))
-            logits.append(out["logits"].float())
-            labels.append(out["labels"].float())
-            valid.append(mask.to(env.device))
+            state.update(out["logits"].float(), out["labels"].float(), mask.to(env.device))
     model.train()
-    keep = gather(torch.cat(valid), env.world_size)
-    all_logits = gather(torch.cat(logits), env.world_size)[keep].cpu().numpy()
-    all_labels = gather(torch.cat(labels), env.world_size)[keep].cpu().numpy()
+    for tensor in state.tensors():
+        collectives.sum_(tensor)
     metrics: dict[str, float] = {}
-    for t, task in enumerate(cfg.loss.tasks):
-        name = prefix if t == 0 else f"{prefix}_{task.name}"
-        for k, v in binary_metrics(all_labels[:, t], all_logits[:, t]).items():
-            metrics[f"{name}_{k}"] = v
+    for head, task in enumerate(cfg.loss.tasks):
+        name = prefix if head == 0 else f"{prefix}_{task.name}"
+        metrics.update({f"{name}_{k}": v for k, v in state.compute(head).items()})
     return metrics

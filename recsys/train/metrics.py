@@ -1,8 +1,19 @@
-"""Binary-classification metrics of CTR models, on gathered predictions.
+"""Binary-classification metrics of CTR models.
 
-Each worker evaluates its own rows; the predictions are gathered to every rank first, so the
-figures are those of the whole split (not averages of per-rank AUCs). Checked against sklearn in
-``tests/unit/test_metrics.py``.
+``binary_metrics``: exact, on predictions in memory (the export's FP32-vs-quantized check, and
+the reference of the tests; checked against sklearn in ``tests/unit/test_metrics.py``).
+
+``MetricState``: the same metrics over a split that no rank holds: each rank adds its rows'
+sufficient statistics (sums for log loss, NE, calibration and accuracy; per-class histograms of
+the logits), the states are summed over ranks once (one all-reduce on the device), and every rank
+computes the split's figures from the sum. A rank's cost is its own rows plus a fixed
+``2 x 2^BITS`` histogram, whatever the number of ranks or the split's size.
+
+AUC from the histograms: the logits' float32 bits are mapped to an order-preserving integer whose
+top ``BITS`` bits are the bin (bin width: ``2^-(BITS - 9)`` relative, about 2.4e-4 at 21 bits), so
+bins are ordered as scores; pairs in different bins are counted exactly and pairs in the same bin
+as one half. The true AUC differs by at most ``sum_b pos_b * neg_b / (2 P N)``, which is reported
+as ``auc_error_bound`` (0 when no bin holds both classes).
 """
 
 from __future__ import annotations
@@ -10,6 +21,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 EPS = 1e-7
 
@@ -67,3 +79,74 @@ def binary_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
         "ctr": ctr,
         "count": float(len(labels)),
     }
+
+
+BITS = 21
+BINS = 1 << BITS
+# sums per task: count, positives, predicted probability, log loss, correct at 0.5
+_COUNT, _POS, _PROB, _LOGLOSS, _CORRECT = range(5)
+
+
+def score_bins(logits: torch.Tensor) -> torch.Tensor:
+    """Bin of each float32 logit: the top ``BITS`` bits of an integer ordered as the floats."""
+    x = logits.float() + 0.0  # -0.0 + 0.0 == +0.0: one bin for both zeros (they tie)
+    u = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    ordered = torch.where(u >= 1 << 31, (~u) & 0xFFFFFFFF, u | (1 << 31))
+    return ordered >> (32 - BITS)
+
+
+class MetricState:
+    """Sufficient statistics of the binary metrics of ``tasks`` heads, on ``device``.
+
+    ``update`` adds a batch, ``tensors`` are what to sum over ranks, ``compute`` gives the
+    figures of everything added (on every rank after the sum)."""
+
+    def __init__(self, tasks: int, device: torch.device) -> None:
+        self.hist = torch.zeros(tasks, 2, BINS, dtype=torch.int64, device=device)  # neg, pos
+        self.sums = torch.zeros(tasks, 5, dtype=torch.float64, device=device)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.hist, self.sums]
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
+        """``logits``, ``labels``: ``[B, T]``; ``valid``: ``[B]`` bool (padding rows False)."""
+        x, y = logits[valid].double(), labels[valid].double()
+        p = torch.sigmoid(x).clamp(EPS, 1 - EPS)
+        ll = -(y * torch.log(p) + (1 - y) * torch.log(1 - p))
+        correct = ((p > 0.5) == (y > 0.5)).double()
+        sums = torch.stack(
+            [torch.ones_like(y).sum(0), y.sum(0), p.sum(0), ll.sum(0), correct.sum(0)], 1
+        )
+        self.sums += sums
+        bins = score_bins(logits[valid])  # [n, T]
+        for t in range(self.hist.shape[0]):
+            cls = (y[:, t] > 0.5).long()
+            self.hist[t].index_put_((cls, bins[:, t]), torch.ones_like(cls), accumulate=True)
+
+    def compute(self, t: int = 0) -> dict[str, float]:
+        """The metrics of head ``t`` (as ``binary_metrics``) and ``auc_error_bound``."""
+        count, pos, prob, ll, correct = (float(v) for v in self.sums[t].cpu())
+        ctr = pos / count if count else float("nan")
+        log_loss_ = ll / count if count else float("nan")
+        auc_, bound = _hist_auc(self.hist[t, 0], self.hist[t, 1])
+        return {
+            "auc": auc_,
+            "auc_error_bound": bound,
+            "log_loss": log_loss_,
+            "ne": log_loss_ / entropy(ctr) if count else float("nan"),
+            "calibration": (prob / count) / ctr if ctr > 0 else float("nan"),
+            "accuracy": correct / count if count else float("nan"),
+            "ctr": ctr,
+            "count": count,
+        }
+
+
+def _hist_auc(neg: torch.Tensor, pos: torch.Tensor) -> tuple[float, float]:
+    n_pos, n_neg = int(pos.sum()), int(neg.sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan"), float("nan")
+    below = torch.cumsum(neg, 0) - neg  # negatives in lower bins
+    pairs = n_pos * n_neg
+    won = (pos.double() * below.double()).sum() + 0.5 * (pos.double() * neg.double()).sum()
+    tied = (pos.double() * neg.double()).sum()
+    return float(won / pairs), float(tied / (2 * pairs))

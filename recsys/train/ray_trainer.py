@@ -9,6 +9,7 @@ from typing import Any
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
+from recsys.cluster import alive_nodes, node_slots, placement_strategy
 from recsys.config import ExperimentConfig
 from recsys.configlib import check
 from recsys.distributed.env import backend_for
@@ -47,10 +48,12 @@ def make_trainer(
 ) -> TorchTrainer:
     """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
     from its latest checkpoint. Keeps the best ``keep_checkpoints`` by validation AUC (and always
-    the latest; ``None`` keeps all)."""
+    the latest; ``None`` keeps all). Its workers are placed on one node when one can hold them
+    all, else over whole nodes (``recsys.cluster.placement_strategy``; needs Ray initialised)."""
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.use_gpu:
         per_worker["GPU"] = 1
+    slots = node_slots(alive_nodes(), resources.cpus_per_worker, per_worker.get("GPU", 0))
     return TorchTrainer(
         train_loop,
         train_loop_config={"experiment": cfg.to_dict(), "use_gpu": resources.use_gpu},
@@ -59,6 +62,7 @@ def make_trainer(
             num_workers=resources.num_workers,
             use_gpu=resources.use_gpu,
             resources_per_worker=per_worker,
+            placement_strategy=placement_strategy(resources.num_workers, slots),
         ),
         # ray.train.RunConfig is Train V2's at run time (mypy sees the V1 class it replaces)
         run_config=RunConfig(  # type: ignore[call-arg]

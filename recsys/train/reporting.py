@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-import torch.distributed as dist
+from recsys.distributed import collectives
 
 
 class Reporter(Protocol):
@@ -72,5 +72,4 @@ class LocalReporter:
         if folder and self.rank == 0:
             with open(os.path.join(folder, "metrics.json"), "w") as f:
                 json.dump(metrics, f)
-        if dist.is_initialized():
-            dist.barrier()
+        collectives.barrier()

@@ -10,21 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-import torch.distributed as dist
 from torch import nn
 
-from recsys.distributed import checkpoint
+from recsys.distributed import checkpoint, collectives
 from recsys.distributed.checkpoint import TrainState
 from recsys.distributed.env import WorkerEnv
 from recsys.train.reporting import Reporter
-
-
-def all_ranks_agree(ok: bool, world_size: int) -> bool:
-    flag = torch.tensor([1 if ok else 0])
-    if world_size > 1:
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
 
 
 def restore(
@@ -39,8 +30,10 @@ def restore(
                 checkpoint.verify(folder, env.world_size)
             except checkpoint.CheckpointError as e:
                 reason = str(e)
-            if all_ranks_agree(not reason, env.world_size):
-                state = checkpoint.load(folder, model, optimizer, env.rank, env.world_size)
+            if collectives.all_agree(not reason, env.device):
+                state = checkpoint.load(
+                    folder, model, optimizer, env.rank, env.world_size, env.device
+                )
                 log(f"[rank {env.rank}] resumed from step {state.step} ({folder})")
                 return state
             why = reason or "unusable on another rank"

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from recsys.config import ExperimentConfig
 from recsys.data import TrainStream, load_splits
-from recsys.distributed import checkpoint
+from recsys.distributed import checkpoint, collectives
 from recsys.distributed.env import WorkerEnv
 from recsys.models import embedding_report
 from recsys.train.build import build
@@ -38,11 +37,9 @@ from recsys.train.resume import restore
 from recsys.train.stepper import Stepper, use_pipeline
 
 
-def mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
-    value = value.detach().float().reshape(1).clone()
-    if world_size > 1:
-        dist.all_reduce(value)
-    return float(value.item()) / world_size
+def pin_batches(device: torch.device) -> bool:
+    """Page-locked batches make the host-to-GPU copy asynchronous; CPU-only torch cannot pin."""
+    return device.type == "cuda"
 
 
 def due(step: int, every: int, last: int) -> bool:
@@ -116,6 +113,7 @@ class Trainer:
             seed=cfg.train.seed,
             shuffle=cfg.data.shuffle,
             position=self.state.data_position,
+            pin_memory=pin_batches(env.device),
         )
         pipelined = use_pipeline(cfg.sharding, env.device)
         self.stepper = Stepper(built.model, built.optimizer, env.device, pipelined)
@@ -141,7 +139,7 @@ class Trainer:
             self.state.step += 1
             self.state.data_position += tc.batch_size
             if due(self.state.step, tc.log_every, tc.steps):
-                loss = mean_over_ranks(loss_sum / loss_n, self.env.world_size)
+                loss = collectives.mean_over_ranks(loss_sum / loss_n)
                 loss_sum.zero_()
                 loss_n = 0
                 if not self._record_loss(loss, lr_factor):
@@ -198,7 +196,9 @@ class Trainer:
     def _save(self, model: torch.nn.Module) -> str:
         folder = self.reporter.checkpoint_dir(self.state.step)
         env = self.env
-        checkpoint.save(folder, model, self.stepper.optimizer, self.state, env.rank, env.world_size)
+        checkpoint.save(
+            folder, model, self.stepper.optimizer, self.state, env.rank, env.world_size, env.device
+        )
         if env.is_main:
             with open(os.path.join(folder, "sharding_plan.json"), "w") as f:
                 json.dump(self.plan, f, indent=2)

@@ -18,10 +18,10 @@ from typing import Any
 
 import ray.train
 import ray.train.torch
-import torch.distributed as dist
 
 from recsys.config import ExperimentConfig
-from recsys.distributed.env import current
+from recsys.distributed import collectives
+from recsys.distributed.env import check_placement, current
 from recsys.train.trainer import Trainer
 
 
@@ -94,7 +94,8 @@ def train_func(config: dict[str, Any]) -> None:
             f"Ray placed this worker on {ray.train.torch.get_device()} but TorchRec shards on "
             f"cuda:LOCAL_RANK = {env.device}; give every worker one GPU"
         )
-    nodes: list[str | None] = [None] * env.world_size
-    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
-    reporter = RayReporter(",".join(sorted({n for n in nodes if n})))
+    node = ray.get_runtime_context().get_node_id()
+    placement = collectives.all_gather_objects((node, env.local_rank, env.local_world_size))
+    check_placement(placement)  # fail fast, naming the nodes, before the planner runs
+    reporter = RayReporter(",".join(sorted({n for n, _, _ in placement})))
     Trainer(cfg, env, reporter).train()

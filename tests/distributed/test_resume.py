@@ -17,7 +17,7 @@ pytestmark = pytest.mark.distributed
 K = 6
 
 
-def _train(rank, world, root, steps):
+def _train(rank, world, root, steps, pipeline="off"):
     import torch.distributed.checkpoint as dcp
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
@@ -26,12 +26,20 @@ def _train(rank, world, root, steps):
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
-    cfg = tiny_config(**{"train.steps": steps, "train.checkpoint_every": K, "train.eval_every": K})
+    cfg = tiny_config(
+        **{
+            "train.steps": steps,
+            "train.checkpoint_every": K,
+            "train.eval_every": K,
+            "sharding.pipeline": pipeline,
+        }
+    )
     reporter = LocalReporter(root, rank)
     metrics = Trainer(cfg, current(use_gpu=False), reporter, log=lambda s: None).train()
     folder = reporter.completed()[-1]
     extra = torch.load(f"{folder}/worker_{rank}.pt", weights_only=True)
     del extra["torch_rng"]
+    assert "cuda_rng" not in extra  # CPU workers have no CUDA generator to save
     model = build(cfg, current(use_gpu=False)).model
     state = {"model": model.state_dict()}
     dcp.load(state, checkpoint_id=folder)
@@ -43,10 +51,11 @@ def _train(rank, world, root, steps):
     return {"metrics": metrics, "extra": extra, "weights": tensors, "history": history}
 
 
-def test_resume_is_exact(tmp_path):
-    straight = run_ranks(_train, str(tmp_path / "a"), 2 * K)
-    run_ranks(_train, str(tmp_path / "b"), K)
-    resumed = run_ranks(_train, str(tmp_path / "b"), 2 * K)
+@pytest.mark.parametrize("pipeline", ["off", "on"])
+def test_resume_is_exact(tmp_path, pipeline):
+    straight = run_ranks(_train, str(tmp_path / "a"), 2 * K, pipeline)
+    run_ranks(_train, str(tmp_path / "b"), K, pipeline)
+    resumed = run_ranks(_train, str(tmp_path / "b"), 2 * K, pipeline)
     for s, r in zip(straight, resumed, strict=True):
         assert s["extra"] == r["extra"] == {**s["extra"], "step": 2 * K}
         assert s["metrics"]["loss"] == r["metrics"]["loss"]

@@ -1,4 +1,6 @@
-"""DMP-sharded model on 2 gloo ranks == the unsharded model (forward and K training steps).
+"""DMP-sharded model on 2 gloo ranks == the unsharded model (forward and K training steps), trained
+plainly and through TorchRec's ``TrainPipelineSparseDist`` (which must pipeline the embedding
+collection: with QR on, its ids are split in the batch, so its input comes straight from it).
 
 The unsharded reference sees the global batch (both ranks' rows) with an equivalent optimizer:
 Adagrad on the tables (FBGEMM's EXACT_ADAGRAD on the sharded side) and on the dense part. Not
@@ -81,10 +83,11 @@ def _reference(cfg):
     return model, opts
 
 
-def _rank_fn(rank, world):
+def _rank_fn(rank, world, pipeline):
     from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
     from recsys.train.build import build
+    from recsys.train.stepper import Stepper
 
     cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
     env = current(use_gpu=False)
@@ -92,7 +95,7 @@ def _rank_fn(rank, world):
     built = build(cfg, env)
     dmp, optimizer, summary = built.model, built.optimizer, built.plan
     copy_full_into_sharded(dmp.state_dict(), ref.state_dict())
-    batches = _global_batches(cfg, K + 1)
+    batches = _global_batches(cfg, K + 3)  # the pipeline reads two batches ahead
 
     out = {"plan": summary["tables"], "sharded": [], "reference": []}
     # the debug helper reassembles a column-wise table on rank 0
@@ -104,11 +107,10 @@ def _rank_fn(rank, world):
         _, local = dmp(batches[0][rank])
         _, full = ref(_concat(batches[0]))
     out["forward"] = (local["logits"], full["logits"][rank * 32 : (rank + 1) * 32])
+    stepper = Stepper(dmp, optimizer, torch.device("cpu"), pipeline)
+    mine = iter([b[rank] for b in batches])
     for step in range(K):
-        optimizer.zero_grad()
-        loss, _ = dmp(batches[step][rank])
-        loss.backward()
-        optimizer.step()
+        loss = stepper(mine)["loss"]
         for o in ref_opts:
             o.zero_grad()
         ref_loss, _ = ref(_concat(batches[step]))
@@ -117,15 +119,20 @@ def _rank_fn(rank, world):
             o.step()
         out["sharded"].append(loss.item())
         out["reference"].append(ref_loss.item())
-    with torch.no_grad():
-        _, local = dmp(batches[K][rank])
+    with torch.no_grad(), stepper.plain_model() as plain:
+        _, local = plain(batches[K][rank])
         _, full = ref(_concat(batches[K]))
     out["after"] = (local["logits"], full["logits"][rank * 32 : (rank + 1) * 32])
+    if pipeline:
+        out["pipelined"] = [type(m).__name__ for m in stepper.pipeline._pipelined_modules]
     return out
 
 
-def test_sharded_matches_unsharded_forward_and_training():
-    results = run_ranks(_rank_fn)
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
+def test_sharded_matches_unsharded_forward_and_training(pipeline):
+    results = run_ranks(_rank_fn, pipeline)
+    if pipeline:  # the collection (QR tables included) is pipelined: input dist overlaps compute
+        assert results[0]["pipelined"] == ["ShardedEmbeddingBagCollection"], results[0]
     plan = results[0]["plan"]
     kinds = {t: p["sharding_type"] for t, p in plan.items()}
     tw_ranks = {p["ranks"][0] for p in plan.values() if p["sharding_type"] == "table_wise"}

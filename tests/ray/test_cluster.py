@@ -1,20 +1,27 @@
-"""A sweep on a simulated two-node cluster with shared storage: trials land on both nodes."""
+"""A simulated two-node cluster (3 CPUs per node) with shared storage: sweeps land on both nodes,
+and a trial's workers are never split unevenly over nodes."""
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 
+import cloudpickle
 import pytest
 
+from recsys.configlib import ConfigError
 from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
 from recsys.tune.tracking import Tracker
 from tests.ray.spaces import write_space
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_nodes():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -22,8 +29,8 @@ def two_nodes():
 
     from recsys.cluster import connect
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    cluster.add_node(num_cpus=2)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3})
+    cluster.add_node(num_cpus=3)
     connect(cluster.address, log_to_driver=False)
     try:
         cluster.wait_for_nodes()
@@ -40,8 +47,8 @@ def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
 
     assert len(alive_nodes()) == 2
     check_fits(2, 0.9, 0, alive_nodes(), extra_cpus=0.1)
-    with pytest.raises(Exception, match="can place 4 such workers"):
-        check_fits(5, 0.9, 0, alive_nodes(), extra_cpus=0.1)
+    with pytest.raises(ConfigError, match="can place 6 such workers"):
+        check_fits(7, 0.9, 0, alive_nodes(), extra_cpus=0.1)
     space = spaces.load(write_space(tmp_path, steps=20))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     opts = SweepOptions(
@@ -56,6 +63,50 @@ def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
     assert len(table) == 4 and all(r["status"] == "ok" for r in table)
     used = set()
     for row in table:
+        assert len(row["worker_nodes"].split(",")) == 1  # each trial on one node
         used |= set(row["worker_nodes"].split(","))
     node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert used == node_ids, (used, node_ids)
+
+
+def test_a_count_that_cannot_fill_nodes_evenly_is_refused_before_launch(two_nodes):
+    from recsys.cluster import alive_nodes, check_fits
+
+    check_fits(3, 1.0, 0, alive_nodes())  # one node holds 3
+    check_fits(6, 1.0, 0, alive_nodes())  # two whole nodes
+    with pytest.raises(ConfigError, match="cannot fill whole nodes evenly: use at most 3"):
+        check_fits(4, 1.0, 0, alive_nodes())  # 3 + 1 or 2 + 2 over nodes of 3
+
+
+def test_trial_waits_for_one_node_instead_of_splitting_over_two(two_nodes, tmp_path):
+    """Other work holds one CPU on each node, so a 3-worker trial could only be split 2 + 1 (Ray's
+    default best-effort PACK does that at once). It is placed on one node once one is free."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from recsys.train.ray_trainer import Resources, make_trainer
+    from tests.ray.test_trainer import config
+
+    @ray.remote(num_cpus=1)
+    class Blocker:
+        def node(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    blockers = [
+        Blocker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+        for n in nodes
+    ]
+    assert ray.get([b.node.remote() for b in blockers]) == nodes
+    cfg = config(**{"train.steps": 20, "train.checkpoint_every": 10, "train.eval_every": 20})
+    trainer = make_trainer(cfg, Resources(3, False, 1.0), name="split", storage_path=str(tmp_path))
+    result: dict = {}
+    fit = threading.Thread(target=lambda: result.update(r=trainer.fit()))
+    fit.start()
+    time.sleep(15)
+    assert fit.is_alive()  # waiting for a node with 3 free CPUs, not running split 2 + 1
+    ray.kill(blockers[1])
+    fit.join(timeout=300)
+    assert not fit.is_alive() and result["r"].error is None
+    assert result["r"].metrics["worker_nodes"] == nodes[1]  # all three workers on the freed node
+    ray.kill(blockers[0])

@@ -53,7 +53,9 @@ def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
         _, out = model.eval()(to_batch(val.read(0, len(val)), cfg.embeddings.layout()))
     logits, labels = out["logits"][:, 0].numpy(), out["labels"][:, 0].numpy()
     assert m["val_count"] == len(val)
-    assert m["val_auc"] == pytest.approx(roc_auc_score(labels, logits), abs=1e-6)
+    # histogram AUC (summed over ranks on the device): within the bound it reports, a small one
+    assert abs(m["val_auc"] - roc_auc_score(labels, logits)) <= m["val_auc_error_bound"] + 1e-12
+    assert m["val_auc_error_bound"] < 1e-3
     probs = 1 / (1 + np.exp(-logits.astype(np.float64)))
     assert m["val_log_loss"] == pytest.approx(log_loss(labels, probs), abs=1e-5)
     with open(os.path.join(result.checkpoint.path, "sharding_plan.json")) as f:

@@ -1,0 +1,183 @@
+"""Guards, on CPU, of the mistakes that only break multi-GPU runs (issue 12). What a CPU cannot
+check is covered by ``./run.sh gpu-check`` (tests marked ``gpu``)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from recsys.cluster import node_slots, placement_strategy
+from recsys.configlib import ConfigError
+from recsys.distributed import checkpoint, collectives
+from recsys.distributed.env import PlacementError, check_placement
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECTIVES = {
+    "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
+    "broadcast_object_list", "gather", "gather_object", "scatter", "reduce", "reduce_scatter",
+    "all_to_all", "all_to_all_single", "barrier", "send", "recv",
+}  # fmt: skip
+
+
+def test_no_module_but_collectives_calls_a_collective():
+    """NCCL serves CUDA tensors only; gloo hides a CPU tensor in a collective. So every collective
+    goes through recsys/distributed/collectives.py, whose helpers take the device."""
+    offenders = []
+    for path in (ROOT / "recsys").rglob("*.py"):
+        if path.name == "collectives.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in COLLECTIVES
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "dist"
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} dist.{node.func.attr}")
+    assert offenders == []
+
+
+def test_every_tensor_made_for_a_collective_names_its_device():
+    tree = ast.parse((ROOT / "recsys/distributed/collectives.py").read_text())
+    made = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("tensor", "zeros", "ones", "empty", "full")
+    ]
+    assert made and all(any(k.arg == "device" for k in n.keywords) for n in made)
+
+
+def test_collective_device_is_the_current_gpu_under_nccl(monkeypatch):
+    monkeypatch.setattr(collectives, "_world", lambda: 2)
+    monkeypatch.setattr(collectives.dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert collectives.collective_device() == torch.device("cuda", 3)
+    monkeypatch.setattr(collectives.dist, "get_backend", lambda: "gloo")
+    assert collectives.collective_device() == torch.device("cpu")
+
+
+def test_placement_one_node_when_it_fits_else_whole_nodes():
+    gpus = node_slots([{"CPU": 64, "GPU": 8}, {"CPU": 64, "GPU": 8}], cpus=4, gpus=1)
+    assert gpus == [8, 8]
+    assert placement_strategy(4, gpus) == "STRICT_PACK"  # never 1 + 3 over two nodes
+    assert placement_strategy(8, gpus) == "STRICT_PACK"
+    assert placement_strategy(16, gpus) == "PACK"  # two whole nodes
+    with pytest.raises(ConfigError, match="cannot fill whole nodes evenly: use at most 8"):
+        placement_strategy(12, gpus)
+
+
+def test_uneven_placement_fails_fast_naming_the_nodes():
+    check_placement([("a", 0, 2), ("a", 1, 2), ("b", 0, 2), ("b", 1, 2)])  # 2 + 2: fine
+    with pytest.raises(PlacementError, match=r"4 workers are spread unevenly over 2 nodes"):
+        check_placement([("a", 0, 1), ("b", 0, 3), ("b", 1, 3), ("b", 2, 3)])  # 1 + 3
+    with pytest.raises(PlacementError, match="LOCAL_WORLD_SIZE"):
+        check_placement([("a", 0, 2), ("b", 0, 2), ("a", 1, 2), ("b", 1, 2)])  # interleaved
+
+
+def _big_model(dim: int):
+    from recsys.config_registry import named
+    from recsys.models import DLRM, ModelAndLoss
+    from recsys.models.embeddings import table_specs
+
+    cfg = named("criteo_kaggle").with_overrides({"embeddings.dim": dim})
+    model = ModelAndLoss(DLRM(cfg.model, cfg.embeddings, 1, embedding_device="meta"), cfg.loss)
+    return cfg, model, [s.name for s in table_specs(cfg.embeddings)]
+
+
+def test_planner_is_told_the_real_gpu_memory_and_the_batch_size():
+    from recsys.distributed.sharding import Machine, planner, sharders, topology
+
+    cfg, model, names = _big_model(dim=256)  # Kaggle tables at dim 256: 35 GB, over 32 GiB
+    kernels = {}
+    for hbm in (32 * 2**30, 80 * 2**30):  # TorchRec's default vs an H100
+        p, _ = planner(cfg.sharding, names, Machine("cuda", hbm, 256 * 2**30), 1, 1, 2048)
+        plan = p.plan(model, sharders(cfg.optim))
+        kernels[hbm] = {ps.compute_kernel for mp in plan.plan.values() for ps in mp.values()}
+    assert kernels[80 * 2**30] == {"fused"}  # all tables in HBM on an 80 GB GPU
+    assert kernels[32 * 2**30] != {"fused"}  # 32 GiB forces UVM caching for some tables
+    estimates = []
+    for batch in (512, 8192):
+        p, est = planner(cfg.sharding, names, Machine("cuda", 80 * 2**30, 2**40), 1, 1, batch)
+        p.plan(model, sharders(cfg.optim))
+        estimates.append(est.hbm[0])
+    assert estimates[1] > estimates[0]  # the batch size reaches the planner's estimate
+    cpu = topology(2, 2, Machine("cpu", None, 10 * 2**30))
+    assert [(d.storage.hbm, d.storage.ddr) for d in cpu.devices] == [(0, 10 * 2**30)] * 2
+    assert cpu.local_world_size == 2 and cpu.compute_device == "cpu"
+
+
+def test_machine_of_a_gpu_worker_reads_its_gpu_and_shares_host_memory(monkeypatch):
+    from recsys.distributed import sharding
+    from recsys.distributed.env import WorkerEnv
+
+    props = type("Props", (), {"total_memory": 85_000_000_000})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(sharding, "host_memory_bytes", lambda: 8 * 2**40)
+    env = WorkerEnv(rank=9, world_size=16, local_rank=1, local_world_size=8,
+                    device=torch.device("cuda", 1))  # fmt: skip
+    assert sharding.Machine.of(env) == sharding.Machine("cuda", 85_000_000_000, 2**40)
+
+
+def test_batches_are_pinned_only_on_gpu_workers(monkeypatch):
+    import numpy as np
+    from torchrec.datasets.utils import Batch
+
+    from recsys.config import SparseLayout
+    from recsys.data import Columns, TrainStream
+    from recsys.train.trainer import pin_batches
+
+    pinned = []
+    monkeypatch.setattr(Batch, "pin_memory", lambda self: pinned.append(self) or self)
+    cols = Columns(np.zeros((8, 2), np.float32), np.zeros((8, 1, 1), np.int64),
+                   np.zeros((8, 1), np.float32))  # fmt: skip
+    kw = {"rank": 0, "world_size": 1, "batch_size": 4, "layout": SparseLayout(["a"], [5])}
+    next(TrainStream(cols, seed=0, shuffle=False, pin_memory=True, **kw))
+    next(TrainStream(cols, seed=0, shuffle=False, pin_memory=False, **kw))
+    assert len(pinned) == 1
+    assert pin_batches(torch.device("cuda", 0)) and not pin_batches(torch.device("cpu"))
+
+
+def test_cuda_rng_state_is_saved_and_restored_per_device(monkeypatch):
+    calls = []
+    state = torch.arange(16, dtype=torch.uint8)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: calls.append(device) or state)
+    monkeypatch.setattr(
+        torch.cuda, "set_rng_state", lambda s, device: calls.append(("set", device, s))
+    )
+    gpu = torch.device("cuda", 2)
+    saved = checkpoint.rng_states(gpu)
+    assert calls == [gpu] and torch.equal(saved["cuda_rng"], state)
+    checkpoint.set_rng_states(saved, gpu)
+    assert calls[-1][:2] == ("set", gpu) and torch.equal(calls[-1][2], state)
+    assert "cuda_rng" not in checkpoint.rng_states(torch.device("cpu"))
+    with pytest.raises(checkpoint.CheckpointError, match="no CUDA RNG state"):
+        checkpoint.set_rng_states({"torch_rng": torch.get_rng_state()}, gpu)
+
+
+def test_export_loads_bf16_tables_into_fp32(tmp_path):
+    """bf16 values beyond fp16's range (65504) survive the export's load; TorchRec's unsharded
+    collection would have made the table fp16 and the value inf."""
+    import torch.distributed.checkpoint as dcp
+
+    from recsys.export import load_fp32
+    from recsys.models import DLRM, ModelAndLoss, materialize
+    from tests.distributed.common import tiny_config
+
+    cfg = tiny_config(**{"embeddings.dtype": "bf16"})
+    fp32 = dataclasses.replace(cfg.embeddings, dtype="fp32")
+    model = ModelAndLoss(materialize(DLRM(cfg.model, fp32, 1)), cfg.loss)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    key = "model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_0.weight"
+    state[key] = torch.full_like(state[key], 1.0e5).to(torch.bfloat16)  # as a bf16 run saves it
+    dcp.save({"model": state}, checkpoint_id=str(tmp_path), no_dist=True)
+    loaded = load_fp32(cfg, str(tmp_path))
+    table = loaded.model.sparse_arch.embedding_bag_collection.embedding_bags["t_cat_0"].weight
+    assert table.dtype == torch.float32
+    assert torch.isfinite(table).all() and table.max().item() == pytest.approx(1.0e5, rel=1e-2)
