@@ -4,6 +4,7 @@
 #   ./run.sh sweep [sweep.py args]   set up, then run the default sweep (local Ray, local MLflow)
 #   ./run.sh test  [pytest args]     set up, then lint, type-check and run the test suite
 #   ./run.sh setup                   only set up the environment (.venv)
+#   ./run.sh gpu-check [item ...]    on a GPU host: set up the CUDA stack, run the GPU-only checks
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 verb=${1:-}
@@ -25,7 +26,14 @@ case $verb in
         "$py" -m ruff format --check .
         "$py" -m mypy
         exec "$py" -m pytest "$@" ;;
+    gpu-check)
+        if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+            echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi lists none); nothing was run" >&2
+            exit 1
+        fi
+        RECSYS_FBGEMM=cuda bash scripts/setup.sh   # also runs FBGEMM's CUDA kernels (env_check)
+        exec "$py" scripts/gpu_check.py "$@" ;;
     *)
-        echo "usage: ./run.sh {sweep|test|train|setup} [args...]" >&2
+        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check} [args...]" >&2
         exit 2 ;;
 esac

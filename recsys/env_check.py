@@ -1,7 +1,9 @@
 """Check that the pinned stack imports and that FBGEMM runs: ``python -m recsys.env_check``.
 
 Exits non-zero with a message naming the broken piece. Used by ``scripts/setup.sh`` to prove an
-install, and handy on a new cluster node.
+install, and handy on a new cluster node. With a GPU present it also runs FBGEMM's CUDA kernels
+(a table-batched embedding forward and backward with the fused optimizer): an install whose CUDA
+kernels cannot load, or the CPU build of FBGEMM on a GPU host, fails here, not in a trial.
 """
 
 from __future__ import annotations
@@ -31,6 +33,44 @@ def check_fbgemm_variant() -> str:
     return f"fbgemm-gpu {gpu}" if gpu else f"fbgemm-gpu-cpu {cpu}"
 
 
+def check_gpu() -> str:
+    """Run FBGEMM on every visible GPU; a description of them, or raise SystemExit."""
+    import torch
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    if installed("fbgemm-gpu") is None:
+        raise SystemExit("a GPU is present but fbgemm-gpu-cpu is installed: run "
+                         "RECSYS_FBGEMM=cuda bash scripts/setup.sh")  # fmt: skip
+    names = []
+    for i in range(torch.cuda.device_count()):
+        device = torch.device("cuda", i)
+        try:
+            lengths = torch.tensor([1, 2, 3], dtype=torch.int64, device=device)
+            offsets = torch.ops.fbgemm.asynchronous_complete_cumsum(lengths)
+            tbe = SplitTableBatchedEmbeddingBagsCodegen(
+                [(100, 16, EmbeddingLocation.DEVICE, ComputeDevice.CUDA)],
+                optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+                device=device,
+            )
+            before = tbe.split_embedding_weights()[0].clone()
+            out = tbe(torch.tensor([1, 2, 3, 4, 5, 6], device=device), offsets)
+            out.sum().backward()  # the fused optimizer updates the rows in backward
+            torch.cuda.synchronize(device)
+        except Exception as e:
+            raise SystemExit(f"FBGEMM's CUDA kernels failed on {device}: {e}") from e
+        if offsets.tolist() != [0, 1, 3, 6] or torch.equal(
+            before, tbe.split_embedding_weights()[0]
+        ):
+            raise SystemExit(f"FBGEMM gave wrong results on {device}")
+        names.append(torch.cuda.get_device_name(device))
+    return ", ".join(names)
+
+
 def main() -> None:
     variant = check_fbgemm_variant()
     import torch
@@ -49,6 +89,8 @@ def main() -> None:
     import mlflow
     import ray
 
+    if torch.cuda.is_available():
+        print(f"FBGEMM CUDA kernels ran on: {check_gpu()}", file=sys.stderr)
     cuda = torch.version.cuda or "none"
     print(
         f"ok: torch {torch.__version__} (cuda {cuda}, {torch.cuda.device_count()} GPUs), "

@@ -6,7 +6,11 @@
 # Environment:
 #   RECSYS_VENV     where the venv lives (default: .venv in the project folder)
 #   RECSYS_PYTHON   the interpreter that creates it (default: python3)
-#   RECSYS_FBGEMM   cpu | cuda | auto (default auto: follow the installed torch build)
+#   RECSYS_FBGEMM   cpu | cuda | auto (default auto: cuda when nvidia-smi lists a GPU, else cpu)
+#   RECSYS_CUDA     the PyTorch CUDA wheel index for cuda installs: cu126 | cu128 | ... (default
+#                   cu128); torch and fbgemm-gpu both come from
+#                   https://download.pytorch.org/whl/$RECSYS_CUDA, as FBGEMM's install docs ask,
+#                   so their CUDA builds match
 #
 # Why the dance with FBGEMM: torchrec declares the CUDA build `fbgemm-gpu`, which fails to import on a
 # host whose torch has no CUDA (libtorch_cuda.so missing). There `fbgemm-gpu-cpu` must be installed in
@@ -18,6 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${RECSYS_VENV:-$root/.venv}
 python=${RECSYS_PYTHON:-python3}
 want=${RECSYS_FBGEMM:-auto}
+cuda=${RECSYS_CUDA:-cu128}
 stamp=$venv/.recsys-setup-stamp
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -34,9 +39,13 @@ ensure_venv() {
     fi
 }
 
-torch_variant() {
-    # cuda when the installed torch is a CUDA build, else cpu. FBGEMM must match torch's build.
-    "$venv/bin/python" -W ignore -c 'import torch; print("cuda" if torch.version.cuda else "cpu")'
+host_variant() {
+    # cuda when this machine has an NVIDIA GPU (nvidia-smi lists one), else cpu
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+        echo cuda
+    else
+        echo cpu
+    fi
 }
 
 project_requirements() {
@@ -58,15 +67,22 @@ quiet_pip() {
 
 install_stack() {
     local pip=(quiet_pip)
-    log "installing torch==2.13.0"
-    "${pip[@]}" torch==2.13.0
     local variant=$want
-    [[ $variant == auto ]] && variant=$(torch_variant)
+    [[ $variant == auto ]] && variant=$(host_variant)
     log "FBGEMM variant: $variant"
     if [[ $variant == cuda ]]; then
+        local index=https://download.pytorch.org/whl/$cuda
+        log "installing torch==2.13.0 and fbgemm-gpu==1.8.0 from $index"
         "$venv/bin/python" -m pip uninstall --quiet -y fbgemm-gpu-cpu 2>/dev/null || true
+        # a CPU torch (2.13.0+cpu) satisfies ==2.13.0 and would stay: remove it first
+        if "$venv/bin/python" -W ignore -c 'import sys, torch; sys.exit(bool(torch.version.cuda))' 2>/dev/null; then
+            "$venv/bin/python" -m pip uninstall --quiet -y torch
+        fi
+        "${pip[@]}" torch==2.13.0 fbgemm-gpu==1.8.0 --index-url "$index"
         "${pip[@]}" -e "$root[cuda,dev]"
     else
+        log "installing torch==2.13.0"
+        "${pip[@]}" torch==2.13.0
         "$venv/bin/python" -m pip uninstall --quiet -y fbgemm-gpu 2>/dev/null || true
         project_requirements cpu dev > "$venv/requirements-cpu.txt"
         "${pip[@]}" -r "$venv/requirements-cpu.txt"
@@ -77,11 +93,11 @@ install_stack() {
 
 main() {
     ensure_venv
-    if [[ -f $stamp && $(cat "$stamp") == "$(fingerprint)-$want" ]]; then
+    if [[ -f $stamp && $(cat "$stamp") == "$(fingerprint)-$want-$cuda" ]]; then
         log "environment up to date ($venv)"
     else
         install_stack
-        fingerprint | sed "s/\$/-$want/" > "$stamp.tmp"
+        fingerprint | sed "s/\$/-$want-$cuda/" > "$stamp.tmp"
     fi
     # Prove the result: torchrec imports and one FBGEMM op runs.
     "$venv/bin/python" -m recsys.env_check

@@ -1,4 +1,5 @@
-"""Run a function on N gloo ranks in spawned processes (as TorchRec's multi-process tests do)."""
+"""Run a function on N ranks in spawned processes (as TorchRec's multi-process tests do): gloo on
+CPU, or NCCL with rank ``r`` on ``cuda:r`` (the ``gpu`` tests)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, q: Any) -> None:
+def _worker(
+    rank: int, world: int, port: int, backend: str, fn: Callable[..., Any], args: tuple, q: Any
+) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -34,7 +37,9 @@ def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tupl
 
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, rank=rank, world_size=world)
         # plain pickle: tensors travel as bytes, not as shared memory the child would take along
         q.put((rank, "ok", pickle.dumps(fn(rank, world, *args))))
     except BaseException:
@@ -45,14 +50,18 @@ def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tupl
 
 
 def run_ranks(
-    fn: Callable[..., Any], *args: Any, world_size: int = 2, timeout: float = 300
+    fn: Callable[..., Any],
+    *args: Any,
+    world_size: int = 2,
+    timeout: float = 300,
+    backend: str = "gloo",
 ) -> list:
     """``[fn(rank, world_size, *args) for each rank]``; a rank's exception fails the caller."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=_worker, args=(r, world_size, port, fn, args, q))
+        ctx.Process(target=_worker, args=(r, world_size, port, backend, fn, args, q))
         for r in range(world_size)
     ]
     for p in procs:

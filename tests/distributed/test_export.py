@@ -17,12 +17,12 @@ INT8_MAX_PROB_DIFF = 0.02  # row-wise INT8 tables: |p_int8 - p_fp32| on every te
 INT8_MAX_AUC_DELTA = 0.005
 
 
-def _train(rank, world, root):
+def _train(rank, world, root, use_gpu=False):
     from recsys.distributed.env import current
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
-    Trainer(cfg(), current(False), LocalReporter(root, rank), log=lambda s: None).train()
+    Trainer(cfg(), current(use_gpu), LocalReporter(root, rank), log=lambda s: None).train()
 
 
 def cfg():

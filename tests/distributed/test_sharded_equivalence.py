@@ -83,19 +83,25 @@ def _reference(cfg):
     return model, opts
 
 
-def _rank_fn(rank, world, pipeline):
+def _rank_fn(rank, world, pipeline, use_gpu=False):
+    """One rank of the comparison; ``use_gpu``: NCCL, ``cuda:rank``, and the smallest table
+    row-wise (CUDA-only sharding) beside the table-wise and column-wise ones."""
     from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
 
     cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
-    env = current(use_gpu=False)
+    if use_gpu:
+        row_wise = {"sharding_types": ["row_wise"]}
+        cfg = cfg.with_overrides({"sharding.tables": {**_tables(cfg), "t_cat_0": row_wise}})
+    env = current(use_gpu=use_gpu)
     ref, ref_opts = _reference(cfg)
     built = build(cfg, env)
     dmp, optimizer, summary = built.model, built.optimizer, built.plan
     copy_full_into_sharded(dmp.state_dict(), ref.state_dict())
     batches = _global_batches(cfg, K + 3)  # the pipeline reads two batches ahead
+    mine = [b[rank].to(env.device) for b in batches]
 
     out = {"plan": summary["tables"], "sharded": [], "reference": []}
     # the debug helper reassembles a column-wise table on rank 0
@@ -104,13 +110,13 @@ def _rank_fn(rank, world, pipeline):
     out["gathered"] = (full, ref.state_dict()[name].clone()) if rank == 0 else None
     out["described"] = describe(dmp)
     with torch.no_grad():
-        _, local = dmp(batches[0][rank])
+        _, local = dmp(mine[0])
         _, full = ref(_concat(batches[0]))
-    out["forward"] = (local["logits"], full["logits"][rank * 32 : (rank + 1) * 32])
-    stepper = Stepper(dmp, optimizer, torch.device("cpu"), pipeline)
-    mine = iter([b[rank] for b in batches])
+    out["forward"] = (local["logits"].cpu(), full["logits"][rank * 32 : (rank + 1) * 32])
+    stepper = Stepper(dmp, optimizer, env.device, pipeline)
+    stream = iter(mine)
     for step in range(K):
-        loss = stepper(mine)["loss"]
+        loss = stepper(stream)["loss"]
         for o in ref_opts:
             o.zero_grad()
         ref_loss, _ = ref(_concat(batches[step]))
@@ -120,33 +126,44 @@ def _rank_fn(rank, world, pipeline):
         out["sharded"].append(loss.item())
         out["reference"].append(ref_loss.item())
     with torch.no_grad(), stepper.plain_model() as plain:
-        _, local = plain(batches[K][rank])
+        _, local = plain(mine[K])
         _, full = ref(_concat(batches[K]))
-    out["after"] = (local["logits"], full["logits"][rank * 32 : (rank + 1) * 32])
+    out["after"] = (local["logits"].cpu(), full["logits"][rank * 32 : (rank + 1) * 32])
     if pipeline:
         out["pipelined"] = [type(m).__name__ for m in stepper.pipeline._pipelined_modules]
     return out
 
 
+def _tables(cfg):
+    return {k: {"sharding_types": v.sharding_types, "min_partition": v.min_partition}
+            for k, v in cfg.sharding.tables.items()}  # fmt: skip
+
+
 @pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
 def test_sharded_matches_unsharded_forward_and_training(pipeline):
-    results = run_ranks(_rank_fn, pipeline)
+    check_against_unsharded(run_ranks(_rank_fn, pipeline), pipeline, atol=ATOL)
+
+
+def check_against_unsharded(results, pipeline, atol, row_wise=False):
+    """The assertions, shared by the 2-GPU NCCL run (``tests/gpu``)."""
     if pipeline:  # the collection (QR tables included) is pipelined: input dist overlaps compute
         assert results[0]["pipelined"] == ["ShardedEmbeddingBagCollection"], results[0]
     plan = results[0]["plan"]
     kinds = {t: p["sharding_type"] for t, p in plan.items()}
     tw_ranks = {p["ranks"][0] for p in plan.values() if p["sharding_type"] == "table_wise"}
     assert tw_ranks == {0, 1}, plan
+    if row_wise:
+        assert kinds["t_cat_0"] == "row_wise" and sorted(plan["t_cat_0"]["ranks"]) == [0, 1]
     assert kinds["t_cat_3"] == "column_wise" and sorted(plan["t_cat_3"]["ranks"]) == [0, 1], plan
     assert {"t_cat_4_q", "t_cat_4_r"} <= set(plan)  # the QR tables are sharded like any other
     torch.testing.assert_close(*results[0]["gathered"], atol=0, rtol=0)
     held = [d for r in results for d in r["described"] if d["name"].endswith("t_cat_3.weight")]
     assert sorted(s["offsets"][1] for d in held for s in d["local_shards"]) == [0, 8]
     for r in results:
-        torch.testing.assert_close(*r["forward"], atol=ATOL, rtol=0)
-        torch.testing.assert_close(*r["after"], atol=ATOL, rtol=0)
+        torch.testing.assert_close(*r["forward"], atol=atol, rtol=0)
+        torch.testing.assert_close(*r["after"], atol=atol, rtol=0)
     # the global loss is the mean of the two ranks' local losses
     for step in range(K):
         sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
-        assert abs(sharded - results[0]["reference"][step]) < ATOL
+        assert abs(sharded - results[0]["reference"][step]) < atol
     assert results[0]["reference"][-1] < results[0]["reference"][0]

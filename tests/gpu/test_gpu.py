@@ -1,0 +1,88 @@
+"""What only GPUs can check: NCCL, ``cuda:LOCAL_RANK``, FBGEMM's CUDA kernels, the train pipeline on
+CUDA streams. Skipped (not failed) without GPUs; ``./run.sh gpu-check`` runs them on a GPU host.
+
+Each test runs the same rank function as its CPU counterpart (``tests/distributed``), with NCCL
+and the GPUs; tolerances are looser than on CPU where CUDA kernels sum in another order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import pytest
+import torch
+
+from tests.distributed import test_export, test_resume, test_sharded_equivalence
+from tests.distributed.harness import run_ranks
+
+pytestmark = [pytest.mark.gpu(gpus=2), pytest.mark.distributed]
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+GPU_ATOL = 1e-4
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
+def test_nccl_sharded_matches_unsharded_row_and_table_wise(pipeline):
+    """2 NCCL ranks: row-wise, table-wise, column-wise and QR tables equal the unsharded model,
+    through the plain step and through TrainPipelineSparseDist; the debug gather works on NCCL."""
+    results = run_ranks(test_sharded_equivalence._rank_fn, pipeline, True, backend="nccl")
+    test_sharded_equivalence.check_against_unsharded(results, pipeline, GPU_ATOL, row_wise=True)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_nccl_resume_is_exact(tmp_path, dtype):
+    """Resume through a checkpoint on NCCL (the all-ranks-agree collective, DCP), pipeline on;
+    half-precision tables round stochastically with the CUDA generator, saved and restored."""
+    test_resume.check_resume_is_exact(
+        tmp_path, "on", atol=1e-6, use_gpu=True, dtype=dtype, backend="nccl"
+    )
+
+
+def test_export_of_a_gpu_trained_checkpoint(tmp_path):
+    from recsys.export import export
+
+    run_ranks(test_export._train, str(tmp_path / "ckpt"), True, backend="nccl")
+    report = export(test_export.cfg(), str(tmp_path / "ckpt" / "step_00000030"),
+                    str(tmp_path / "out"), "int8")  # fmt: skip
+    assert report.max_prob_diff < test_export.INT8_MAX_PROB_DIFF, report
+
+
+@pytest.mark.ray
+def test_killed_gpu_worker_restarts_from_last_checkpoint(tmp_path):
+    """Ray Train on GPUs (NCCL group from TorchConfig): a SIGKILLed worker, a restart, the
+    restore's collective on the device; every step reported once."""
+    import ray
+
+    from recsys.cluster import connect
+    from recsys.train.ray_trainer import Resources, make_trainer
+    from tests.ray.test_trainer import config, killing_train_func
+
+    connect(None, log_to_driver=False)
+    try:
+        cfg = config(**{"train.steps": 90, "train.eval_every": 0, "train.log_every": 10})
+        trainer = make_trainer(
+            cfg,
+            Resources(2, True, 1.0),
+            name="kill",
+            storage_path=str(tmp_path),
+            max_failures=1,
+            keep_checkpoints=None,
+            train_loop=killing_train_func,
+        )
+        trainer.train_loop_config.update(marker=str(tmp_path / "killed"), kill_at=60)
+        result = trainer.fit()
+    finally:
+        ray.shutdown()
+    assert os.path.exists(tmp_path / "killed") and result.error is None
+    steps = [s for _, m in result.best_checkpoints for s, _ in m["loss_history"]]
+    assert sorted(steps) == list(range(10, 100, 10))
+
+
+@pytest.mark.gpu(gpus=1)
+def test_the_planner_sees_this_gpu():
+    from recsys.distributed.env import WorkerEnv
+    from recsys.distributed.sharding import Machine
+
+    env = WorkerEnv(0, 1, 0, 1, torch.device("cuda", 0))
+    assert Machine.of(env).hbm == torch.cuda.get_device_properties(0).total_memory
