@@ -120,6 +120,10 @@ class Generator:
     def raw(self, start: int = 0, stop: int | None = None) -> SyntheticData:
         """Rows ``[start, stop)`` (default: all) with their true logits."""
         stop = self.cfg.num_samples if stop is None else stop
+        if not 0 <= start <= stop <= self.cfg.num_samples:
+            raise IndexError(
+                f"synthetic rows [{start}, {stop}) outside [0, {self.cfg.num_samples})"
+            )
         first, last = start // BLOCK, max(start, stop - 1) // BLOCK
         blocks = [self._block(k) for k in range(first, last + 1)]
         cut = slice(start - first * BLOCK, stop - first * BLOCK)

@@ -12,7 +12,7 @@ from recsys.config import ExperimentConfig
 from recsys.data import RowSource, eval_batches
 from recsys.distributed import collectives
 from recsys.distributed.env import WorkerEnv
-from recsys.train.metrics import MetricState
+from recsys.train.metrics import MetricState, bits_for
 
 
 def evaluate(
@@ -20,7 +20,10 @@ def evaluate(
 ) -> dict[str, float]:
     """``{prefix}_auc``, ``{prefix}_log_loss``, ``{prefix}_auc_error_bound``, ... of ``split``
     over all ranks (padding rows masked out); tasks after the first get ``{prefix}_{task}_...``."""
-    state = MetricState(len(cfg.loss.tasks), env.device)
+    rows = len(split)
+    if cfg.train.eval_batches:
+        rows = min(rows, cfg.train.eval_batches * cfg.train.batch_size * env.world_size)
+    state = MetricState(len(cfg.loss.tasks), env.device, bits_for(rows))
     model.eval()
     with torch.no_grad():
         for batch, mask in eval_batches(

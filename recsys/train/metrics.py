@@ -6,14 +6,15 @@ the reference of the tests; checked against sklearn in ``tests/unit/test_metrics
 ``MetricState``: the same metrics over a split that no rank holds: each rank adds its rows'
 sufficient statistics (sums for log loss, NE, calibration and accuracy; per-class histograms of
 the logits), the states are summed over ranks once (one all-reduce on the device), and every rank
-computes the split's figures from the sum. A rank's cost is its own rows plus a fixed
-``2 x 2^BITS`` histogram, whatever the number of ranks or the split's size.
+computes the split's figures from the sum. A rank's cost is its own rows plus a ``2 x 2^bits``
+histogram, whatever the number of ranks; ``bits`` grows with the rows evaluated (``bits_for``:
+from 16 for a few hundred rows to 22, 64 MB, for millions), the same on every rank.
 
 AUC from the histograms: the logits' float32 bits are mapped to an order-preserving integer whose
-top ``BITS`` bits are the bin (bin width: ``2^-(BITS - 9)`` relative, about 2.4e-4 at 21 bits), so
-bins are ordered as scores; pairs in different bins are counted exactly and pairs in the same bin
-as one half. The true AUC differs by at most ``sum_b pos_b * neg_b / (2 P N)``, which is reported
-as ``auc_error_bound`` (0 when no bin holds both classes).
+top ``bits`` bits are the bin (bin width: ``2^-(bits - 9)`` relative: 6e-5 at 22 bits), so bins
+are ordered as scores; pairs in different bins are counted exactly and pairs in the same bin as
+one half. The true AUC differs by at most ``sum_b pos_b * neg_b / (2 P N)``, which is reported as
+``auc_error_bound`` (0 when no bin holds both classes).
 """
 
 from __future__ import annotations
@@ -81,28 +82,34 @@ def binary_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
     }
 
 
-BITS = 21
-BINS = 1 << BITS
+MIN_BITS, MAX_BITS = 16, 22
 # sums per task: count, positives, predicted probability, log loss, correct at 0.5
 _COUNT, _POS, _PROB, _LOGLOSS, _CORRECT = range(5)
 
 
-def score_bins(logits: torch.Tensor) -> torch.Tensor:
-    """Bin of each float32 logit: the top ``BITS`` bits of an integer ordered as the floats."""
+def bits_for(rows: int) -> int:
+    """Histogram bits for evaluating ``rows`` rows: about 64 bins a row, within [16, 22]."""
+    return int(min(MAX_BITS, max(MIN_BITS, math.ceil(math.log2(max(rows, 1))) + 6)))
+
+
+def score_bins(logits: torch.Tensor, bits: int = MAX_BITS) -> torch.Tensor:
+    """Bin of each float32 logit: the top ``bits`` bits of an integer ordered as the floats."""
     x = logits.float() + 0.0  # -0.0 + 0.0 == +0.0: one bin for both zeros (they tie)
     u = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     ordered = torch.where(u >= 1 << 31, (~u) & 0xFFFFFFFF, u | (1 << 31))
-    return ordered >> (32 - BITS)
+    return ordered >> (32 - bits)
 
 
 class MetricState:
-    """Sufficient statistics of the binary metrics of ``tasks`` heads, on ``device``.
+    """Sufficient statistics of the binary metrics of ``tasks`` heads, on ``device``, with a
+    ``2^bits``-bin histogram per class (every rank of one evaluation must use the same bits).
 
     ``update`` adds a batch, ``tensors`` are what to sum over ranks, ``compute`` gives the
     figures of everything added (on every rank after the sum)."""
 
-    def __init__(self, tasks: int, device: torch.device) -> None:
-        self.hist = torch.zeros(tasks, 2, BINS, dtype=torch.int64, device=device)  # neg, pos
+    def __init__(self, tasks: int, device: torch.device, bits: int = MAX_BITS) -> None:
+        self.bits = bits
+        self.hist = torch.zeros(tasks, 2, 1 << bits, dtype=torch.int64, device=device)
         self.sums = torch.zeros(tasks, 5, dtype=torch.float64, device=device)
 
     def tensors(self) -> list[torch.Tensor]:
@@ -118,7 +125,7 @@ class MetricState:
             [torch.ones_like(y).sum(0), y.sum(0), p.sum(0), ll.sum(0), correct.sum(0)], 1
         )
         self.sums += sums
-        bins = score_bins(logits[valid])  # [n, T]
+        bins = score_bins(logits[valid], self.bits)  # [n, T]
         for t in range(self.hist.shape[0]):
             cls = (y[:, t] > 0.5).long()
             self.hist[t].index_put_((cls, bins[:, t]), torch.ones_like(cls), accumulate=True)

@@ -27,12 +27,13 @@ def test_single_class_auc_is_nan():
     assert math.isnan(binary_metrics(np.zeros(4), np.zeros(4))["auc"])
 
 
-def _state(logits, labels):
+def _state(logits, labels, rows=None):
+    """A state over ``logits`` sized for ``rows`` rows in all (every rank sizes it alike)."""
     import torch
 
-    from recsys.train.metrics import MetricState
+    from recsys.train.metrics import MetricState, bits_for
 
-    state = MetricState(1, torch.device("cpu"))
+    state = MetricState(1, torch.device("cpu"), bits_for(rows or len(logits)))
     x, y = torch.as_tensor(logits, dtype=torch.float32), torch.as_tensor(labels).float()
     state.update(x[:, None], y[:, None], torch.ones(len(x), dtype=torch.bool))
     return state
@@ -59,7 +60,7 @@ def test_states_of_two_ranks_sum_to_the_state_of_all_rows():
     labels = (rng.random(4000) < 0.3).astype(np.float64)
     logits = rng.normal(labels, 1.0)
     whole = _state(logits, labels)
-    a, b = _state(logits[:1500], labels[:1500]), _state(logits[1500:], labels[1500:])
+    a, b = _state(logits[:1500], labels[:1500], 4000), _state(logits[1500:], labels[1500:], 4000)
     for ta, tb in zip(a.tensors(), b.tensors(), strict=True):
         ta += tb  # what the all-reduce does
     got, want = a.compute(), whole.compute()
