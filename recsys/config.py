@@ -41,6 +41,8 @@ DenseOptimizer = Literal["adagrad", "sgd", "adam"]
 ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
 ComputeKernel = Literal["fused", "dense"]
 PipelineMode = Literal["auto", "on", "off"]
+Monitor = Literal["val_auc", "val_log_loss", "val_ne", "val_accuracy"]
+Mode = Literal["max", "min"]
 
 QR_SUFFIX = "__qr_r"  # the KJT key of a QR feature's remainder ids: f"{feature}{QR_SUFFIX}"
 FROM_DATA = "from_data"  # embeddings.num_embeddings: the table sizes of the data's vocabularies
@@ -413,6 +415,13 @@ class TrainConfig:
         eval_batches: cap on validation batches per evaluation (0: the whole split).
         seed: seeds model init, data order and RNGs.
         log_every: record the training loss every N steps (reported with the next checkpoint).
+        monitor / monitor_mode: the validation metric that scores the run and whether higher
+            (``max``) or lower is better. Every report carries its best value so far
+            (``best_<monitor>``, ``best_step``), the best checkpoints are kept by it, and a sweep
+            sets both from its space's ``metric`` and ``mode``.
+        patience: stop early after this many reports with validation metrics whose ``monitor``
+            did not improve on the best (0: never); the best checkpoint is kept.
+        quiet: no per-step loss lines (sweeps: their progress table shows the trials).
     """
 
     batch_size: int = 256
@@ -422,8 +431,14 @@ class TrainConfig:
     eval_batches: int = 0
     seed: int = 0
     log_every: int = 20
+    monitor: Monitor = "val_auc"
+    monitor_mode: Mode = "max"
+    patience: int = 0
+    quiet: bool = False
 
     def __post_init__(self) -> None:
+        check_choices(self, "train")
+        check(self.patience >= 0, "train.patience", self.patience, "must be >= 0 (0: off)")
         check(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
         check(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
         for name in ("eval_every", "checkpoint_every", "eval_batches"):

@@ -23,13 +23,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--sweep", help="export the best trial (validation AUC) of this sweep")
+    src.add_argument("--sweep", help="export the best trial (by the sweep's metric) of a sweep")
     src.add_argument("--checkpoint", help="a checkpoint folder (with --experiment or --config)")
     p.add_argument("--experiment", default="debug", help=f"one of {sorted(EXPERIMENTS)}")
     p.add_argument("--config", help="YAML config of the checkpoint's run")
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8")
     p.add_argument("--out", help="output folder (default: runs/<sweep>/export)")
     p.add_argument("--register", help="register the MLflow model under this name")
+    p.add_argument(
+        "--max-emb-mb", type=float, help="with --sweep: the best trial whose tables fit this budget"
+    )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     return p.parse_args(argv)
 
@@ -44,7 +47,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.sweep:
             out = args.out or os.path.join("runs", args.sweep, "export")
             uri = args.tracking_uri or default_tracking_uri(os.getcwd())
-            run_id, report, model_uri = export_best(uri, args.sweep, out, args.dtype, args.register)
+            run_id, report, model_uri = export_best(
+                uri, args.sweep, out, args.dtype, args.register, args.max_emb_mb
+            )
             print(f"best trial run {run_id}; MLflow model {model_uri}")
         else:
             cfg = from_file(args.config) if args.config else named(args.experiment)

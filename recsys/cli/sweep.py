@@ -33,6 +33,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-workers", type=int, default=2, help="Ray Train workers per trial")
     p.add_argument("--cpus-per-worker", type=float, default=0.95)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
+    p.add_argument(
+        "--device-memory-gb", type=float,
+        help="memory of one worker's device for the pre-launch check (default: a GPU's, measured; "
+        "on CPU the node's memory over its workers)",
+    )  # fmt: skip
     p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
     p.add_argument("--data", help="override data.paths (a Criteo file or preprocessed folder)")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
@@ -55,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no INFO lines of table creation
     from recsys.tune import space as spaces
     from recsys.tune.sweep import SweepOptions, launch
     from recsys.tune.tracking import default_tracking_uri
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
             max_failures=args.max_failures,
             seed=args.seed,
             resume=args.resume,
+            device_memory_gb=args.device_memory_gb,
         )
         launch(space, opts, address=args.address, export=args.export, register=args.register)
     except (ConfigError, ConnectionError) as e:

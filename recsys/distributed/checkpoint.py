@@ -28,10 +28,16 @@ CPU = torch.device("cpu")
 
 @dataclass
 class TrainState:
-    """The loop's own state: steps done and rows this worker has consumed."""
+    """The loop's own state: steps done, rows this worker has consumed, and the run's best
+    validation report so far (``best``: the monitored metric's best value, NaN before the first;
+    ``stale``: reports with validation since it improved), so a restarted worker keeps scoring
+    and early-stopping where it was."""
 
     step: int = 0
     data_position: int = 0
+    best: float = float("nan")
+    best_step: int = 0
+    stale: int = 0
 
 
 def _worker_file(folder: str, rank: int) -> str:
@@ -80,6 +86,9 @@ def save(
             {
                 "step": state.step,
                 "data_position": state.data_position,
+                "best": state.best,
+                "best_step": state.best_step,
+                "stale": state.stale,
                 "world_size": world_size,
                 **rng_states(device),
             },
@@ -139,7 +148,13 @@ def load(
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optim"])
     set_rng_states(extra, device)
-    return TrainState(step=int(extra["step"]), data_position=int(extra["data_position"]))
+    return TrainState(
+        step=int(extra["step"]),
+        data_position=int(extra["data_position"]),
+        best=float(extra.get("best", float("nan"))),
+        best_step=int(extra.get("best_step", 0)),
+        stale=int(extra.get("stale", 0)),
+    )
 
 
 def load_model_unsharded(folder: str, model: nn.Module) -> nn.Module:

@@ -12,6 +12,7 @@ the feasibility check before a trial launches.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,21 @@ def constraints(
     return out
 
 
+class DataParallelSpecNote(logging.Filter):
+    """Drops one TorchRec log line: its plan validation logs "Sharding spec not found for <table>"
+    on the root logger for every data-parallel table, which is replicated and has no sharding
+    spec by design."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Sharding spec not found for ")
+
+
+def quiet_plan_notes() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(f, DataParallelSpecNote) for f in root.filters):
+        root.addFilter(DataParallelSpecNote())
+
+
 def host_memory_bytes() -> int:
     """This machine's physical memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -178,6 +194,7 @@ def planner(
     half: bool = False,
 ) -> tuple[EmbeddingShardingPlanner, PlanEstimate]:
     """The planner for ``world_size`` workers of ``machine`` at ``batch_size`` per worker."""
+    quiet_plan_notes()
     estimate = PlanEstimate()
     return (
         EmbeddingShardingPlanner(

@@ -91,6 +91,8 @@ class WithRawIds(nn.Module):
         self.collisions = collisions
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        if not self.collisions:  # decided when traced: no split in the graph at all
+            return self.model(dense, sparse)
         return self.model(dense, qr_split_kjt(sparse, self.collisions))
 
 

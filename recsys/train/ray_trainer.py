@@ -47,9 +47,9 @@ def make_trainer(
     callbacks: list[Any] | None = None,
 ) -> TorchTrainer:
     """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
-    from its latest checkpoint. Keeps the best ``keep_checkpoints`` by validation AUC (and always
-    the latest; ``None`` keeps all). Its workers are placed on one node when one can hold them
-    all, else over whole nodes (``recsys.cluster.placement_strategy``; needs Ray initialised)."""
+    from its latest checkpoint. Keeps the best ``keep_checkpoints`` by ``train.monitor`` (and
+    always the latest; ``None`` keeps all). Its workers are placed on one node when one can hold
+    them all, else over whole nodes (``recsys.cluster.placement_strategy``; needs Ray running)."""
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.use_gpu:
         per_worker["GPU"] = 1
@@ -73,8 +73,8 @@ def make_trainer(
             logging_config=LoggingConfig(log_level="WARNING"),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=keep_checkpoints,
-                checkpoint_score_attribute="ckpt_score",
-                checkpoint_score_order="max",
+                checkpoint_score_attribute="ckpt_score",  # train.monitor's value, NaN if none
+                checkpoint_score_order=cfg.train.monitor_mode,
             ),
         ),
     )

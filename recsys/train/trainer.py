@@ -34,6 +34,7 @@ from recsys.train.evaluation import evaluate
 from recsys.train.optim import LRPolicy
 from recsys.train.reporting import Reporter
 from recsys.train.resume import restore
+from recsys.train.scoring import Scorer
 from recsys.train.stepper import Stepper, use_pipeline
 
 
@@ -125,6 +126,8 @@ class Trainer:
             "setup_s": time.perf_counter() - t_start,
         }
         self.history: list[tuple[int, float]] = []  # (step, loss) since the last report
+        self.scorer = Scorer.of(cfg.train)
+        self.stopped_early = False
 
     def train(self) -> dict[str, Any]:
         """Train to ``cfg.train.steps``; returns the last report's metrics."""
@@ -147,6 +150,8 @@ class Trainer:
             self.clock.tick(time.perf_counter() - t0)
             if due(self.state.step, tc.checkpoint_every, tc.steps):
                 metrics = self._report_point(lr_factor)
+                if self.stopped_early:
+                    break
         return metrics
 
     def _record_loss(self, loss: float, lr_factor: float) -> bool:
@@ -154,7 +159,7 @@ class Trainer:
         self.history.append((self.state.step, loss))
         if not math.isfinite(loss):
             return False
-        if self.env.is_main:
+        if self.env.is_main and not self.cfg.train.quiet:
             steps = self.cfg.train.steps
             self.log(f"step {self.state.step}/{steps} loss {loss:.5f} lr x{lr_factor:.3f}")
         return True
@@ -179,8 +184,13 @@ class Trainer:
             t0 = time.perf_counter()
             if due(step, cfg.train.eval_every, cfg.train.steps):
                 metrics.update(evaluate(model, self.splits.val, cfg, env, "val"))
-            if step == cfg.train.steps and len(self.splits.test):
+            metrics.update(self.scorer.update(self.state, metrics))
+            self.stopped_early = self.scorer.should_stop(self.state)
+            last = step == cfg.train.steps or self.stopped_early
+            if last and len(self.splits.test):
                 metrics.update(evaluate(model, self.splits.test, cfg, env, "test"))
+            if self.stopped_early:
+                metrics["early_stopped"] = 1.0
             t1 = time.perf_counter()
             self.clock.eval_s += t1 - t0
             metrics.update(self.clock.as_metrics())
@@ -189,8 +199,14 @@ class Trainer:
             self.clock.ckpt_s += time.perf_counter() - t1
         self.history = []
         self.clock.new_interval()
-        if env.is_main and "val_auc" in metrics:
+        if env.is_main and "val_auc" in metrics and not cfg.train.quiet:
             self.log(f"step {step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
+        if env.is_main and self.stopped_early:
+            s = self.scorer
+            self.log(
+                f"step {step}: {s.monitor} has not improved for {s.patience} reports (best "
+                f"{self.state.best:.5g} at step {self.state.best_step}); stopped early"
+            )
         return metrics
 
     def _save(self, model: torch.nn.Module) -> str:
@@ -211,11 +227,13 @@ class Trainer:
             self.log(f"step {step}: loss is {loss}; stopping this trial as diverged")
         nan = float("nan")  # schedulers and searchers need the metric keys; NaN ranks it last
         metrics = {
+            **self.static,
             "step": step,
             "loss": loss,
             "diverged": 1.0,
             "loss_history": self.history,
             **{k: nan for k in ("val_auc", "val_log_loss", "val_ne")},
+            **self.scorer.update(self.state, {}),
         }
         self.reporter.report(metrics, "", step)
         return metrics

@@ -19,17 +19,37 @@ from recsys.serving import META_FILE, MODEL_FILE, CriteoScorer, example_rows, pi
 from recsys.tune.tracking import Tag, Tracker
 
 
-def best_trial(tracker: Tracker, sweep: str, metric: str = "val_auc") -> tuple[str, str, Any]:
-    """The sweep's best finished trial by ``metric``: its run id, best checkpoint and config."""
-    runs = tracker.runs(
-        sweep,
-        f"tags.`{Tag.KIND}` = 'trial' and tags.`{Tag.STATUS}` = 'finished'",
-        order_by=[f"metrics.{metric} DESC"],
-    )
-    if not runs:
+def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str]:
+    """The metric and mode that score the sweep's trials (tags of its parent run)."""
+    parents = tracker.runs(sweep, f"tags.`{Tag.KIND}` = 'sweep:{sweep}'")
+    if not parents:
         if tracker.client.get_experiment_by_name(sweep) is None:
             raise ValueError(f"no sweep named {sweep!r} in {tracker.uri}")
-        raise ValueError(f"sweep {sweep!r} has no finished trial")
+        return "val_auc", "max"
+    tags = parents[0].data.tags
+    return tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max")
+
+
+def best_trial(
+    tracker: Tracker, sweep: str, max_emb_bytes: float | None = None
+) -> tuple[str, str, Any]:
+    """The sweep's best trial (finished or stopped early) by its best report of the sweep's
+    metric, among those whose tables fit ``max_emb_bytes``: its run id, best checkpoint, config."""
+    metric, mode = scored_by(tracker, sweep)
+    where = f"tags.`{Tag.KIND}` = 'trial'"
+    if max_emb_bytes is not None:
+        where += f" and metrics.emb_bytes <= {max_emb_bytes}"
+    order = "DESC" if mode == "max" else "ASC"
+    runs = tracker.runs(sweep, where, order_by=[f"metrics.best_{metric} {order}"])
+    done = ("finished", "early_stopped")  # (MLflow's search has no IN for tags)
+    runs = [
+        r
+        for r in runs
+        if r.data.tags.get(Tag.STATUS) in done and f"best_{metric}" in r.data.metrics
+    ]
+    if not runs:
+        budget = f" with tables under {max_emb_bytes / 2**20:.4g} MB" if max_emb_bytes else ""
+        raise ValueError(f"sweep {sweep!r} has no finished trial{budget}")
     run = runs[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = tracker.download(run.info.run_id, "config.yaml", tmp)
@@ -81,11 +101,18 @@ def export_vocabs(export_dir: str) -> list[Any] | None:
 
 
 def export_best(
-    tracking_uri: str, sweep: str, out_dir: str, dtype: str = "int8", register: str | None = None
+    tracking_uri: str,
+    sweep: str,
+    out_dir: str,
+    dtype: str = "int8",
+    register: str | None = None,
+    max_emb_mb: float | None = None,
 ) -> tuple[str, ExportReport, str]:
-    """Export the best trial of ``sweep``; its metrics, files and MLflow model go to its run."""
+    """Export the best trial of ``sweep`` (under ``max_emb_mb`` of tables, if given), from its
+    best checkpoint; its metrics, files and MLflow model go to its run."""
     tracker = Tracker(tracking_uri)
-    run_id, ckpt, cfg = best_trial(tracker, sweep)
+    budget = max_emb_mb * 2**20 if max_emb_mb is not None else None
+    run_id, ckpt, cfg = best_trial(tracker, sweep, budget)
     report = export(cfg, ckpt, out_dir, dtype)
     tracker.log_values(run_id, report.as_metrics())
     tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")

@@ -11,10 +11,17 @@ A space file::
       embeddings.dim: {grid: [8, 16]}
       embeddings.qr.collisions: {randint: [2, 9]}     # upper bound exclusive, as Ray Tune
       loss.weights: {choice: [[1.0, 1.0], [1.0, 2.0]]}
-    metric: val_auc
+    metric: val_auc                  # the trial's score: its best validation report
     mode: max
     num_samples: 8                   # trials (``--num-samples`` overrides)
     smoke: {num_samples: 2, overrides: {train.steps: 20}}   # the --smoke-test variant
+
+Several objectives search for a trade-off rather than a maximum (``--search optuna`` runs Optuna's
+multi-objective TPE; the results mark the non-dominated trials)::
+
+    metric: [val_auc, emb_bytes]     # the first is the validation score; then static metrics
+    mode: [max, min]
+    constraints: {emb_bytes_max: 2.0e6}   # configurations over it are refused before launch
 
 Every key must be a config key (a typo names the nearest valid one); every value of a ``choice``
 or ``grid`` and both ends of a range must build a valid config, and so must every combination of
@@ -25,18 +32,25 @@ from __future__ import annotations
 
 import itertools
 import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from recsys.config import ExperimentConfig, source_for
+from recsys.config import ExperimentConfig, Monitor, source_for
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
-SECTIONS = ("description", "base", "num_samples", "overrides", "space", "metric", "mode", "smoke")
+SECTIONS = (
+    "description", "base", "num_samples", "overrides", "space", "metric", "mode", "smoke",
+    "constraints",
+)  # fmt: skip
+VALIDATION: tuple[str, ...] = typing.get_args(Monitor)  # scored by their best report
+STATIC = ("emb_bytes", "emb_params")  # known before training: further objectives
+CONSTRAINTS = {"emb_bytes_max": "emb_bytes", "emb_params_max": "emb_params"}
 
 
 @dataclass(frozen=True)
@@ -69,15 +83,41 @@ class Dimension:
 
 
 @dataclass(frozen=True)
+class Objective:
+    """A metric and its direction. A validation metric scores a trial by its best report
+    (reported as ``best_<metric>``); a static one (``emb_bytes``) is the same in every report."""
+
+    metric: str
+    mode: str
+
+    @property
+    def key(self) -> str:
+        """The key of the trial's score in its reports."""
+        return f"best_{self.metric}" if self.metric in VALIDATION else self.metric
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.mode == "max" else a < b
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     name: str
     source: str
     base: ExperimentConfig
     dimensions: list[Dimension]
-    metric: str = "val_auc"
-    mode: str = "max"
+    objectives: list[Objective] = field(default_factory=lambda: [Objective("val_auc", "max")])
+    constraints: dict[str, float] = field(default_factory=dict)
     smoke: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def metric(self) -> str:
+        """The validation metric that scores a trial (the first objective)."""
+        return self.objectives[0].metric
+
+    @property
+    def mode(self) -> str:
+        return self.objectives[0].mode
 
     def param_space(self) -> dict[str, Any]:
         return {d.key: d.tune() for d in self.dimensions}
@@ -166,19 +206,52 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         raise ConfigError(f"{path}: space is empty")
     dims = [_dimension(path, k, v, valid) for k, v in space.items()]
     _check_builds(path, base, dims)
-    mode = raw.get("mode", "max")
-    if mode not in ("max", "min"):
-        raise ConfigError(f"{path}: mode={mode!r}: max or min")
+    objectives = _objectives(path, raw)
     return SearchSpace(
         name=os.path.splitext(os.path.basename(path))[0],
         source=path,
         base=base,
         dimensions=dims,
-        metric=raw.get("metric", "val_auc"),
-        mode=mode,
+        objectives=objectives,
+        constraints=_constraints(path, raw.get("constraints") or {}),
         smoke=raw.get("smoke") or {},
         raw=raw,
     )
+
+
+def _listed(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _objectives(path: str, raw: dict[str, Any]) -> list[Objective]:
+    """``metric`` / ``mode``: one each, or lists of equal length; the first metric is a
+    validation metric (the score), the others static metrics."""
+    metrics, modes = _listed(raw.get("metric", "val_auc")), _listed(raw.get("mode", "max"))
+    if len(metrics) != len(modes):
+        raise ConfigError(f"{path}: metric {metrics} and mode {modes} differ in length")
+    for m in modes:
+        if m not in ("max", "min"):
+            raise ConfigError(f"{path}: mode={m!r}: max or min")
+    if metrics[0] not in VALIDATION:
+        raise ConfigError(
+            f"{path}: metric={metrics[0]!r}: the first metric scores trials by their best "
+            f"validation report; one of {VALIDATION}{nearest(str(metrics[0]), VALIDATION)}"
+        )
+    for m in metrics[1:]:
+        if m not in STATIC:
+            raise ConfigError(f"{path}: metric={m!r}: further objectives are one of {STATIC}")
+    return [Objective(m, d) for m, d in zip(metrics, modes, strict=True)]
+
+
+def _constraints(path: str, raw: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in raw.items():
+        if key not in CONSTRAINTS:
+            raise ConfigError(f"{path}: constraints: unknown {key!r}{nearest(key, CONSTRAINTS)}")
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{path}: constraints.{key}={value!r}: a positive number")
+        out[key] = float(value)
+    return out
 
 
 SPACES_DIR = os.path.join(

@@ -2,33 +2,32 @@
 
 The sweep's folder ``<storage>/<name>`` holds Tune's state, ``sweep.json`` (the space and options
 it was started with) and ``train/trial_<id>`` (each trial's Train run and checkpoints).
+
+Trials are scored by their best validation report (``best_<metric>``, reported by the workers):
+Tune's searcher and scheduler compare that, Ray Train keeps each trial's best checkpoints by it,
+and the results (``recsys.tune.results``), MLflow and the export use it.
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import contextlib
 import json
+import math
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from recsys.configlib import ConfigError
+from recsys.tune.results import format_table, pareto_plot, trial_frame
 from recsys.tune.space import SearchSpace
-from recsys.tune.tracking import Tracker
+from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import TrialSpec, run_trial
-
-TABLE_COLUMNS = [
-    ("val_auc", "AUC"),
-    ("val_log_loss", "logloss"),
-    ("val_ne", "NE"),
-    ("emb_bytes", "emb MB"),
-    ("samples_per_s", "samples/s"),
-]
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,7 @@ class SweepOptions:
     max_failures: int = 1
     seed: int = 0
     resume: bool = False
+    device_memory_gb: float | None = None  # one worker's device; None: measured at launch
 
 
 def sweep_dir(opts: SweepOptions) -> str:
@@ -96,18 +96,37 @@ def _scheduler(opts: SweepOptions, space: SearchSpace) -> Any:
         return FIFOScheduler()
     steps = space.base.train.steps
     grace = max(1, space.base.train.checkpoint_every or steps)
-    return ASHAScheduler(time_attr="step", max_t=steps, grace_period=min(grace, steps))
+    score = space.objectives[0]
+    return ASHAScheduler(
+        time_attr="step",
+        metric=score.key,
+        mode=score.mode,
+        max_t=steps,
+        grace_period=min(grace, steps),
+    )
+
+
+WORST = {"max": -1.0e30, "min": 1.0e30}
 
 
 def _searcher(opts: SweepOptions, space: SearchSpace) -> Any:
+    """Random search (Tune's default), or Optuna's TPE over one or several objectives."""
     if opts.search == "random":
         return None
     from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
+
+    from recsys.tune.search import ConstrainedOptunaSearch
 
     if any(d.kind == "grid" for d in space.dimensions):
         raise ConfigError(f"{space.source}: grid dimensions need --search random")
-    return ConcurrencyLimiter(OptunaSearch(seed=opts.seed), max_concurrent=opts.max_concurrent)
+    objectives = space.objectives
+    searcher = ConstrainedOptunaSearch(
+        metric=[o.key for o in objectives] if len(objectives) > 1 else objectives[0].key,
+        mode=[o.mode for o in objectives] if len(objectives) > 1 else objectives[0].mode,
+        worst={o.key: WORST[o.mode] for o in objectives},
+        seed=opts.seed,
+    )
+    return ConcurrencyLimiter(searcher, max_concurrent=opts.max_concurrent)
 
 
 def _trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
@@ -120,140 +139,112 @@ def _trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
 def build_tuner(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Any:
     from ray import tune
 
+    from recsys.tune.progress import Progress
+
     path = sweep_dir(opts)
+    progress = Progress(space.metric)
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=_trainable(opts, spec), resume_unfinished=True, resume_errored=True
-        )
+        )  # (Tune restores its run config, the progress callback included)
+    score = space.objectives[0]
+    single = len(space.objectives) == 1 or opts.search == "random"
     return tune.Tuner(
         _trainable(opts, spec),
         param_space={"params": space.param_space()},
         tune_config=tune.TuneConfig(
-            metric=space.metric,
-            mode=space.mode,
+            metric=score.key if single else None,  # several objectives: the searcher's
+            mode=score.mode if single else None,
             num_samples=opts.num_samples,
             max_concurrent_trials=opts.max_concurrent,
             scheduler=_scheduler(opts, space),
             search_alg=_searcher(opts, space),
         ),
-        run_config=tune.RunConfig(name=opts.name, storage_path=opts.storage, verbose=1),
+        run_config=tune.RunConfig(
+            name=opts.name, storage_path=opts.storage, verbose=0, callbacks=[progress]
+        ),
     )
-
-
-def rows(result_grid: Any, metric: str, mode: str) -> list[dict[str, Any]]:
-    """One row per trial: searched params, status, the table's metrics; best first."""
-    out = []
-    for r in result_grid:
-        m = r.metrics or {}
-        row: dict[str, Any] = {"trial_id": m.get("trial_id", ""), "status": "ok"}
-        if r.error is not None:
-            row["status"] = "error"
-        elif m.get("diverged"):
-            row["status"] = "diverged"
-        row.update({f"param:{k}": v for k, v in (r.config or {}).get("params", {}).items()})
-        for key, _ in TABLE_COLUMNS:
-            row[key] = m.get(key, float("nan"))
-        row["checkpoint"] = m.get("checkpoint_path", "")
-        row["worker_nodes"] = m.get("worker_nodes", "")
-        out.append(row)
-    sign = -1 if mode == "max" else 1
-
-    def order(row: dict[str, Any]) -> tuple[int, float]:
-        v = row.get(metric, float("nan"))
-        ok = isinstance(v, float) and v == v
-        return (0 if ok else 1, sign * v if ok else 0.0)
-
-    return sorted(out, key=order)
-
-
-def format_table(table: list[dict[str, Any]], top: int = 10) -> str:
-    params = [k for k in (table[0] if table else {}) if k.startswith("param:")]
-    header = ["trial", "status", *[p[6:] for p in params], *[h for _, h in TABLE_COLUMNS]]
-    lines = []
-    for row in table[:top]:
-        cells = [str(row["trial_id"]), row["status"], *[_fmt(row[p]) for p in params]]
-        for key, _ in TABLE_COLUMNS:
-            v = row[key]
-            cells.append(_fmt(v / 2**20 if key == "emb_bytes" else v))
-        lines.append(cells)
-    widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=True)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*r) for r in [header, *lines])
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}" if v == v else "-"
-    return str(v)
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of points not dominated in (lower memory, higher AUC), sorted by memory."""
-    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
-    front, best = [], float("-inf")
-    for i in order:
-        if points[i][1] > best:
-            front.append(i)
-            best = points[i][1]
-    return front
-
-
-def pareto_plot(table: list[dict[str, Any]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in table if r["val_auc"] == r["val_auc"] and r["emb_bytes"] == r["emb_bytes"]]
-    pts = [(r["emb_bytes"] / 2**20, r["val_auc"]) for r in ok]
-    front = pareto_front(pts)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter([p[0] for p in pts], [p[1] for p in pts], c="tab:blue", label="trials")
-    ax.plot(
-        [pts[i][0] for i in front],
-        [pts[i][1] for i in front],
-        "o-",
-        c="tab:red",
-        label="Pareto front",
-    )
-    for r, (x, y) in zip(ok, pts, strict=True):
-        ax.annotate(str(r["trial_id"])[-5:], (x, y), fontsize=7, alpha=0.7)
-    ax.set_xlabel("embedding memory (MB)")
-    ax.set_ylabel("validation AUC")
-    ax.set_title("Validation AUC against embedding memory")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def log_sweep_summary(
-    tracker: Tracker, parent: str, space: SearchSpace, table: list[dict[str, Any]]
+    tracker: Tracker, parent: str, space: SearchSpace, frame: pd.DataFrame
 ) -> None:
-    """On the parent run: the space, the best config and metrics, all trials as CSV, the plot."""
+    """On the parent run: the space, all trials as CSV (best reports), the best trial's params,
+    config and score, and the score-against-memory plot."""
+    with open(space.source) as f:
+        tracker.log_text(parent, f.read(), "search_space.yaml")
+    if frame.empty:
+        return
+    tracker.log_text(parent, frame.drop(columns="params").to_csv(index=False), "trials.csv")
+    best = frame.iloc[0]
+    params = best["params"]
+    tracker.log_text(parent, yaml.safe_dump(params), "best_params.yaml")
+    tracker.log_text(parent, yaml.safe_dump(space.config_for(params).to_dict()), "best_config.yaml")
+    keys = [o.key for o in space.objectives] + ["val_auc", "val_log_loss", "val_ne"]
+    values = {
+        (k if k.startswith("best_") else f"best_{k}"): float(best[k])
+        for k in dict.fromkeys(keys)
+        if k in best and isinstance(best[k], float) and math.isfinite(best[k])
+    }
+    tracker.log_values(parent, values)
+    tracker.set_tags(parent, {Tag.BEST_TRIAL: str(best["trial"])})
     with tempfile.TemporaryDirectory() as tmp:
-        with open(space.source) as f:
-            tracker.log_text(parent, f.read(), "search_space.yaml")
-        if table:
-            buf = io.StringIO()
-            writer = csv.DictWriter(buf, fieldnames=list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
-            tracker.log_text(parent, buf.getvalue(), "trials.csv")
-            best = table[0]
-            params = {k[6:]: v for k, v in best.items() if k.startswith("param:")}
-            tracker.log_text(parent, yaml.safe_dump(params), "best_params.yaml")
-            cfg = space.config_for(params).to_dict()
-            tracker.log_text(parent, yaml.safe_dump(cfg), "best_config.yaml")
-            values = {
-                f"best_{key}": best[key]
-                for key, _ in TABLE_COLUMNS
-                if isinstance(best[key], float) and best[key] == best[key]
-            }
-            tracker.log_values(parent, values)
-            plot = os.path.join(tmp, "auc_vs_memory.png")
-            pareto_plot(table, plot)
-            tracker.log_file(parent, plot)
+        plot = os.path.join(tmp, "auc_vs_memory.png")
+        pareto_plot(frame, space, plot)
+        tracker.log_file(parent, plot)
+
+
+@contextlib.contextmanager
+def legacy_tune_output() -> Iterator[None]:
+    """Tune's newer console output prints a configuration box and TensorBoard hints whatever the
+    verbosity; its older one prints nothing at ``verbose=0``, leaving the console to
+    ``recsys.tune.progress``. The choice is an environment variable read by ``fit``."""
+    saved = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["RAY_AIR_NEW_OUTPUT"]
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = saved
+
+
+def machine_spec(opts: SweepOptions, nodes: list[dict[str, float]]) -> dict[str, Any]:
+    """What one worker has, as the planner sees it: its device's memory (a GPU's HBM, measured on
+    one of the cluster's GPUs, or ``--device-memory-gb``; on CPU its share of the node's memory)
+    and its share of host memory. Workers share a node ``local_world_size`` at a time."""
+    from recsys.cluster import node_slots
+
+    gpus = 1.0 if opts.use_gpu else 0.0
+    slots = node_slots(nodes, opts.cpus_per_worker, gpus)
+    local = max(1, min(opts.num_workers, max(slots, default=1)))
+    memory = [n.get("memory", 0.0) for n, s in zip(nodes, slots, strict=True) if s]
+    ddr = int(min(memory, default=0.0) / local)
+    given = int(opts.device_memory_gb * 2**30) if opts.device_memory_gb else None
+    if not opts.use_gpu:
+        return {"device": "cpu", "hbm": None, "ddr": given or ddr, "local_world_size": local}
+    hbm = given or gpu_memory()
+    return {"device": "cuda", "hbm": hbm, "ddr": ddr, "local_world_size": local}
+
+
+def gpu_memory(timeout_s: float = 120.0) -> int:
+    """One cluster GPU's memory, measured by a one-GPU task."""
+    import ray
+
+    @ray.remote(num_gpus=1)
+    def probe() -> int:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+
+    try:
+        return int(ray.get(probe.remote(), timeout=timeout_s))
+    except ray.exceptions.GetTimeoutError:
+        raise ConfigError(
+            f"could not measure a GPU's memory within {timeout_s:.0f} s (all GPUs busy?); "
+            "pass --device-memory-gb"
+        ) from None
 
 
 def launch(
@@ -277,8 +268,6 @@ def launch(
     nodes = alive_nodes()
     check_fits(opts.num_workers, opts.cpus_per_worker, gpus, nodes, extra_cpus=opts.driver_cpus)
     table = run_sweep(space, opts, tracker, restore)
-    print("\nbest trials (validation):")
-    print(format_table(table))
     print(f"\nsweep folder: {sweep_dir(opts)}")
     if export:
         from recsys.tune.publish import export_best
@@ -300,11 +289,14 @@ def run_sweep(
     space: SearchSpace, opts: SweepOptions, tracker: Tracker, restore: bool
 ) -> list[dict[str, Any]]:
     """Start or resume the sweep on the connected Ray; returns the trials' rows, best first."""
+    from recsys.cluster import alive_nodes
+
     local = opts.tracking_uri.startswith(("sqlite:", "file:"))
     root = os.path.dirname(os.path.abspath(opts.tracking_uri.split(":///", 1)[1])) if local else ""
     artifacts = Path(root, "mlartifacts", opts.name).as_uri() if local else None
     experiment_id = tracker.experiment(opts.name, artifacts)
     parent = tracker.parent_run(experiment_id, opts.name)
+    tracker.set_tags(parent, {Tag.METRIC: space.metric, Tag.MODE: space.mode})
     spec = TrialSpec(
         sweep=opts.name,
         base=space.base.to_dict(),
@@ -316,13 +308,21 @@ def run_sweep(
         use_gpu=opts.use_gpu,
         cpus_per_worker=opts.cpus_per_worker,
         max_failures=opts.max_failures,
+        metric=space.metric,
+        mode=space.mode,
+        constraints=space.constraints,
+        machine=machine_spec(opts, alive_nodes()),
     )
     if not restore:
         _save_state(space, opts)
     verb = "resuming" if restore else "starting"
-    print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}")
-    results = build_tuner(space, opts, spec, restore).fit()
-    table = rows(results, space.metric, space.mode)
-    log_sweep_summary(tracker, parent, space, table)
+    scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
+    print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by {scores}")
+    with legacy_tune_output():
+        results = build_tuner(space, opts, spec, restore).fit()
+    frame = trial_frame(results, space)
+    log_sweep_summary(tracker, parent, space, frame)
     tracker.finish(parent)
-    return table
+    print(f"\nbest trials (each by its best {space.metric} report):")
+    print(format_table(frame, space))
+    return list(frame.to_dict("records"))

@@ -5,6 +5,13 @@ Metrics are logged at their real training step, idempotently: a run remembers th
 logged (metric ``step``), and anything at or below it is skipped, so a restarted trial that
 replays a report adds nothing twice. Logging failures (a tracking server that went away) never
 fail a trial: the batch is kept and retried with the next report, and a warning says so.
+
+A fresh SQLite store is created by whichever process opens it first, and MLflow's store does that
+without a lock: two processes opening a new ``mlflow.db`` at once (the sweep and ``mlflow ui``, two
+sweeps, a sweep's trials) race in its schema migration ("duplicate column name: step").
+``open_store`` opens SQLite stores under a file lock beside the database (our processes take
+turns, whatever spelling of the path they use) and retries with backoff when the race happens
+anyway against a process that takes no lock, saying so.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import os
 import time
 from typing import Any
 
+from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
@@ -28,7 +36,11 @@ class Tag:
     SWEEP = "recsys.sweep"  # the sweep a run belongs to
     TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
     KIND = "recsys.kind"  # "trial", or "sweep:<name>" on a sweep's parent run
-    STATUS = "recsys.status"  # a trial's outcome: finished, diverged, ...
+    STATUS = "recsys.status"  # a trial's outcome: finished, early_stopped, diverged, infeasible
+    STATUS_DETAIL = "recsys.status_detail"  # why (an infeasible trial's numbers)
+    METRIC = "recsys.metric"  # on a sweep's parent run: the metric that scores its trials
+    MODE = "recsys.mode"  # ... and whether higher ("max") or lower is better
+    BEST_TRIAL = "recsys.best_trial"  # on a sweep's parent run: its best trial's id
     SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
     BEST_CHECKPOINT = "checkpoint.best"
     LAST_CHECKPOINT = "checkpoint.last"
@@ -36,6 +48,29 @@ class Tag:
 
 
 NOT_LOGGED = {"loss_history", "checkpoint_path", "ckpt_score", "step"}
+
+
+RACES = ("duplicate column", "already exists", "database is locked", "out-of-date database schema")
+
+
+def open_store(uri: str, attempts: int = 8) -> None:
+    """Create (or check) the store behind a ``sqlite:`` URI before anything writes to it."""
+    if not uri.startswith("sqlite:"):
+        return
+    path = os.path.abspath(uri.split(":///", 1)[1])
+    with FileLock(path + ".init-lock"):
+        for attempt in range(attempts):
+            try:
+                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+                return
+            except Exception as e:
+                if attempt == attempts - 1 or not any(r in str(e) for r in RACES):
+                    raise
+                first = str(e).strip().splitlines()[0][:200]
+                log.warning(
+                    "MLflow store %s: creating it raced another process (%s); retrying", path, first
+                )
+                time.sleep(0.25 * 2**attempt)
 
 
 def default_tracking_uri(root: str) -> str:
@@ -56,6 +91,7 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         self.uri = uri
+        open_store(uri)
         self.client = MlflowClient(tracking_uri=uri)
         self._pending: dict[str, list[Metric]] = {}
         self._last_step: dict[str, int] = {}

@@ -1,13 +1,19 @@
-"""One sweep trial: a Tune function that builds and fits a ``TorchTrainer`` (Ray Train V2).
+"""One sweep trial: a Tune function that checks its configuration, then builds and fits a
+``TorchTrainer`` (Ray Train V2).
 
-The Train run is named after the trial id, so a restored trial finds its own checkpoints and
-continues from the latest. Metrics reach Tune from rank 0 (``TuneReportCallback``) and MLflow from
-the Train controller (``MlflowReportCallback``), as each checkpoint is registered.
+Before any worker starts, the configuration must fit: the space's budget (``constraints``) and a
+sharding plan for the trial's workers and their device memory (``recsys.tune.feasibility``); if
+not, the trial reports ``infeasible`` with the numbers and ends. The Train run is named after the
+trial id, so a restored trial finds its own checkpoints and continues from the latest. Metrics
+reach Tune from rank 0 (``TuneReportCallback``) and MLflow from the Train controller
+(``MlflowReportCallback``), as each checkpoint is registered. Every report carries the trial's
+score so far (``best_<metric>``), which Tune's searcher and scheduler compare.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -20,7 +26,10 @@ from ray.train import UserCallback
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
+from recsys.distributed.sharding import Machine
 from recsys.train.ray_trainer import Resources, make_trainer
+from recsys.tune import feasibility
+from recsys.tune.search import INFEASIBLE
 from recsys.tune.tracking import Tag, Tracker, flat_params
 
 
@@ -38,6 +47,10 @@ class TrialSpec:
     use_gpu: bool
     cpus_per_worker: float
     max_failures: int
+    metric: str = "val_auc"
+    mode: str = "max"
+    constraints: dict[str, float] | None = None
+    machine: dict[str, Any] | None = None  # Machine fields, and "local_world_size"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,10 +75,38 @@ class MlflowReportCallback(UserCallback):
 
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
     """The trial's config. In a sweep every report carries validation metrics (schedulers and
-    searchers compare trials on them), so evaluation runs at every checkpoint."""
+    searchers compare trials on them), so evaluation runs at every checkpoint; the sweep's metric
+    scores the trial; the workers print no per-step lines (the sweep's table shows progress)."""
     cfg = ExperimentConfig.from_dict(spec.base).with_overrides(params)
     every = cfg.train.checkpoint_every or cfg.train.steps
-    return cfg.with_overrides({"train.eval_every": every, "train.checkpoint_every": every})
+    return cfg.with_overrides(
+        {
+            "train.eval_every": every,
+            "train.checkpoint_every": every,
+            "train.monitor": spec.metric,
+            "train.monitor_mode": spec.mode,
+            "train.quiet": True,
+        }
+    )
+
+
+def check_feasible(cfg: ExperimentConfig, spec: TrialSpec) -> feasibility.Verdict:
+    constraints = spec.constraints or {}
+    if spec.machine is None:
+        return feasibility.check_budget(cfg, constraints)
+    machine = Machine(spec.machine["device"], spec.machine["hbm"], spec.machine["ddr"])
+    local = int(spec.machine["local_world_size"])
+    return feasibility.check(cfg, constraints, machine, spec.num_workers, local)
+
+
+def refuse(tracker: Tracker, run_id: str, verdict: feasibility.Verdict, metric: str) -> None:
+    """Record an infeasible trial (no worker was started) in MLflow and Tune: its sizes, and no
+    score (every report carries the keys the searcher and scheduler read)."""
+    tracker.log_values(run_id, verdict.numbers)
+    tracker.set_tags(run_id, {Tag.STATUS: INFEASIBLE, Tag.STATUS_DETAIL: verdict.reason})
+    tracker.finish(run_id, "KILLED")
+    report = {INFEASIBLE: 1.0, "step": 0, "status_detail": verdict.reason, **verdict.numbers}
+    tune.report({**report, f"best_{metric}": math.nan, "best_step": 0.0})
 
 
 def run_trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
@@ -87,6 +128,9 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     )
     tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(params, default=str)})
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
+    verdict = check_feasible(cfg, spec)
+    if not verdict.ok:
+        return refuse(tracker, run_id, verdict, spec.metric)
     train_storage = os.path.join(spec.storage, spec.sweep, "train")
     backfill(tracker, run_id, os.path.join(train_storage, f"trial_{trial_id}"))
     trainer = make_trainer(
@@ -104,7 +148,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         tracker.finish(run_id, "FAILED")
         raise
     tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
-    finish_trial(tracker, run_id, result)
+    finish_trial(tracker, run_id, result, cfg.train.monitor_mode)
 
 
 def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
@@ -123,9 +167,10 @@ def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
     return len(missing)
 
 
-def finish_trial(tracker: Tracker, run_id: str, result: Any) -> None:
-    """Artifacts and status at the end of a trial: the sharding plan, pointers to the best and last
-    checkpoints (and the checkpoints themselves when small), ``diverged`` when the loss blew up."""
+def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str = "max") -> None:
+    """Artifacts and status at the end of a trial: the sharding plan, pointers to the best (by the
+    sweep's metric and mode) and last checkpoints (and the best itself when small), the status
+    (``finished``, ``early_stopped``, ``diverged``)."""
     metrics = result.metrics or {}
     tags = {}
     if result.checkpoint is not None:
@@ -133,13 +178,14 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any) -> None:
         plan = os.path.join(result.checkpoint.path, "sharding_plan.json")
         if os.path.isfile(plan):
             tracker.log_file(run_id, plan)
-    best = result.get_best_checkpoint("ckpt_score", "max") if result.best_checkpoints else None
+    best = result.get_best_checkpoint("ckpt_score", mode) if result.best_checkpoints else None
     if best is not None:
         tags[Tag.BEST_CHECKPOINT] = best.path
         if _size(best.path) < 64 * 2**20:
             tracker.log_folder(run_id, best.path, artifact_path="checkpoint_best")
     diverged = bool(metrics.get("diverged"))
-    tags[Tag.STATUS] = "diverged" if diverged else "finished"
+    stopped = bool(metrics.get("early_stopped"))
+    tags[Tag.STATUS] = "diverged" if diverged else "early_stopped" if stopped else "finished"
     tracker.set_tags(run_id, tags)
     tracker.finish(run_id, "FAILED" if diverged else "FINISHED")
 

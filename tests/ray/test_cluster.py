@@ -60,7 +60,7 @@ def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
         cpus_per_worker=0.9,
     )
     table = run_sweep(space, opts, Tracker(uri), restore=False)
-    assert len(table) == 4 and all(r["status"] == "ok" for r in table)
+    assert len(table) == 4 and all(r["status"] == "finished" for r in table)
     used = set()
     for row in table:
         assert len(row["worker_nodes"].split(",")) == 1  # each trial on one node

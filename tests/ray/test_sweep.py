@@ -1,25 +1,43 @@
-"""A 2-trial sweep on a local 2-CPU Ray, read back from MLflow with ``MlflowClient``."""
+"""The default space's smoke sweep through the command line (a local Ray of its own): its whole
+console output, and everything read back from MLflow with ``MlflowClient``."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from recsys.tune import space as spaces
-from recsys.tune.sweep import SweepOptions, check_resume, run_sweep
-from recsys.tune.tracking import Tracker
-from tests.ray.spaces import write_space
-
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# fixed lines (Ray's start, the sweep's header, the table's header, where to look) + per trial a
+# start line, an end line and a table row: the default sweep's 8 trials stay well under 100
+LINES_FIXED, LINES_PER_TRIAL = 14, 3
+NOISE = [
+    "Failed to query",  # Train's PlacementGroupCleaner without the State API
+    "Sharding spec not found",  # TorchRec on data-parallel tables
+    "PreemptionWatcher",
+    "Configuration for experiment",  # Tune's boxes
+    "│",
+    "autograd kernel was not registered",
+    "step 10/",  # per-step loss lines of the workers
+]
 
 
-def test_two_trial_sweep_lands_in_mlflow(ray_2_cpus, tmp_path):
-    space = spaces.load(write_space(tmp_path))
+def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    opts = SweepOptions(name="t2", storage=str(tmp_path / "runs"), tracking_uri=uri, num_samples=1)
-    assert not check_resume(space, opts)
-    table = run_sweep(space, opts, Tracker(uri), restore=False)
-    assert len(table) == 2 and all(r["status"] == "ok" for r in table)  # grid of 2 x 1 sample
+    cmd = [sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--smoke-test",
+           "--name", "t2", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) <= LINES_FIXED + LINES_PER_TRIAL * 2, out
+    assert [n for n in NOISE if n in out] == [], out
+    assert sum("started:" in line for line in lines) == 2
+    assert lines[-1].startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("t2")
@@ -31,9 +49,8 @@ def test_two_trial_sweep_lands_in_mlflow(ray_2_cpus, tmp_path):
     assert parent.info.status == "FINISHED"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "auc_vs_memory.png", "best_config.yaml", "search_space.yaml"} <= artifacts
-    # embedding precision is a sweep dimension; the bytes follow the dtype
-    assert {r.data.params["embeddings.dtype"] for r in trials} == {"fp32", "fp16"}
-    for r in trials:
+    assert parent.data.tags["recsys.metric"] == "val_auc" and "best_val_auc" in parent.data.metrics
+    for r in trials:  # embedding precision is a sweep dimension; the bytes follow the dtype
         width = {"fp32": 4, "fp16": 2}[r.data.params["embeddings.dtype"]]
         assert r.data.metrics["emb_bytes"] == r.data.metrics["emb_params"] * width
     for run in trials:
@@ -41,9 +58,15 @@ def test_two_trial_sweep_lands_in_mlflow(ray_2_cpus, tmp_path):
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert "embeddings.qr.threshold" in run.data.params and "optim.lr" in run.data.params
         loss = client.get_metric_history(run.info.run_id, "loss")
-        assert [m.step for m in loss] == [5, 10, 15, 20]
+        assert [m.step for m in loss] == [20]
         auc = client.get_metric_history(run.info.run_id, "val_auc")
         assert [m.step for m in auc] == [10, 20] and 0.0 < auc[-1].value < 1.0
+        best = run.data.metrics["best_val_auc"]  # the trial's score: its best report, with step
+        assert best == max(m.value for m in auc)
+        assert (
+            run.data.metrics["best_step"] in (10, 20)
+            and run.data.tags["recsys.status"] == "finished"
+        )
         for key in ("val_log_loss", "val_ne", "val_calibration", "samples_per_s", "emb_bytes"):
             assert key in run.data.metrics, key
         assert run.data.metrics["emb_bytes_full"] >= run.data.metrics["emb_bytes"]

@@ -21,7 +21,7 @@ from tests.ray.spaces import write_space
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS, LOG_EVERY = 1500, 50
+STEPS, LOG_EVERY = 600, 50  # trial 2 is killed between its step-200 report and step 600
 
 
 def sweep_cmd(space: str, tmp, *extra: str) -> list[str]:

@@ -91,7 +91,9 @@ def test_server_outage_buffers_and_retries(tmp_path, monkeypatch, caplog):
 def test_diverged_trial_is_recorded_as_such(tmp_path):
     from types import SimpleNamespace
 
-    from recsys.tune.sweep import rows
+    from recsys.config import ExperimentConfig
+    from recsys.tune.results import trial_frame
+    from recsys.tune.space import SearchSpace
     from recsys.tune.trial import finish_trial
 
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -100,13 +102,19 @@ def test_diverged_trial_is_recorded_as_such(tmp_path):
     run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
     metrics = {"step": 4, "diverged": 1.0, "val_auc": float("nan"), "loss_history": [(4, 1e9)]}
     result = SimpleNamespace(
-        metrics=metrics, checkpoint=None, best_checkpoints=[], error=None, config={"params": {}}
+        metrics=metrics,
+        checkpoint=None,
+        best_checkpoints=[],
+        error=None,
+        config={"params": {}},
+        metrics_dataframe=None,
     )
     finish_trial(t, run, result)
     got = MlflowClient(uri).get_run(run)
     assert got.data.tags["recsys.status"] == "diverged" and got.info.status == "FAILED"
-    (row,) = rows([result], "val_auc", "max")
-    assert row["status"] == "diverged"
+    space = SearchSpace(name="s", source="s.yaml", base=ExperimentConfig(), dimensions=[])
+    (row,) = trial_frame([result], space).to_dict("records")
+    assert row["status"] == "diverged" and not row["pareto"]
 
 
 def test_backfill_logs_reports_mlflow_missed(tmp_path, monkeypatch):
@@ -133,3 +141,51 @@ def test_backfill_logs_reports_mlflow_missed(tmp_path, monkeypatch):
 
 def _no_run(path):
     raise RuntimeError(f"Experiment folder {path} doesn't exist.")
+
+
+def test_a_store_whose_creation_raced_is_retried_and_says_so(tmp_path, monkeypatch, caplog):
+    import mlflow.store.db.utils as db_utils
+    import sqlalchemy
+
+    real, calls = db_utils._initialize_tables, []
+
+    def racing(engine):  # as when another process was migrating the same fresh file
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlalchemy.exc.OperationalError("ALTER TABLE", {}, "duplicate column name: step")
+        return real(engine)
+
+    monkeypatch.setattr(db_utils, "_initialize_tables", racing)
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    t = Tracker(uri)
+    assert len(calls) == 2 and "raced another process" in caplog.text
+    exp = t.experiment("works", None)
+    assert MlflowClient(uri).get_experiment(exp).name == "works"
+
+
+def _open_and_use(uri: str, name: str, barrier) -> str:
+    barrier.wait()  # every process opens the fresh store at the same moment
+    t = Tracker(uri)
+    run = t.trial_run(t.experiment(name, None), "p", "s", name, {})
+    t.log_report(run, report(10, 0.6))
+    return run
+
+
+def test_processes_opening_one_fresh_store_at_once_all_get_a_working_store(tmp_path):
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path}/shared.db"
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(4)
+    with ctx.Pool(4) as pool:
+        runs = pool.starmap(_open_and_use, [(uri, f"e{i}", barrier) for i in range(4)])
+    client = MlflowClient(uri)
+    assert sorted(e.name for e in client.search_experiments()) == [
+        "Default",
+        "e0",
+        "e1",
+        "e2",
+        "e3",
+    ]
+    for run in runs:
+        assert [m.step for m in client.get_metric_history(run, "val_auc")] == [10]

@@ -1,0 +1,129 @@
+"""The sweep's console: a line when a trial starts and when it ends, and a compact table of every
+trial (status, its sampled params, step, the metric now and its best so far, embedding MB,
+samples/s): redrawn in place in a terminal, printed every ``every_s`` seconds in a log. Ray Tune's
+own per-trial output is off (``verbose=0``)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import IO, Any
+
+import pandas as pd
+from ray.tune import Callback
+
+
+def short(key: str) -> str:
+    """``embeddings.qr.threshold`` -> ``qr.threshold``; ``optim.lr`` -> ``lr``."""
+    parts = key.split(".")
+    return ".".join(parts[-2:]) if parts[-2] in ("qr",) else parts[-1]
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ",".join(fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def status_of(result: dict[str, Any], done: bool) -> str:
+    if result.get("infeasible"):
+        return "infeasible"
+    if result.get("diverged"):
+        return "diverged"
+    if result.get("early_stopped"):
+        return "early_stopped"
+    return "done" if done else "running"
+
+
+class Progress(Callback):  # type: ignore[misc]
+    """Prints the progress of the trials of a sweep scored by ``metric``."""
+
+    def __init__(self, metric: str, every_s: float = 300.0) -> None:
+        self.metric, self.every_s = metric, every_s  # (Tune pickles callbacks: no stream kept)
+        self.t0 = time.time()
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.drawn, self.last_table = 0, time.time()
+
+    @property
+    def out(self) -> IO[str]:
+        return sys.stdout
+
+    @property
+    def tty(self) -> bool:
+        return self.out.isatty()
+
+    def _say(self, text: str) -> None:
+        self._erase()
+        minutes, seconds = divmod(int(time.time() - self.t0), 60)
+        print(f"[{minutes:02d}:{seconds:02d}] {text}", file=self.out, flush=True)
+
+    def _row(self, trial: Any) -> dict[str, Any]:
+        if trial.trial_id not in self.rows:
+            params = (trial.config or {}).get("params", {})
+            row = {"trial": trial.trial_id.split("_")[-1], "status": "running"}
+            self.rows[trial.trial_id] = {**row, **{short(k): v for k, v in params.items()}}
+        return self.rows[trial.trial_id]
+
+    def _update(self, trial: Any, result: dict[str, Any], done: bool) -> dict[str, Any]:
+        row = self._row(trial)
+        row.update({
+            "status": status_of(result, done),
+            "step": result.get("step", row.get("step", 0)),
+            self.metric: result.get(self.metric, row.get(self.metric, math.nan)),
+            "best": result.get(f"best_{self.metric}", row.get("best", math.nan)),
+            "emb MB": result.get("emb_bytes", math.nan) / 2**20,
+            "samples/s": result.get("samples_per_s", row.get("samples/s", math.nan)),
+        })  # fmt: skip
+        return row
+
+    def table(self) -> str:
+        frame = pd.DataFrame(list(self.rows.values()))
+        return frame.map(fmt).to_string(index=False) if len(frame) else ""
+
+    def _erase(self) -> None:
+        if self.tty and self.drawn:
+            print(f"\x1b[{self.drawn}F\x1b[J", end="", file=self.out)
+            self.drawn = 0
+
+    def _draw(self) -> None:
+        text = self.table()
+        if self.tty:
+            self._erase()
+            print(text, file=self.out, flush=True)
+            self.drawn = text.count("\n") + 1
+        elif time.time() - self.last_table >= self.every_s:
+            print(text, file=self.out, flush=True)
+            self.last_table = time.time()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        row = self._row(trial)
+        params = " ".join(f"{k}={fmt(v)}" for k, v in row.items() if k not in ("trial", "status"))
+        self._say(f"trial {row['trial']} started: {params}")
+        self._draw()
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        self._update(trial, result, done=False)
+        self._draw()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        row = self._update(trial, trial.last_result or {}, done=True)
+        detail = trial.last_result.get("status_detail", "") if trial.last_result else ""
+        score = (
+            f"best {self.metric} {fmt(row['best'])}" if row["status"] != "infeasible" else detail
+        )
+        self._say(f"trial {row['trial']} {row['status']}: step {row['step']}, {score}")
+        self._draw()
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        row = self._row(trial)
+        row["status"] = "error"
+        self._say(f"trial {row['trial']} failed: see {trial.local_path or trial.path}")
+        self._draw()
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._erase()

@@ -1,0 +1,146 @@
+"""A sweep's results, from Ray Tune's ``ResultGrid``: one row per trial from its *best* report.
+
+A trial's score is the best value of the space's metric over its validation reports (the workers
+report it as ``best_<metric>`` in every report), so the row shows that report's metrics, its step
+and its checkpoint, not the last report's. Rows are ranked by the score (trials without one last),
+and trials no other trial beats in every objective are marked ``pareto``: the space's objectives
+when it has several, else the score against embedding bytes (the trade QR and mixed dims make).
+
+    frame = trial_frame(result_grid, space)      # pandas, best first
+    print(format_table(frame, space))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recsys.tune.search import INFEASIBLE
+from recsys.tune.space import Objective, SearchSpace
+
+METRICS = ["val_auc", "val_log_loss", "val_ne"]  # shown from the best report
+
+
+def status(result: Any, last: dict[str, Any]) -> str:
+    if result.error is not None:
+        return "error"
+    for key in (INFEASIBLE, "diverged", "early_stopped"):
+        if last.get(key):
+            return key
+    return "finished"
+
+
+def best_report(result: Any, objective: Objective) -> dict[str, Any]:
+    """The report with the best value of ``objective.metric`` (the earliest among equals)."""
+    frame = result.metrics_dataframe
+    last = result.metrics or {}
+    if frame is None or objective.metric not in frame.columns:
+        return last
+    values = pd.to_numeric(frame[objective.metric], errors="coerce")
+    if not values.notna().any():
+        return last
+    best = values.max() if objective.mode == "max" else values.min()
+    return {str(k): v for k, v in frame[values == best].iloc[0].items()}
+
+
+def non_dominated(points: np.ndarray, modes: list[str]) -> np.ndarray:
+    """Which rows of ``points`` ``[N, K]`` no other row beats: at least as good in every column
+    and better in one (``modes[k]``: ``max`` or ``min``). Rows with a NaN are never marked."""
+    signed = points * np.array([1.0 if m == "max" else -1.0 for m in modes])
+    ok = ~np.isnan(signed).any(axis=1)
+    keep = ok.copy()
+    for i in np.flatnonzero(ok):
+        others = signed[ok]
+        beats = (others >= signed[i]).all(axis=1) & (others > signed[i]).any(axis=1)
+        keep[i] = not beats.any()
+    return keep
+
+
+def front_objectives(space: SearchSpace) -> list[Objective]:
+    if len(space.objectives) > 1:
+        return space.objectives
+    return [space.objectives[0], Objective("emb_bytes", "min")]
+
+
+def _row(result: Any, space: SearchSpace) -> dict[str, Any]:
+    last = result.metrics or {}
+    best = best_report(result, space.objectives[0])
+    params = dict((result.config or {}).get("params", {}))
+    row: dict[str, Any] = {"trial": last.get("trial_id", ""), "status": status(result, last)}
+    row.update(params)
+    row["params"] = params  # as sampled (a column with a None turns 1000 into 1000.0)
+    for o in space.objectives:
+        row[o.key] = last.get(o.key, math.nan)
+    row["best_step"] = best.get("step", math.nan)
+    row.update({m: best.get(m, math.nan) for m in METRICS})
+    row["emb_bytes"] = last.get("emb_bytes", math.nan)
+    row["samples_per_s"] = last.get("samples_per_s", math.nan)
+    row["checkpoint"] = best.get("checkpoint_path", "")
+    row["worker_nodes"] = last.get("worker_nodes", "")
+    row["status_detail"] = last.get("status_detail", "")
+    return row
+
+
+def trial_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
+    """One row per trial (its params, status, score, best report), best first."""
+    frame = pd.DataFrame([_row(r, space) for r in result_grid])
+    if frame.empty:
+        return frame
+    objectives = front_objectives(space)
+    for o in objectives:
+        if o.key not in frame:
+            frame[o.key] = math.nan
+    points = frame[[o.key for o in objectives]].to_numpy(dtype=float)
+    frame["pareto"] = non_dominated(points, [o.mode for o in objectives])
+    score = space.objectives[0]
+    frame = frame.sort_values(score.key, ascending=score.mode == "min", na_position="last")
+    return frame.reset_index(drop=True)
+
+
+def _short(key: str) -> str:
+    parts = key.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2] == "qr" else parts[-1]
+
+
+def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10) -> str:
+    """The best ``top`` trials: params, status, score, step, metrics of the best report, MB."""
+    if frame.empty:
+        return "(no trials)"
+    params = [d.key for d in space.dimensions if d.key in frame]
+    shown = frame.head(top).copy()
+    shown["emb MB"] = shown["emb_bytes"] / 2**20
+    shown["pareto"] = shown["pareto"].map({True: "*", False: ""})
+    scores = [o.key for o in space.objectives if o.key != "emb_bytes"]
+    metrics = [m for m in METRICS if m != space.metric]
+    columns = ["trial", "status", *params, *scores, "best_step", *metrics, "emb MB",
+               "samples_per_s", "pareto"]  # fmt: skip
+    out = shown[columns].rename(columns={p: _short(p) for p in params})
+    return out.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+
+
+def pareto_plot(frame: pd.DataFrame, space: SearchSpace, path: str) -> None:
+    """The score against embedding memory, one point per trial, the non-dominated ones marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    score = space.objectives[0]
+    ok = frame[frame[score.key].notna() & frame["emb_bytes"].notna()]
+    x, y = ok["emb_bytes"] / 2**20, ok[score.key]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter(x, y, c="tab:blue", label="trials")
+    front = ok[ok["pareto"]].sort_values("emb_bytes")
+    ax.plot(front["emb_bytes"] / 2**20, front[score.key], "o-", c="tab:red", label="non-dominated")
+    for trial, xi, yi in zip(ok["trial"], x, y, strict=True):
+        ax.annotate(str(trial)[-5:], (xi, yi), fontsize=7, alpha=0.7)
+    ax.set_xlabel("embedding memory (MB)")
+    ax.set_ylabel(f"{score.metric}, best report ({score.mode})")
+    ax.set_title(f"{space.name}: each trial's best {score.metric} against embedding memory")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,129 @@
+"""Sweeps decide by each trial's best validation report: ranking, tables, MLflow, checkpoints,
+export; early stopping; two objectives with Optuna; configurations over budget never launched."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from recsys.tune import space as spaces
+from recsys.tune.results import non_dominated
+from recsys.tune.sweep import SweepOptions, run_sweep
+from recsys.tune.tracking import Tracker
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+TINY = """
+base: debug
+overrides:
+  data.synthetic.num_samples: {rows}
+  embeddings.num_embeddings: [50, 200, 1000, 3000]
+  embeddings.dim: 8
+  model.bottom_mlp: [16]
+  model.top_mlp: [16]
+  train.steps: {steps}
+  train.batch_size: 64
+  train.checkpoint_every: 10
+  train.log_every: 10
+  optim.lr: {lr}
+  optim.embedding_lr: {lr}
+"""
+
+# at this learning rate the validation NE is best at step 20 and rises after (deterministic)
+EARLY_PEAK = (
+    TINY.format(rows=3000, steps=80, lr=0.3)
+    + """
+space:
+  train.patience: {grid: [0, 3]}
+metric: val_ne
+mode: min
+"""
+)
+
+TRADE_OFF = (
+    TINY.format(rows=2000, steps=20, lr=0.05)
+    + """
+space:
+  embeddings.dim: {choice: [8, 16, 64]}
+  embeddings.qr.threshold: {choice: [null, 500]}
+metric: [val_auc, emb_bytes]
+mode: [max, min]
+constraints: {emb_bytes_max: 300000}
+"""
+)
+
+
+def sweep(tmp_path, body: str, name: str, **opts):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(body))
+    space = spaces.load(str(path))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    o = SweepOptions(name=name, storage=str(tmp_path / "runs"), tracking_uri=uri, **opts)
+    return space, uri, o, run_sweep(space, o, Tracker(uri), restore=False)
+
+
+def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(ray_2_cpus, tmp_path):
+    from recsys.tune.publish import best_trial, export_best
+
+    space, uri, opts, table = sweep(tmp_path, EARLY_PEAK, "peak", num_samples=1)
+    rows = {r["params"]["train.patience"]: r for r in table}
+    full, stopped = rows[0], rows[3]
+    assert full["status"] == "finished" and stopped["status"] == "early_stopped"
+    for row in (full, stopped):  # both peaked at step 20, the same run until then
+        assert row["best_step"] == 20
+        assert row["val_ne"] == row["best_val_ne"]  # the table shows the best report, not the last
+        assert row["checkpoint"].endswith("step_00000020")
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("peak")
+    runs = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
+    by_status = {r.data.tags["recsys.status"]: r for r in runs}
+    assert set(by_status) == {"finished", "early_stopped"}
+    for run in runs:
+        ne = client.get_metric_history(run.info.run_id, "val_ne")
+        assert min(m.value for m in ne) == pytest.approx(run.data.metrics["best_val_ne"])
+        assert ne[-1].value > run.data.metrics["best_val_ne"]  # the last report is worse
+        assert run.data.metrics["best_step"] == 20
+        best = run.data.tags["checkpoint.best"]  # kept by Ray Train: the lowest-NE checkpoint
+        assert best.endswith("step_00000020") and os.path.isdir(best)
+    steps = [m.step for m in client.get_metric_history(by_status["early_stopped"].info.run_id,
+                                                       "val_ne")]  # fmt: skip
+    assert steps == [10, 20, 30, 40, 50]  # 3 reports without improvement after step 20: stop
+    parent = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'sweep:peak'")[0]
+    assert parent.data.tags["recsys.mode"] == "min"
+    assert parent.data.metrics["best_val_ne"] == pytest.approx(full["best_val_ne"])
+    assert "auc_vs_memory.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    run_id, ckpt, _ = best_trial(Tracker(uri), "peak")  # the lowest best NE, its best checkpoint
+    assert ckpt.endswith("step_00000020")
+    exported_run, report, _ = export_best(uri, "peak", str(tmp_path / "export"))
+    assert exported_run == run_id and report.rows > 0
+
+
+def test_two_objective_optuna_sweep_returns_a_pareto_set_and_never_launches_over_budget(
+    ray_2_cpus, tmp_path
+):
+    space, uri, opts, table = sweep(
+        tmp_path, TRADE_OFF, "trade", num_samples=4, search="optuna", seed=4
+    )
+    assert [o.key for o in space.objectives] == ["best_val_auc", "emb_bytes"]
+    over = [r for r in table if r["status"] == "infeasible"]
+    fine = [r for r in table if r["status"] == "finished"]
+    assert over and len(fine) >= 2, [(r["params"], r["status"]) for r in table]
+    for r in over:  # refused in the trial's driver: no Train run, no worker
+        assert r["emb_bytes"] > 300000 and "emb_bytes_max" in r["status_detail"]
+        assert not os.path.exists(tmp_path / "runs" / "trade" / "train" / f"trial_{r['trial']}")
+    front = [r for r in table if r["pareto"]]
+    assert front and all(r["status"] == "finished" for r in front)
+    points = [[r["best_val_auc"], r["emb_bytes"]] for r in front]
+    import numpy as np
+
+    assert non_dominated(np.array(points, dtype=float), ["max", "min"]).all()  # none beats another
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("trade")
+    statuses = [
+        r.data.tags["recsys.status"]
+        for r in client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
+    ]
+    assert statuses.count("infeasible") == len(over)
