@@ -5,6 +5,11 @@ BENCHMARKS.md with the machine, versions, date and command.
     .venv/bin/python -m benchmarks overhead            # per-trial orchestration overhead of a sweep
     .venv/bin/python -m benchmarks qr [--data FILE]    # QR memory / accuracy trade-off
     .venv/bin/python -m benchmarks data                # reader samples/s vs the training step
+    .venv/bin/python -m benchmarks scale memory        # worker memory, 2 vs 8 Terabyte-shaped days
+    .venv/bin/python -m benchmarks scale big --gib 32  # a folder larger than RAM (deleted after)
+    .venv/bin/python -m benchmarks scale preprocess    # rows/s: reference, 1 process, Ray 1 and 2
+    .venv/bin/python -m benchmarks scale collisions    # hash mod rows vs vocabularies (Kaggle)
+    .venv/bin/python -m benchmarks sweeps              # time to a FIFO sweep's best: ASHA, Optuna
 
 They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
 Ray/MLflow drivers here are measuring tools, not part of the library.
@@ -45,6 +50,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = sub.add_parser("data", help="reader samples/s vs the training step")
     d.add_argument("--rows", type=int, default=200_000)
     d.add_argument("--file", help="a Criteo TSV to read instead of generated rows")
+    w = sub.add_parser("sweeps", help="sweep efficiency against a random FIFO sweep")
+    w.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    w.add_argument("--trials", type=int, default=16)
+    w.add_argument("--steps", type=int, default=300)
+    c = sub.add_parser("scale", help="Criteo-scale data: memory, big folders, preprocessing")
+    c.add_argument("what", choices=["memory", "big", "preprocess", "collisions"])
+    c.add_argument("--rows-per-day", type=int, default=2_000_000, help="memory")
+    c.add_argument("--steps", type=int, default=0, help="default: 300 (memory), 1000 (big)")
+    c.add_argument("--gib", type=float, default=32.0, help="big: size of the folder")
+    c.add_argument("--rows", type=int, default=400_000, help="preprocess: rows generated")
+    c.add_argument("--copies", type=int, default=8, help="preprocess: the rows repeated")
+    c.add_argument("--chunk-mb", type=float, default=48.0, help="preprocess: bytes per task")
     return p.parse_args(argv)
 
 
@@ -65,6 +82,20 @@ def run(args: argparse.Namespace) -> str:
         from benchmarks import qr
 
         return qr.sweep(args.data, args.steps, args.collisions, args.ops)
+    if args.bench == "sweeps":
+        from benchmarks import sweeps
+
+        return sweeps.run(args.seeds, args.trials, args.steps)
+    if args.bench == "scale":
+        from benchmarks import scale
+
+        if args.what == "memory":
+            return scale.memory_vs_days(args.rows_per_day, args.steps or 300)
+        if args.what == "big":
+            return scale.larger_than_memory(args.gib, args.steps or 1000)
+        if args.what == "preprocess":
+            return scale.preprocessing(args.rows, args.copies, args.chunk_mb)
+        return scale.collisions()
     from benchmarks import data
 
     return data.run(args.rows, path=args.file)

@@ -1,7 +1,15 @@
-"""Orchestration overhead: a sweep of short trials on a local Ray, its wall time split into Ray
-start, per-trial worker-group start (processes, imports, process group), setup (data, planning,
-sharding), training, evaluation, checkpointing and teardown; and the share of the sweep's wall time
-spent in training steps. Timestamps come from the trials' MLflow runs."""
+"""Orchestration overhead per trial, against Ray Train's own floor, in one run.
+
+Ours: a sweep of short trials on a local Ray, each trial's wall time (around ``trainer.fit()``)
+split into worker-group start (processes, imports, process group), setup (data, planning,
+sharding), training, evaluation, checkpointing and teardown (timestamps from its MLflow run); its
+overhead is the wall time minus training and evaluation.
+
+The floor: the same number of Tune trials, each fitting a ``TorchTrainer`` with the same workers
+and resources whose function only imports torch (and, second variant, TorchRec and FBGEMM too) and
+reports once: what any Ray Train trial costs before it does work. ``ours / floor`` compares the
+overhead with the floor that imports TorchRec.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +24,10 @@ from mlflow.tracking import MlflowClient
 from benchmarks.common import table
 from recsys.cluster import connect
 from recsys.tune import space as spaces
-from recsys.tune.sweep import SweepOptions, run_sweep
+from recsys.tune.sweep import SweepOptions, legacy_tune_output, run_sweep
 from recsys.tune.tracking import Tracker
 
-PHASES = ["worker start", "setup", "train", "eval", "checkpoint", "teardown", "overhead"]
+PHASES = ["worker start", "setup", "train", "eval", "checkpoint", "teardown", "overhead", "wall"]
 
 
 def phases(m: dict[str, float]) -> dict[str, float]:
@@ -39,34 +47,128 @@ def phases(m: dict[str, float]) -> dict[str, float]:
     }
 
 
+def _empty_train(config: dict[str, Any]) -> None:
+    """A Train worker that does nothing but import and report once."""
+    started = time.time()
+    import torch  # noqa: F401
+
+    if config["torchrec"]:
+        import fbgemm_gpu  # noqa: F401
+        import torchrec  # noqa: F401
+    import ray.train
+
+    ray.train.report({"t_worker_start": started, "t_imported": time.time()})
+
+
+def _floor_trial(config: dict[str, Any], storage: str, cpus: float) -> None:
+    from ray import tune
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    trainer = TorchTrainer(
+        _empty_train,
+        train_loop_config={"torchrec": config["torchrec"]},
+        torch_config=TorchConfig(backend="gloo"),
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": cpus}),
+        run_config=RunConfig(
+            name=f"floor_{tune.get_context().get_trial_id()}", storage_path=storage
+        ),
+    )
+    t0 = time.time()
+    metrics = trainer.fit().metrics or {}
+    t1 = time.time()
+    tune.report(
+        {
+            "wall": t1 - t0,
+            "worker start": metrics["t_worker_start"] - t0,
+            "imports": metrics["t_imported"] - metrics["t_worker_start"],
+            "teardown": t1 - metrics["t_imported"],
+        }
+    )
+
+
+def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dict[str, float]]:
+    """Per-trial figures of ``trials`` empty Ray Train trials, run as Tune trials like ours."""
+    from ray import tune
+
+    trainable = tune.with_resources(
+        tune.with_parameters(_floor_trial, storage=f"{tmp}/floor", cpus=cpus), {"CPU": 0.1}
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"torchrec": torchrec},
+        tune_config=tune.TuneConfig(num_samples=trials, max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=f"{tmp}/tune", verbose=0),
+    )
+    with legacy_tune_output():
+        grid = tuner.fit()
+    return [dict(grid[i].metrics or {}) for i in range(len(grid))]
+
+
+def ours(trials: int, steps: int, space: str, tmp: str) -> tuple[list[dict[str, float]], float]:
+    loaded = spaces.load(space, smoke=True)
+    loaded = dataclasses.replace(loaded, base=loaded.base.with_overrides({"train.steps": steps}))
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    opts = SweepOptions(name="bench", storage=f"{tmp}/runs", tracking_uri=uri, num_samples=trials)
+    t0 = time.perf_counter()
+    run_sweep(loaded, opts, Tracker(uri), restore=False)
+    wall = time.perf_counter() - t0
+    client = MlflowClient(uri)
+    exp_id = Tracker(uri).experiment("bench", None)
+    runs = client.search_runs([exp_id], "tags.`recsys.kind` = 'trial'")
+    return [phases(r.data.metrics) for r in runs], wall
+
+
+def _median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rows) if rows and key in rows[0] else float("nan")
+
+
 def run(trials: int, steps: int, space: str = "default") -> str:
     t0 = time.perf_counter()
     connect(None)
     ray_start = time.perf_counter() - t0
-    loaded = spaces.load(space, smoke=True)
-    loaded = dataclasses.replace(loaded, base=loaded.base.with_overrides({"train.steps": steps}))
     with tempfile.TemporaryDirectory() as tmp:
-        uri = f"sqlite:///{tmp}/mlflow.db"
-        opts = SweepOptions(
-            name="bench", storage=f"{tmp}/runs", tracking_uri=uri, num_samples=trials
-        )
-        t0 = time.perf_counter()
-        run_sweep(loaded, opts, Tracker(uri), restore=False)
-        wall = time.perf_counter() - t0
-        client = MlflowClient(uri)
-        exp_id = Tracker(uri).experiment("bench", None)
-        runs = client.search_runs([exp_id], "tags.`recsys.kind` = 'trial'")
-        per_trial = [phases(r.data.metrics) for r in runs]
-    rows: list[list[Any]] = [["Ray start (once)", ray_start, "-"]]
-    for p in [*PHASES, "wall"]:
+        bare = floor(trials, torchrec=False, tmp=tmp)
+        with_torchrec = floor(trials, torchrec=True, tmp=tmp)
+        per_trial, sweep_wall = ours(trials, steps, space, tmp)
+    rows: list[list[Any]] = [["Ray start (once)", ray_start, "-", "-", "-"]]
+    for p in PHASES:
         vals = [t[p] for t in per_trial]
         rows.append(
-            [f"per trial: {p}", statistics.median(vals), f"{min(vals):.1f}-{max(vals):.1f}"]
+            [
+                f"per trial: {p}",
+                statistics.median(vals),
+                f"{min(vals):.1f}-{max(vals):.1f}",
+                _median(bare, p),
+                _median(with_torchrec, p),
+            ]
         )
-    train_total = sum(t["train"] for t in per_trial)
-    rows.append(["sweep wall time", wall, "-"])
     rows.append(
-        ["share of sweep wall time in training steps", f"{100 * train_total / wall:.1f}%", "-"]
+        [
+            "per trial: imports (floor)",
+            "-",
+            "-",
+            _median(bare, "imports"),
+            _median(with_torchrec, "imports"),
+        ]
     )
-    head = f"{len(per_trial)} trials of the `{space}` smoke config at {steps} steps, 2 workers\n\n"
-    return head + table(["what", "seconds (median)", "range"], rows)
+    train_total = sum(t["train"] for t in per_trial)
+    rows.append(["sweep wall time (ours)", sweep_wall, "-", "-", "-"])
+    rows.append(
+        [
+            "share of sweep wall time in training steps",
+            f"{100 * train_total / sweep_wall:.1f}%",
+            "-",
+            "-",
+            "-",
+        ]
+    )
+    overhead, base = _median(per_trial, "overhead"), _median(with_torchrec, "wall")
+    head = (
+        f"{len(per_trial)} trials of the `{space}` smoke config at {steps} steps, 2 workers; the "
+        f"floor: {trials} empty 2-worker Ray Train trials (Tune trials, same resources). "
+        f"**Ours / floor (per-trial overhead / empty trial with TorchRec): {overhead / base:.2f}x**"
+        "\n\n"
+    )
+    header = ["what", "ours, seconds (median)", "ours range", "floor: torch", "floor: + TorchRec"]
+    return head + table(header, rows)

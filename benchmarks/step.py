@@ -1,6 +1,11 @@
 """Step throughput: this project's training step (TorchRec EBC sharded by DMP, fused FBGEMM
-optimizer) against the plain-PyTorch DLRM, same config, data and batch, alternating A/B runs in one
-process. Samples/s medians over ``reps`` runs of ``steps`` steps, and the ratio."""
+optimizer) against the plain-PyTorch DLRM and against the machine's floor, same config, data and
+batch, alternating runs in one process. Samples/s medians over ``reps`` runs of ``steps`` steps.
+
+The floor: the step's dense GEMMs alone (bottom MLP, interaction, top MLP; forward and backward,
+no embeddings, no optimizer) at the same batch and threads, timed the same way; its FLOPs are
+counted by ``torch.utils.flop_counter`` and its achieved FLOP/s reported. ``ours / floor`` is how
+much longer our whole step takes than those GEMMs."""
 
 from __future__ import annotations
 
@@ -91,16 +96,42 @@ def plain(cfg: ExperimentConfig, data: list[Any]) -> Any:
     return step
 
 
+def dense_floor(cfg: ExperimentConfig) -> tuple[Any, float]:
+    """The dense GEMMs of one step, forward and backward, and their FLOPs per step."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from torchrec.modules.mlp import MLP
+
+    from recsys.models.interactions import make_interaction
+
+    torch.manual_seed(0)
+    emb, model, b = cfg.embeddings, cfg.model, cfg.train.batch_size
+    bottom = MLP(model.num_dense, [*model.bottom_mlp, emb.dim])
+    interaction = make_interaction(model.interaction, emb.dim, [emb.dim] * emb.num_features)
+    top = torch.nn.Sequential(MLP(interaction.out_dim, model.top_mlp),
+                              torch.nn.Linear(model.top_mlp[-1], 1))  # fmt: skip
+    dense = torch.randn(b, model.num_dense)
+    pooled = [torch.randn(b, emb.dim, requires_grad=True) for _ in range(emb.num_features)]
+
+    def step() -> None:
+        top(interaction(bottom(dense), pooled)).sum().backward()
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    return step, float(counter.get_total_flops())
+
+
 def compare(case: Case, op: str, qr: bool, steps: int, reps: int) -> list[Any]:
     cfg = config(case, op, qr)
-    a, b = ours(cfg, batches(cfg)), plain(cfg, batches(cfg, raw=True))
-    for fn in (a, b):  # warm up
+    floor, flops = dense_floor(cfg)
+    fns = [ours(cfg, batches(cfg)), plain(cfg, batches(cfg, raw=True)), floor]
+    for fn in fns:  # warm up
         timed(fn, 2)
-    ra, rb = [], []
-    for _ in range(reps):
-        ra.append(case.batch * steps / timed(a, steps))
-        rb.append(case.batch * steps / timed(b, steps))
-    (ma, sa), (mb, sb) = median_spread(ra), median_spread(rb)
+    rates: list[list[float]] = [[], [], []]
+    for _ in range(reps):  # alternating: ours, plain, floor, ours, ...
+        for fn, out in zip(fns, rates, strict=True):
+            out.append(case.batch * steps / timed(fn, steps))
+    (ma, sa), (mb, sb), (mf, sf) = (median_spread(r) for r in rates)
     return [
         case.name,
         op,
@@ -110,6 +141,10 @@ def compare(case: Case, op: str, qr: bool, steps: int, reps: int) -> list[Any]:
         mb,
         f"±{sb:.0f}%",
         f"{ma / mb:.2f}x",
+        mf,
+        f"±{sf:.0f}%",
+        f"{mf * flops / case.batch / 1e9:.1f}",
+        f"{mf / ma:.2f}x",
     ]
 
 
@@ -129,9 +164,16 @@ def run(cases: list[Case], ops: list[str], steps: int | None, reps: int, threads
         "spread",
         "plain samples/s",
         "spread",
-        "ratio",
+        "ours / plain",
+        "floor samples/s",
+        "spread",
+        "floor GFLOP/s",
+        "ours / floor (time)",
     ]
-    head = f"1 worker, {threads} thread(s), {reps} alternating A/B runs per row\n\n"
+    head = (
+        f"1 worker, {threads} thread(s), {reps} alternating runs per row (ours, plain, floor); "
+        "floor: the dense GEMMs alone, forward + backward\n\n"
+    )
     return head + table(header, rows)
 
 

@@ -62,17 +62,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no INFO lines of table creation
     from recsys.tune import space as spaces
-    from recsys.tune.sweep import SweepOptions, launch
-    from recsys.tune.tracking import default_tracking_uri
 
-    try:
+    try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
+        from recsys.tune.state import SweepOptions, check_resume
+
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
         storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
         opts = SweepOptions(
             name=args.name or space.name,
             storage=storage,
-            tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
+            tracking_uri=args.tracking_uri or f"sqlite:///{os.path.join(os.getcwd(), 'mlflow.db')}",
             num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
             max_concurrent=args.max_concurrent,
             scheduler=args.scheduler,
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
             resume=args.resume,
             device_memory_gb=args.device_memory_gb,
         )
+        check_resume(space, opts)  # before Ray, torch and MLflow load
+        from recsys.tune.sweep import launch
+
         launch(space, opts, address=args.address, export=args.export, register=args.register)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None

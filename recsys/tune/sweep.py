@@ -11,13 +11,11 @@ and the results (``recsys.tune.results``), MLflow and the export use it.
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import math
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,67 +24,9 @@ import yaml
 from recsys.configlib import ConfigError
 from recsys.tune.results import format_table, pareto_plot, trial_frame
 from recsys.tune.space import SearchSpace
+from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import TrialSpec, run_trial
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    """Everything the command line decides. See ``experiments/sweep.py --help``."""
-
-    name: str
-    storage: str
-    tracking_uri: str
-    num_samples: int = 8
-    max_concurrent: int = 1
-    scheduler: str = "fifo"
-    search: str = "random"
-    num_workers: int = 2
-    cpus_per_worker: float = 0.95
-    use_gpu: bool = False
-    driver_cpus: float = 0.1
-    max_failures: int = 1
-    seed: int = 0
-    resume: bool = False
-    device_memory_gb: float | None = None  # one worker's device; None: measured at launch
-
-
-def sweep_dir(opts: SweepOptions) -> str:
-    return os.path.join(opts.storage, opts.name)
-
-
-def _fingerprint(space: SearchSpace) -> dict[str, Any]:
-    return {"space": space.raw, "base": space.base.to_dict()}
-
-
-def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
-    """Whether to restore: a sweep of that name exists. ``--resume`` of a missing sweep, or of one
-    started with another space, is an error."""
-    path = sweep_dir(opts)
-    state = os.path.join(path, "sweep.json")
-    if not os.path.isfile(state):
-        if opts.resume:
-            raise ConfigError(f"--resume: no sweep named {opts.name!r} in {opts.storage}")
-        return False
-    with open(state) as f:
-        saved = json.load(f)
-    if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
-        raise ConfigError(
-            f"sweep {opts.name!r} in {path} was started with another search space or base config "
-            f"({saved['space_source']}); use a new --name, or the same space to resume"
-        )
-    return True
-
-
-def _save_state(space: SearchSpace, opts: SweepOptions) -> None:
-    os.makedirs(sweep_dir(opts), exist_ok=True)
-    state = {
-        "fingerprint": _fingerprint(space),
-        "space_source": space.source,
-        "options": asdict(opts),
-    }
-    with open(os.path.join(sweep_dir(opts), "sweep.json"), "w") as f:
-        json.dump(state, f, indent=2, default=str)
 
 
 def _scheduler(opts: SweepOptions, space: SearchSpace) -> Any:
@@ -110,9 +50,12 @@ WORST = {"max": -1.0e30, "min": 1.0e30}
 
 
 def _searcher(opts: SweepOptions, space: SearchSpace) -> Any:
-    """Random search (Tune's default), or Optuna's TPE over one or several objectives."""
+    """Random search (seeded), or Optuna's TPE over one or several objectives."""
     if opts.search == "random":
-        return None
+        from ray.tune.search.basic_variant import BasicVariantGenerator
+
+        # (the generator limits concurrency itself: Tune ignores max_concurrent_trials with it)
+        return BasicVariantGenerator(random_state=opts.seed, max_concurrent=opts.max_concurrent)
     from ray.tune.search import ConcurrencyLimiter
 
     from recsys.tune.search import ConstrainedOptunaSearch
@@ -156,8 +99,7 @@ def build_tuner(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore
             metric=score.key if single else None,  # several objectives: the searcher's
             mode=score.mode if single else None,
             num_samples=opts.num_samples,
-            max_concurrent_trials=opts.max_concurrent,
-            scheduler=_scheduler(opts, space),
+            scheduler=_scheduler(opts, space),  # (both searchers limit concurrency themselves)
             search_alg=_searcher(opts, space),
         ),
         run_config=tune.RunConfig(
@@ -201,9 +143,13 @@ def legacy_tune_output() -> Iterator[None]:
     ``recsys.tune.progress``. The choice is an environment variable read by ``fit``."""
     saved = os.environ.get("RAY_AIR_NEW_OUTPUT")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    tune_log = logging.getLogger("ray.tune")
+    level = tune_log.level
+    tune_log.setLevel(logging.WARNING)  # its INFO lines: where it wrote its state files
     try:
         yield
     finally:
+        tune_log.setLevel(level)
         if saved is None:
             del os.environ["RAY_AIR_NEW_OUTPUT"]
         else:
@@ -291,10 +237,7 @@ def run_sweep(
     """Start or resume the sweep on the connected Ray; returns the trials' rows, best first."""
     from recsys.cluster import alive_nodes
 
-    local = opts.tracking_uri.startswith(("sqlite:", "file:"))
-    root = os.path.dirname(os.path.abspath(opts.tracking_uri.split(":///", 1)[1])) if local else ""
-    artifacts = Path(root, "mlartifacts", opts.name).as_uri() if local else None
-    experiment_id = tracker.experiment(opts.name, artifacts)
+    experiment_id = tracker.experiment(opts.name)
     parent = tracker.parent_run(experiment_id, opts.name)
     tracker.set_tags(parent, {Tag.METRIC: space.metric, Tag.MODE: space.mode})
     spec = TrialSpec(
@@ -314,7 +257,7 @@ def run_sweep(
         machine=machine_spec(opts, alive_nodes()),
     )
     if not restore:
-        _save_state(space, opts)
+        save_state(space, opts)
     verb = "resuming" if restore else "starting"
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by {scores}")

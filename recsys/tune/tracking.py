@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
@@ -110,10 +111,15 @@ class Tracker:
             else:
                 os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
 
-    def experiment(self, name: str, artifact_root: str | None) -> str:
+    def experiment(self, name: str, artifact_root: str | None = None) -> str:
+        """The experiment ``name`` (created if new). A local store's artifacts default to
+        ``mlartifacts/<name>`` beside its database, not to ``./mlruns`` in the working folder."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
             return str(exp.experiment_id)
+        if artifact_root is None and self.uri.startswith(("sqlite:", "file:")):
+            db = os.path.abspath(self.uri.split(":///", 1)[1])
+            artifact_root = Path(os.path.dirname(db), "mlartifacts", name).as_uri()
         return str(self.client.create_experiment(name, artifact_location=artifact_root))
 
     def _find(self, experiment_id: str, tag: str, value: str) -> Any:

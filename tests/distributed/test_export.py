@@ -56,7 +56,7 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
 
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
-    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    run_id = client.create_run(Tracker(uri).experiment("e")).info.run_id
     test = load_splits(c.data, 13, c.embeddings.num_embeddings).test
     example = example_rows(test.read(0, len(test)), 13)
     out = str(tmp_path / "out")

@@ -57,7 +57,8 @@ def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
         tracking_uri=uri,
         num_samples=2,
         max_concurrent=2,
-        cpus_per_worker=0.9,
+        num_workers=1,  # one 2.5-CPU worker a trial: a node holds one trial, so two run at once
+        cpus_per_worker=2.5,  # on the two nodes (and the test has half the processes)
     )
     table = run_sweep(space, opts, Tracker(uri), restore=False)
     assert len(table) == 4 and all(r["status"] == "finished" for r in table)

@@ -29,7 +29,8 @@ NOISE = [
 def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--smoke-test",
-           "--name", "t2", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri]  # fmt: skip
+           "--name", "t2", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri,
+           "--num-workers", "1", "--cpus-per-worker", "1.5"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
@@ -37,7 +38,8 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     assert len(lines) <= LINES_FIXED + LINES_PER_TRIAL * 2, out
     assert [n for n in NOISE if n in out] == [], out
     assert sum("started:" in line for line in lines) == 2
-    assert lines[-1].startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("t2")

@@ -68,7 +68,7 @@ def sweep(tmp_path, body: str, name: str, **opts):
 def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(ray_2_cpus, tmp_path):
     from recsys.tune.publish import best_trial, export_best
 
-    space, uri, opts, table = sweep(tmp_path, EARLY_PEAK, "peak", num_samples=1)
+    _, uri, _, table = sweep(tmp_path, EARLY_PEAK, "peak", num_samples=1)
     rows = {r["params"]["train.patience"]: r for r in table}
     full, stopped = rows[0], rows[3]
     assert full["status"] == "finished" and stopped["status"] == "early_stopped"
@@ -104,8 +104,8 @@ def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(ray_2_
 def test_two_objective_optuna_sweep_returns_a_pareto_set_and_never_launches_over_budget(
     ray_2_cpus, tmp_path
 ):
-    space, uri, opts, table = sweep(
-        tmp_path, TRADE_OFF, "trade", num_samples=4, search="optuna", seed=4
+    space, uri, _, table = sweep(
+        tmp_path, TRADE_OFF, "trade", num_samples=4, search="optuna", seed=4, num_workers=1
     )
     assert [o.key for o in space.objectives] == ["best_val_auc", "emb_bytes"]
     over = [r for r in table if r["status"] == "infeasible"]

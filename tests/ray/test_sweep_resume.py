@@ -33,6 +33,7 @@ def sweep_cmd(space: str, tmp, *extra: str) -> list[str]:
         "--storage", str(tmp / "runs"),
         "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}",
         "--num-samples", "1",
+        "--num-workers", "1", "--cpus-per-worker", "1.5",  # the driver is what gets killed
         *extra,
     ]  # fmt: skip
 

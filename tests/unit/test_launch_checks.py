@@ -11,7 +11,7 @@ import pytest
 from recsys.cluster import check_fits
 from recsys.configlib import ConfigError
 from recsys.tune import space as spaces
-from recsys.tune.sweep import SweepOptions, _save_state, check_resume
+from recsys.tune.state import SweepOptions, check_resume, save_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODES = [{"CPU": 2.0}, {"CPU": 2.0}]
@@ -34,7 +34,7 @@ def test_resume_checks(tmp_path):
     opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x", resume=True)
     with pytest.raises(ConfigError, match="--resume: no sweep named 's'"):
         check_resume(space, opts)
-    _save_state(space, opts)
+    save_state(space, opts)
     assert check_resume(space, opts)
     other = spaces.load("default")  # the full variant: another base config
     with pytest.raises(ConfigError, match="was started with another search space"):

@@ -1,0 +1,135 @@
+"""Sweep efficiency: how fast a sweep finds a configuration as good as the best of a 16-trial
+random FIFO sweep (same space, same synthetic data, same seed), for random search with ASHA and
+early stopping, and for Optuna; wall time and training steps until then, as ratios to the FIFO
+sweep's whole run. A trial "finds" the target when its best report reaches it; time is when that
+trial ended, steps are those trained by every trial that ended by then."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from benchmarks.common import table
+from recsys.cluster import connect
+from recsys.tune import space as spaces
+from recsys.tune.sweep import SweepOptions, build_tuner, legacy_tune_output
+from recsys.tune.trial import TrialSpec
+
+METHODS = [
+    ("random, FIFO", "random", "fifo", 0),
+    ("random, ASHA + early stopping", "random", "asha", 2),
+    ("Optuna (TPE), FIFO", "optuna", "fifo", 0),
+]
+
+
+def run_one(
+    space: Any, search: str, scheduler: str, patience: int, seed: int, trials: int, tmp: str
+) -> tuple[list[dict[str, Any]], float, float]:
+    """The trials' (end time, steps, best score) and the sweep's start and end times."""
+    s = dataclasses.replace(space, base=space.base.with_overrides({"train.patience": patience}))
+    name = f"{search}-{scheduler}-{seed}"
+    opts = SweepOptions(
+        name=name,
+        storage=f"{tmp}/runs",
+        tracking_uri=f"sqlite:///{tmp}/m.db",
+        num_samples=trials,
+        search=search,
+        scheduler=scheduler,
+        seed=seed,
+    )
+    spec = TrialSpec(
+        sweep=name,
+        base=s.base.to_dict(),
+        storage=opts.storage,
+        tracking_uri=opts.tracking_uri,
+        experiment_id="0",
+        parent_run_id="",
+        num_workers=2,
+        use_gpu=False,
+        cpus_per_worker=0.95,
+        max_failures=0,
+        metric=s.metric,
+        mode=s.mode,
+    )
+    start = time.time()
+    with legacy_tune_output():
+        grid = build_tuner(s, opts, spec, restore=False).fit()
+    end = time.time()
+    out = []
+    for i in range(len(grid)):
+        m = grid[i].metrics or {}
+        out.append(
+            {
+                "end": m.get("timestamp", end),
+                "steps": m.get("step", 0),
+                "score": m.get(f"best_{s.metric}", float("nan")),
+            }
+        )
+    return out, start, end
+
+
+def to_target(rows: list[dict[str, Any]], start: float, target: float) -> tuple[float, float]:
+    """Seconds and training steps until the first trial whose best reached ``target`` ended."""
+    rows = sorted(rows, key=lambda r: r["end"])
+    steps = 0.0
+    for r in rows:
+        steps += r["steps"]
+        if r["score"] >= target - 1e-12:
+            return r["end"] - start, steps
+    return float("nan"), steps
+
+
+def run(seeds: list[int], trials: int, steps: int, space_name: str = "default") -> str:
+    connect(None, log_to_driver=False)
+    space = spaces.load(space_name)
+    space = dataclasses.replace(space, base=space.base.with_overrides({"train.steps": steps}))
+    rows: list[list[Any]] = []
+    ratios: dict[str, tuple[list[float], list[float]]] = {m[0]: ([], []) for m in METHODS}
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = {m[0]: run_one(space, m[1], m[2], m[3], seed, trials, tmp) for m in METHODS}
+        fifo_rows, f_start, f_end = results[METHODS[0][0]]
+        target = max(r["score"] for r in fifo_rows)
+        fifo_wall, fifo_steps = f_end - f_start, sum(r["steps"] for r in fifo_rows)
+        for label, (trial_rows, start, end) in results.items():
+            t, n = to_target(trial_rows, start, target)
+            best = max(r["score"] for r in trial_rows)
+            ratios[label][0].append(t / fifo_wall)
+            ratios[label][1].append(n / fifo_steps)
+            rows.append(
+                [
+                    seed,
+                    label,
+                    f"{best:.4f}",
+                    f"{target:.4f}",
+                    f"{t:.0f}",
+                    f"{t / fifo_wall:.2f}",
+                    f"{n:.0f}",
+                    f"{n / fifo_steps:.2f}",
+                    f"{end - start:.0f}",
+                ]
+            )
+    summary = [
+        [label, f"{statistics.median(w):.2f}", f"{statistics.median(s):.2f}"]
+        for label, (w, s) in ratios.items()
+    ]
+    head = (
+        f"`{space_name}` space at {steps} steps, {trials} trials per sweep, 2 workers per trial, "
+        f"seeds {seeds}. Target: the best val AUC of the seed's random FIFO sweep.\n\n"
+    )
+    medians = table(["method", "median wall-time ratio", "median steps ratio"], summary)
+    header = [
+        "seed",
+        "method",
+        "best val AUC",
+        "target",
+        "seconds to target",
+        "/ FIFO wall",
+        "steps to target",
+        "/ FIFO steps",
+        "sweep wall s",
+    ]
+    return head + medians + "\n\n" + table(header, rows)

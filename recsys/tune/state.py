@@ -1,0 +1,75 @@
+"""A sweep's options and its saved state: what resuming a sweep checks before anything launches.
+
+``<storage>/<name>/sweep.json`` holds the space and base config the sweep started with; resuming
+with another is refused, naming the file. Kept apart from the sweep driver so that these checks
+run before Ray, torch and MLflow load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from recsys.configlib import ConfigError
+from recsys.tune.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Everything the command line decides. See ``experiments/sweep.py --help``."""
+
+    name: str
+    storage: str
+    tracking_uri: str
+    num_samples: int = 8
+    max_concurrent: int = 1
+    scheduler: str = "fifo"
+    search: str = "random"
+    num_workers: int = 2
+    cpus_per_worker: float = 0.95
+    use_gpu: bool = False
+    driver_cpus: float = 0.1
+    max_failures: int = 1
+    seed: int = 0
+    resume: bool = False
+    device_memory_gb: float | None = None  # one worker's device; None: measured at launch
+
+
+def sweep_dir(opts: SweepOptions) -> str:
+    return os.path.join(opts.storage, opts.name)
+
+
+def _fingerprint(space: SearchSpace) -> dict[str, Any]:
+    return {"space": space.raw, "base": space.base.to_dict()}
+
+
+def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
+    """Whether to restore: a sweep of that name exists. ``--resume`` of a missing sweep, or of one
+    started with another space, is an error."""
+    path = sweep_dir(opts)
+    state = os.path.join(path, "sweep.json")
+    if not os.path.isfile(state):
+        if opts.resume:
+            raise ConfigError(f"--resume: no sweep named {opts.name!r} in {opts.storage}")
+        return False
+    with open(state) as f:
+        saved = json.load(f)
+    if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
+        raise ConfigError(
+            f"sweep {opts.name!r} in {path} was started with another search space or base config "
+            f"({saved['space_source']}); use a new --name, or the same space to resume"
+        )
+    return True
+
+
+def save_state(space: SearchSpace, opts: SweepOptions) -> None:
+    os.makedirs(sweep_dir(opts), exist_ok=True)
+    state = {
+        "fingerprint": _fingerprint(space),
+        "space_source": space.source,
+        "options": asdict(opts),
+    }
+    with open(os.path.join(sweep_dir(opts), "sweep.json"), "w") as f:
+        json.dump(state, f, indent=2, default=str)
