@@ -354,27 +354,13 @@ def preprocess(
     vocab_min_count: int | None = None,
 ) -> list[int]:
     """Convert every input file (all are checked to exist first); returns rows per day."""
-    missing = [p for p in inputs if not os.path.isfile(p)]
-    if missing:
-        raise DataError(f"{missing[0]}: no such file")
-    if vocab_min_count is not None and vocab_min_count < 1:
-        raise DataError(f"--vocab-min-count={vocab_min_count}: must be >= 1")
+    check_inputs(inputs, vocab_min_count)
     os.makedirs(out_dir, exist_ok=True)
     parallel = workers > 0 or address is not None
     chunks = plan_chunks(inputs, int(chunk_mb * 2**20) if parallel else None)
     with tqdm(total=0, unit="rows", disable=not progress, desc="preprocess") as bar:
         executor = Executor(workers, address, bar)
-        plain = [c for c in chunks if not c.gzip]
-        lines = dict(zip(plain, executor.map(count_lines, [(c,) for c in plain]), strict=True))
-        bar.total = sum(lines.values()) or None
-        offsets = _offsets(chunks, lines)
-        for day in {c.day for c in plain}:
-            allocate_day(out_dir, day, sum(lines[c] for c in plain if c.day == day))
-        calls = [
-            (c, offsets[c][0], offsets[c][1], out_dir, on_bad_row, vocab_min_count is not None)
-            for c in chunks
-        ]
-        results: list[ChunkResult] = executor.map(parse_chunk, calls, progress=True)
+        results = parse_all(executor, chunks, out_dir, on_bad_row, vocab_min_count is not None)
         finished = [
             finish_day(out_dir, day, [r for r in results if r.chunk.day == day])
             for day in range(len(inputs))
@@ -393,6 +379,29 @@ def preprocess(
                 file=sys.stderr,
             )
     return rows
+
+
+def check_inputs(inputs: list[str], vocab_min_count: int | None) -> None:
+    missing = [p for p in inputs if not os.path.isfile(p)]
+    if missing:
+        raise DataError(f"{missing[0]}: no such file")
+    if vocab_min_count is not None and vocab_min_count < 1:
+        raise DataError(f"--vocab-min-count={vocab_min_count}: must be >= 1")
+
+
+def parse_all(
+    executor: Executor, chunks: list[Chunk], out_dir: str, on_bad_row: str, counts: bool
+) -> list[ChunkResult]:
+    """Count the lines of the plain chunks, size the days' files, parse every chunk into them."""
+    plain = [c for c in chunks if not c.gzip]
+    lines = dict(zip(plain, executor.map(count_lines, [(c,) for c in plain]), strict=True))
+    executor.bar.total = sum(lines.values()) or None
+    offsets = _offsets(chunks, lines)
+    for day in {c.day for c in plain}:
+        allocate_day(out_dir, day, sum(lines[c] for c in plain if c.day == day))
+    calls = [(c, *offsets[c], out_dir, on_bad_row, counts) for c in chunks]
+    results: list[ChunkResult] = executor.map(parse_chunk, calls, progress=True)
+    return results
 
 
 def _offsets(chunks: Iterable[Chunk], lines: dict[Chunk, int]) -> dict[Chunk, tuple[int, int]]:

@@ -23,7 +23,7 @@ def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str]:
     """The metric and mode that score the sweep's trials (tags of its parent run)."""
     parents = tracker.runs(sweep, f"tags.`{Tag.KIND}` = 'sweep:{sweep}'")
     if not parents:
-        if tracker.client.get_experiment_by_name(sweep) is None:
+        if not tracker.has_experiment(sweep):
             raise ValueError(f"no sweep named {sweep!r} in {tracker.uri}")
         return "val_auc", "max"
     tags = parents[0].data.tags

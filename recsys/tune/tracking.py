@@ -229,6 +229,9 @@ class Tracker:
         except Exception as e:
             log.warning("MLflow %s: could not log %s (%s)", self.uri, folder, e)
 
+    def has_experiment(self, name: str) -> bool:
+        return self.client.get_experiment_by_name(name) is not None
+
     def runs(self, experiment: str, filter_string: str, order_by: list[str] | None = None) -> list:
         """Runs of the experiment named ``experiment`` matching ``filter_string``; [] if none."""
         exp = self.client.get_experiment_by_name(experiment)
