@@ -44,7 +44,14 @@ from tqdm import tqdm
 from recsys.data import vocab
 from recsys.data.binary import DTYPES, FORMAT, LOG1P, META, day_paths, npy_header, set_rows
 from recsys.data.columns import DataError
-from recsys.data.criteo import NUM_DENSE, NUM_SPARSE, ReadStats, is_gzip, iter_parsed
+from recsys.data.criteo import (
+    BLOCK_BYTES,
+    NUM_DENSE,
+    NUM_SPARSE,
+    ReadStats,
+    is_gzip,
+    iter_parsed,
+)
 
 WIDTHS = {"dense": NUM_DENSE, "sparse": NUM_SPARSE, "labels": 1}
 REMAP_ROWS = 1 << 22
@@ -97,18 +104,23 @@ def plan_chunks(paths: list[str], chunk_bytes: int | None) -> list[Chunk]:
 
 
 def count_lines(chunk: Chunk) -> int:
-    """Lines in a plain chunk (a last line without a newline counts)."""
-    n, last, left = 0, b"\n", None if chunk.stop is None else chunk.stop - chunk.start
-    with open(chunk.path, "rb") as f:
+    """Lines in a plain chunk (a last line without a newline counts).
+
+    One reused 4 MiB buffer filled by ``readinto`` on an unbuffered file: no allocation per
+    block, about twice as fast as ``read`` (0.38 s vs 0.83 s for 811 MB, warm page cache)."""
+    buf = bytearray(BLOCK_BYTES)
+    n, last, left = 0, 10, None if chunk.stop is None else chunk.stop - chunk.start
+    with open(chunk.path, "rb", buffering=0) as f:
         f.seek(chunk.start)
         while left is None or left > 0:
-            block = f.read(1 << 24 if left is None else min(1 << 24, left))
-            if not block:
+            view = memoryview(buf)[: BLOCK_BYTES if left is None else min(BLOCK_BYTES, left)]
+            k = f.readinto(view)
+            if not k:
                 break
-            n += block.count(b"\n")
-            last = block[-1:]
-            left = None if left is None else left - len(block)
-    return n + (last != b"\n")
+            n += buf.count(b"\n", 0, k)
+            last = buf[k - 1]
+            left = None if left is None else left - k
+    return n + (last != 10)
 
 
 def _tmp(path: str) -> str:
@@ -226,15 +238,21 @@ class Executor:
                 def get(self) -> int:
                     return self.n
 
-            self.progress = Progress.remote()  # type: ignore[attr-defined]
-            self._seen = 0
+            self.progress = Progress.options(num_cpus=0).remote()  # type: ignore[attr-defined]
+            self._seen, self._asked = 0, None
 
-    def _poll(self) -> None:
+    def _poll(self, wait: bool = False) -> None:
+        """Move the bar to the rows the tasks have reported. Never waits for the actor unless
+        ``wait`` (its process starts while the first tasks already run)."""
         import ray
 
-        n = ray.get(self.progress.get.remote())
-        self.bar.update(n - self._seen)
-        self._seen = n
+        if self._asked is None or wait:
+            self._asked = self.progress.get.remote()
+        done, _ = ray.wait([self._asked], timeout=None if wait else 0)
+        if done:
+            n, self._asked = ray.get(self._asked), None
+            self.bar.update(n - self._seen)
+            self._seen = n
 
     def map(
         self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], progress: bool = False
@@ -251,9 +269,9 @@ class Executor:
             remote.remote(fn, self.progress, *args) if progress else remote.remote(*args)
             for args in calls
         ]
-        return self._gather(refs)
+        return self._gather(refs, progress)
 
-    def _gather(self, refs: list[Any]) -> list[Any]:
+    def _gather(self, refs: list[Any], progress: bool) -> list[Any]:
         import ray
 
         results: dict[int, Any] = {}
@@ -262,8 +280,8 @@ class Executor:
         error: BaseException | None = None
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
-            if hasattr(self, "progress"):
-                self._poll()
+            if progress:
+                self._poll(wait=not pending)
             for ref in done:
                 i = index[ref]
                 try:

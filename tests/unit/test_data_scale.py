@@ -245,3 +245,19 @@ def test_torchrec_made_folder_is_read_with_its_own_transform(tmp_path):
         np.testing.assert_array_equal(got.sparse, ref.sparse.astype(np.int64))
     declared = load_folder(str(folder), torchrec_dense_min=minima[0])
     np.testing.assert_array_equal(declared[0].read(0, 50).dense, days[0].read(0, 50).dense)
+
+
+def test_line_count_of_byte_ranges_across_read_blocks(tmp_path):
+    """count_lines over chunks larger than its 4 MiB read buffer: every newline once, and a
+    last line without a newline counted."""
+    from recsys.data.criteo import BLOCK_BYTES
+    from recsys.data.preprocess import Chunk, count_lines
+
+    rng = random.Random(0)
+    data = b"".join(b"x" * rng.randint(0, 300) + b"\n" for _ in range(60_000)) + b"tail"
+    assert len(data) > 2 * BLOCK_BYTES
+    path = tmp_path / "day.tsv"
+    path.write_bytes(data)
+    assert count_lines(Chunk(0, str(path), 0, None, False)) == data.count(b"\n") + 1
+    stop = len(data) - 4
+    assert count_lines(Chunk(0, str(path), 7, stop, False)) == data[7:stop].count(b"\n")
