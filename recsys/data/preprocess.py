@@ -250,7 +250,7 @@ class Executor:
             self._asked = self.progress.get.remote()
         done, _ = ray.wait([self._asked], timeout=None if wait else 0)
         if done:
-            n, self._asked = ray.get(self._asked), None
+            n, self._asked = ray.get(done[0]), None
             self.bar.update(n - self._seen)
             self._seen = n
 
