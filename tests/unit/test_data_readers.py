@@ -159,3 +159,38 @@ def test_schema_mismatch_is_clear(tmp_path, synthetic):
     synthetic.write_tsv(path)
     with pytest.raises(DataError, match=r"has 13 dense and 26 sparse.*expects 13 .* and 8"):
         load_splits(DataConfig(source="criteo_tsv", paths=[path]), 13, [100] * 8)
+
+
+def _split_of(args):
+    """In a fresh process (a rank): the criteo_tsv split's type and its first rows' labels."""
+    path, cache = args
+    cfg = DataConfig(source="criteo_tsv", paths=[path], cache_dir=cache, val_fraction=0.1)
+    train = load_splits(cfg, 13, ROWS).train
+    day = train.base
+    return type(day).__name__, isinstance(day.labels, np.memmap), train.read(0, 5).labels[:, 0]
+
+
+def test_criteo_tsv_is_converted_once_and_every_rank_maps_it(tmp_path, synthetic):
+    """Several ranks opening one Criteo text file at once: one converts it to the binary form
+    in the cache (under a lock), all read that memory-mapped, none loads the text."""
+    import multiprocessing as mp
+    import os
+
+    from recsys.data import preprocess as preprocess_mod
+
+    path, cache = str(tmp_path / "s.txt"), str(tmp_path / "cache")
+    synthetic.write_tsv(path)
+    with mp.get_context("spawn").Pool(3) as pool:
+        out = pool.map(_split_of, [(path, cache)] * 3)
+    assert [o[:2] for o in out] == [("NpyDay", True)] * 3
+    for o in out:
+        np.testing.assert_array_equal(o[2], synthetic.labels[:5])
+    assert len([d for d in os.listdir(cache) if not d.endswith(".lock")]) == 1
+    calls = []
+    real = preprocess_mod.preprocess
+    try:  # a second use of the same file converts nothing
+        preprocess_mod.preprocess = lambda *a, **k: calls.append(a) or real(*a, **k)
+        _split_of((path, cache))
+    finally:
+        preprocess_mod.preprocess = real
+    assert calls == []

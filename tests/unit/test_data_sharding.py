@@ -118,3 +118,33 @@ def test_ids_beyond_table_size_are_hashed_and_counted():
     expected = int((cols.sparse[:, :2, 0] >= 10).sum())
     assert s.ids_hashed == expected > 0
     assert max(batch.sparse_features["a"].values().tolist()) < 10
+
+
+def test_synthetic_rows_are_generated_per_rank_for_its_own_rows_only():
+    """A worker of a synthetic data set computes only its shard (not the whole set, as every rank
+    did before), and those rows equal the same rows of the whole generated set."""
+    from recsys.config import SyntheticConfig
+    from recsys.data.synthetic import SyntheticRows, generate
+
+    cfg = SyntheticConfig(num_samples=5_000, seed=3)
+    tables = [50, 60, 70]
+    whole = generate(cfg, 2, tables).columns()
+
+    class Spied(SyntheticRows):
+        def read(self, start: int, stop: int):
+            spans.append((start, stop))
+            return super().read(start, stop)
+
+    for rank in range(2):
+        spans: list[tuple[int, int]] = []
+        rows = Spied(cfg, 2, tables)
+        s = TrainStream(
+            rows, rank=rank, world_size=2, batch_size=8, seed=0, shuffle=True,
+            layout=SparseLayout(["a", "b", "c"], tables),
+        )  # fmt: skip
+        start, stop = shard_range(len(rows), rank, 2)
+        assert spans == [(start, stop)]  # generated once, its own rows only
+        np.testing.assert_array_equal(s.shard.read(0, stop - start).dense, whole.dense[start:stop])
+        np.testing.assert_array_equal(
+            s.shard.read(0, stop - start).sparse, np.asarray(whole.sparse[start:stop])
+        )
