@@ -79,7 +79,11 @@ def _trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
     return tune.with_resources(trainable, {"CPU": opts.driver_cpus})
 
 
-def build_tuner(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Any:
+def build_tuner(
+    space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool, stop: Any = None
+) -> Any:
+    """The sweep's ``Tuner`` (restored when ``restore`` and it exists); ``stop``: a Tune stopper
+    (the benchmarks end a sweep once it reached a target)."""
     from ray import tune
 
     from recsys.tune.progress import Progress
@@ -103,7 +107,7 @@ def build_tuner(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore
             search_alg=_searcher(opts, space),
         ),
         run_config=tune.RunConfig(
-            name=opts.name, storage_path=opts.storage, verbose=0, callbacks=[progress]
+            name=opts.name, storage_path=opts.storage, verbose=0, callbacks=[progress], stop=stop
         ),
     )
 
