@@ -47,58 +47,14 @@ def phases(m: dict[str, float]) -> dict[str, float]:
     }
 
 
-def _empty_train(config: dict[str, Any]) -> None:
-    """A Train worker that does nothing but import and report once."""
-    started = time.time()
-    import torch  # noqa: F401
-
-    if config["torchrec"]:
-        import fbgemm_gpu  # noqa: F401
-        import torchrec  # noqa: F401
-    import ray.train
-
-    # Train V2's Result.metrics are those of the latest report with a checkpoint: report with a
-    # one-file checkpoint (our trials checkpoint with every report too)
-    with tempfile.TemporaryDirectory() as d:
-        with open(f"{d}/t", "w") as f:
-            f.write("0")
-        metrics = {"t_worker_start": started, "t_imported": time.time()}
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
-
-
-def _floor_trial(config: dict[str, Any], storage: str, cpus: float) -> None:
-    from ray import tune
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    trainer = TorchTrainer(
-        _empty_train,
-        train_loop_config={"torchrec": config["torchrec"]},
-        torch_config=TorchConfig(backend="gloo"),
-        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": cpus}),
-        run_config=RunConfig(
-            name=f"floor_{tune.get_context().get_trial_id()}", storage_path=storage
-        ),
-    )
-    t0 = time.time()
-    metrics = trainer.fit().metrics or {}
-    t1 = time.time()
-    tune.report(
-        {
-            "wall": t1 - t0,
-            "worker start": metrics["t_worker_start"] - t0,
-            "imports": metrics["t_imported"] - metrics["t_worker_start"],
-            "teardown": t1 - metrics["t_imported"],
-        }
-    )
-
-
 def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dict[str, float]]:
     """Per-trial figures of ``trials`` empty Ray Train trials, run as Tune trials like ours."""
     from ray import tune
 
+    from benchmarks.floor import floor_trial
+
     trainable = tune.with_resources(
-        tune.with_parameters(_floor_trial, storage=f"{tmp}/floor", cpus=cpus), {"CPU": 0.1}
+        tune.with_parameters(floor_trial, storage=f"{tmp}/floor", cpus=cpus), {"CPU": 0.1}
     )
     tuner = tune.Tuner(
         trainable,
