@@ -13,6 +13,8 @@ from typing import IO, Any
 import pandas as pd
 from ray.tune import Callback
 
+from recsys.tune.results import trial_status
+
 
 def short(key: str) -> str:
     """``embeddings.qr.threshold`` -> ``qr.threshold``; ``optim.lr`` -> ``lr``."""
@@ -28,21 +30,18 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def status_of(result: dict[str, Any], done: bool) -> str:
-    if result.get("infeasible"):
-        return "infeasible"
-    if result.get("diverged"):
-        return "diverged"
-    if result.get("early_stopped"):
-        return "early_stopped"
-    return "done" if done else "running"
+def status_of(result: dict[str, Any], done: bool, steps: int) -> str:
+    if not done:
+        return "running"
+    status = trial_status(result, steps)
+    return "done" if status == "finished" else status
 
 
 class Progress(Callback):  # type: ignore[misc]
     """Prints the progress of the trials of a sweep scored by ``metric``."""
 
-    def __init__(self, metric: str, every_s: float = 300.0) -> None:
-        self.metric, self.every_s = metric, every_s  # (Tune pickles callbacks: no stream kept)
+    def __init__(self, metric: str, steps: int, every_s: float = 300.0) -> None:
+        self.metric, self.steps, self.every_s = metric, steps, every_s  # (pickled by Tune)
         self.t0 = time.time()
         self.rows: dict[str, dict[str, Any]] = {}
         self.drawn, self.last_table = 0, time.time()
@@ -70,7 +69,7 @@ class Progress(Callback):  # type: ignore[misc]
     def _update(self, trial: Any, result: dict[str, Any], done: bool) -> dict[str, Any]:
         row = self._row(trial)
         row.update({
-            "status": status_of(result, done),
+            "status": status_of(result, done, self.steps),
             "step": result.get("step", row.get("step", 0)),
             self.metric: result.get(self.metric, row.get(self.metric, math.nan)),
             "best": result.get(f"best_{self.metric}", row.get("best", math.nan)),

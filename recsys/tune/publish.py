@@ -33,15 +33,16 @@ def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str]:
 def best_trial(
     tracker: Tracker, sweep: str, max_emb_bytes: float | None = None
 ) -> tuple[str, str, Any]:
-    """The sweep's best trial (finished or stopped early) by its best report of the sweep's
-    metric, among those whose tables fit ``max_emb_bytes``: its run id, best checkpoint, config."""
+    """The sweep's best trial (finished, or stopped early by patience or ASHA) by its best report
+    of the sweep's metric, among those whose tables fit ``max_emb_bytes``: its run id, best
+    checkpoint, config."""
     metric, mode = scored_by(tracker, sweep)
     where = f"tags.`{Tag.KIND}` = 'trial'"
     if max_emb_bytes is not None:
         where += f" and metrics.emb_bytes <= {max_emb_bytes}"
     order = "DESC" if mode == "max" else "ASC"
     runs = tracker.runs(sweep, where, order_by=[f"metrics.best_{metric} {order}"])
-    done = ("finished", "early_stopped")  # (MLflow's search has no IN for tags)
+    done = ("finished", "early_stopped", "stopped")  # (MLflow's search has no IN for tags)
     runs = [
         r
         for r in runs

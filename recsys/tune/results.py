@@ -24,13 +24,22 @@ from recsys.tune.space import Objective, SearchSpace
 METRICS = ["val_auc", "val_log_loss", "val_ne"]  # shown from the best report
 
 
-def status(result: Any, last: dict[str, Any]) -> str:
+STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
+
+
+def trial_status(metrics: dict[str, Any], steps: int) -> str:
+    """A trial's outcome from its last report: ``infeasible``, ``diverged``, ``early_stopped``
+    (patience), ``stopped`` (the scheduler ended it before ``steps``) or ``finished``."""
+    for key in (INFEASIBLE, "diverged", "early_stopped"):
+        if metrics.get(key):
+            return key
+    return "finished" if metrics.get("step", 0) >= steps else STOPPED
+
+
+def status(result: Any, last: dict[str, Any], steps: int) -> str:
     if result.error is not None:
         return "error"
-    for key in (INFEASIBLE, "diverged", "early_stopped"):
-        if last.get(key):
-            return key
-    return "finished"
+    return trial_status(last, steps)
 
 
 def best_report(result: Any, objective: Objective) -> dict[str, Any]:
@@ -69,7 +78,10 @@ def _row(result: Any, space: SearchSpace) -> dict[str, Any]:
     last = result.metrics or {}
     best = best_report(result, space.objectives[0])
     params = dict((result.config or {}).get("params", {}))
-    row: dict[str, Any] = {"trial": last.get("trial_id", ""), "status": status(result, last)}
+    row: dict[str, Any] = {
+        "trial": last.get("trial_id", ""),
+        "status": status(result, last, space.base.train.steps),
+    }
     row.update(params)
     row["params"] = params  # as sampled (a column with a None turns 1000 into 1000.0)
     for o in space.objectives:

@@ -26,10 +26,13 @@ from recsys.tune.results import format_table, pareto_plot, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
-from recsys.tune.trial import TrialSpec, run_trial
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec, run_trial
 
 
-def _scheduler(opts: SweepOptions, space: SearchSpace) -> Any:
+def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
+    """FIFO, or ASHA on the first objective. ``single``: the Tuner itself has that metric and
+    mode, which Tune then refuses to see on the scheduler too (with several objectives the Tuner
+    has none, and ASHA needs its own)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if opts.scheduler == "fifo":
@@ -39,8 +42,8 @@ def _scheduler(opts: SweepOptions, space: SearchSpace) -> Any:
     score = space.objectives[0]
     return ASHAScheduler(
         time_attr="step",
-        metric=score.key,
-        mode=score.mode,
+        metric=None if single else score.key,
+        mode=None if single else score.mode,
         max_t=steps,
         grace_period=min(grace, steps),
     )
@@ -89,7 +92,7 @@ def build_tuner(
     from recsys.tune.progress import Progress
 
     path = sweep_dir(opts)
-    progress = Progress(space.metric)
+    progress = Progress(space.metric, space.base.train.steps)
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=_trainable(opts, spec), resume_unfinished=True, resume_errored=True
@@ -103,11 +106,17 @@ def build_tuner(
             metric=score.key if single else None,  # several objectives: the searcher's
             mode=score.mode if single else None,
             num_samples=opts.num_samples,
-            scheduler=_scheduler(opts, space),  # (both searchers limit concurrency themselves)
+            scheduler=_scheduler(
+                opts, space, single
+            ),  # (both searchers limit concurrency themselves)
             search_alg=_searcher(opts, space),
         ),
         run_config=tune.RunConfig(
-            name=opts.name, storage_path=opts.storage, verbose=0, callbacks=[progress], stop=stop
+            name=opts.name,
+            storage_path=opts.storage,
+            verbose=0,
+            stop=stop,
+            callbacks=[progress, FinishStoppedTrials(spec, space.base.train.steps)],
         ),
     )
 

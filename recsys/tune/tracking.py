@@ -37,7 +37,7 @@ class Tag:
     SWEEP = "recsys.sweep"  # the sweep a run belongs to
     TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
     KIND = "recsys.kind"  # "trial", or "sweep:<name>" on a sweep's parent run
-    STATUS = "recsys.status"  # a trial's outcome: finished, early_stopped, diverged, infeasible
+    STATUS = "recsys.status"  # finished, early_stopped, stopped, diverged, infeasible
     STATUS_DETAIL = "recsys.status_detail"  # why (an infeasible trial's numbers)
     METRIC = "recsys.metric"  # on a sweep's parent run: the metric that scores its trials
     MODE = "recsys.mode"  # ... and whether higher ("max") or lower is better
@@ -127,6 +127,10 @@ class Tracker:
             [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=5
         )
         return runs[0] if runs else None
+
+    def find_trial_run(self, experiment_id: str, trial_id: str) -> Any:
+        """The MLflow run of Tune trial ``trial_id`` (None if it has none)."""
+        return self._find(experiment_id, Tag.TRIAL, trial_id)
 
     def parent_run(self, experiment_id: str, sweep: str) -> str:
         found = self._find(experiment_id, Tag.KIND, f"sweep:{sweep}")

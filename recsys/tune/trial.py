@@ -8,6 +8,10 @@ trial id, so a restored trial finds its own checkpoints and continues from the l
 reach Tune from rank 0 (``TuneReportCallback``) and MLflow from the Train controller
 (``MlflowReportCallback``), as each checkpoint is registered. Every report carries the trial's
 score so far (``best_<metric>``), which Tune's searcher and scheduler compare.
+
+A trial that ASHA stops is ended by Tune with its actor, before the trial's own bookkeeping:
+``FinishStoppedTrials``, a callback in the sweep's driver, then records it (``stopped``) from what
+Ray Train persisted.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ import yaml
 from ray import tune
 from ray.train import Result as TrainResult
 from ray.train import UserCallback
+from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
 from recsys.distributed.sharding import Machine
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
+from recsys.tune.results import STOPPED, trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.tracking import Tag, Tracker, flat_params
 
@@ -148,7 +154,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         tracker.finish(run_id, "FAILED")
         raise
     tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
-    finish_trial(tracker, run_id, result, cfg.train.monitor_mode)
+    finish_trial(tracker, run_id, result, cfg.train.monitor_mode, cfg.train.steps)
 
 
 def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
@@ -167,10 +173,10 @@ def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
     return len(missing)
 
 
-def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str = "max") -> None:
+def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: int) -> None:
     """Artifacts and status at the end of a trial: the sharding plan, pointers to the best (by the
     sweep's metric and mode) and last checkpoints (and the best itself when small), the status
-    (``finished``, ``early_stopped``, ``diverged``)."""
+    (``trial_status``)."""
     metrics = result.metrics or {}
     tags = {}
     if result.checkpoint is not None:
@@ -183,11 +189,35 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str = "max") 
         tags[Tag.BEST_CHECKPOINT] = best.path
         if _size(best.path) < 64 * 2**20:
             tracker.log_folder(run_id, best.path, artifact_path="checkpoint_best")
-    diverged = bool(metrics.get("diverged"))
-    stopped = bool(metrics.get("early_stopped"))
-    tags[Tag.STATUS] = "diverged" if diverged else "early_stopped" if stopped else "finished"
+    tags[Tag.STATUS] = trial_status(metrics, steps)
     tracker.set_tags(run_id, tags)
-    tracker.finish(run_id, "FAILED" if diverged else "FINISHED")
+    tracker.finish(run_id, "FAILED" if tags[Tag.STATUS] == "diverged" else "FINISHED")
+
+
+class FinishStoppedTrials(Callback):  # type: ignore[misc]
+    """Records the trials Tune ended before they finished themselves (ASHA's decisions): from the
+    Train run's persisted reports and checkpoints, as the trial would have."""
+
+    def __init__(self, spec: TrialSpec, steps: int) -> None:
+        self.uri, self.experiment_id, self.mode, self.steps = (
+            spec.tracking_uri, spec.experiment_id, spec.mode, steps
+        )  # fmt: skip
+        self.train_storage = os.path.join(spec.storage, spec.sweep, "train")
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        tracker = Tracker(self.uri)
+        run = tracker.find_trial_run(self.experiment_id, trial.trial_id)
+        if run is None or Tag.STATUS in run.data.tags:  # it recorded itself
+            return
+        try:
+            result = TrainResult.from_path(
+                os.path.join(self.train_storage, f"trial_{trial.trial_id}")
+            )
+        except RuntimeError:  # stopped before its first checkpoint
+            tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})
+            tracker.finish(run.info.run_id, "KILLED")
+            return
+        finish_trial(tracker, run.info.run_id, result, self.mode, self.steps)
 
 
 def _size(folder: str) -> int:

@@ -68,7 +68,8 @@ def sweep(tmp_path, body: str, name: str, **opts):
 def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(ray_2_cpus, tmp_path):
     from recsys.tune.publish import best_trial, export_best
 
-    _, uri, _, table = sweep(tmp_path, EARLY_PEAK, "peak", num_samples=1)
+    # beside ASHA: both trials are the same run until patience stops one, so ASHA keeps both
+    _, uri, _, table = sweep(tmp_path, EARLY_PEAK, "peak", num_samples=1, scheduler="asha")
     rows = {r["params"]["train.patience"]: r for r in table}
     full, stopped = rows[0], rows[3]
     assert full["status"] == "finished" and stopped["status"] == "early_stopped"

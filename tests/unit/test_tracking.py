@@ -109,7 +109,7 @@ def test_diverged_trial_is_recorded_as_such(tmp_path):
         config={"params": {}},
         metrics_dataframe=None,
     )
-    finish_trial(t, run, result)
+    finish_trial(t, run, result, "max", 10)
     got = MlflowClient(uri).get_run(run)
     assert got.data.tags["recsys.status"] == "diverged" and got.info.status == "FAILED"
     space = SearchSpace(name="s", source="s.yaml", base=ExperimentConfig(), dimensions=[])
@@ -189,3 +189,13 @@ def test_processes_opening_one_fresh_store_at_once_all_get_a_working_store(tmp_p
     ]
     for run in runs:
         assert [m.step for m in client.get_metric_history(run, "val_auc")] == [10]
+
+
+def test_trial_status_names_how_a_trial_ended():
+    from recsys.tune.results import trial_status
+
+    assert trial_status({"step": 100}, 100) == "finished"
+    assert trial_status({"step": 40}, 100) == "stopped"  # ASHA ended it at a rung
+    assert trial_status({"step": 40, "early_stopped": 1.0}, 100) == "early_stopped"
+    assert trial_status({"step": 4, "diverged": 1.0}, 100) == "diverged"
+    assert trial_status({"step": 0, "infeasible": 1.0}, 100) == "infeasible"
