@@ -26,7 +26,6 @@ from typing import Any
 import yaml
 from ray import tune
 from ray.train import Result as TrainResult
-from ray.train import UserCallback
 from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -34,6 +33,7 @@ from recsys.config import ExperimentConfig
 from recsys.distributed.sharding import Machine
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
+from recsys.tune.report import MlflowReportCallback
 from recsys.tune.results import STOPPED, trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.tracking import Tag, Tracker, flat_params
@@ -60,23 +60,6 @@ class TrialSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class MlflowReportCallback(UserCallback):
-    """Logs each registered report of a Train run to the trial's MLflow run."""
-
-    def __init__(self, uri: str, run_id: str) -> None:
-        self.uri, self.run_id = uri, run_id
-        self._tracker: Tracker | None = None
-
-    def after_report(
-        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any
-    ) -> None:
-        if self._tracker is None:
-            self._tracker = Tracker(self.uri)
-        self._tracker.log_report(self.run_id, metrics[0])
-        if checkpoint is not None:
-            self._tracker.set_tags(self.run_id, {Tag.LAST_CHECKPOINT: checkpoint.path})
 
 
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:

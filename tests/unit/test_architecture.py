@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +87,14 @@ def test_clis_need_no_sys_path_edits():
         for path in (ROOT / folder).rglob("*.py"):
             assert "sys.path" not in path.read_text(), path
     assert os.path.isfile(ROOT / "recsys" / "config_registry.py")
+
+
+def test_the_train_controllers_callback_imports_neither_torch_nor_mlflow():
+    """Ray unpickles the MLflow callback in every trial's Train controller: importing its module
+    must stay cheap (torch, TorchRec and the planner cost ~5 s of CPU there, at trial start)."""
+    code = (
+        "import sys, recsys.tune.report; "
+        "print(sorted(m for m in ('torch', 'torchrec', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
