@@ -21,7 +21,6 @@ import ray.train.torch
 from recsys.config import ExperimentConfig
 from recsys.distributed import collectives
 from recsys.distributed.env import check_placement, current
-from recsys.train.trainer import Trainer
 
 
 class RayReporter:
@@ -83,8 +82,13 @@ def quiet_libraries() -> None:
 
 
 def train_func(config: dict[str, Any]) -> None:
-    """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool}``."""
+    """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool}``.
+
+    TorchRec (and FBGEMM, which logs every library it loads at INFO on the root logger, which Ray
+    Train sets to INFO in its workers) is imported only after ``quiet_libraries``."""
     quiet_libraries()
+    from recsys.train.trainer import Trainer
+
     cfg = ExperimentConfig.from_dict(config["experiment"])
     use_gpu = bool(config.get("use_gpu", False))
     env = current(use_gpu)

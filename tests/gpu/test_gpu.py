@@ -7,7 +7,6 @@ and the GPUs; tolerances are looser than on CPU where CUDA kernels sum in anothe
 
 from __future__ import annotations
 
-import os
 import sys
 
 import cloudpickle
@@ -55,28 +54,14 @@ def test_killed_gpu_worker_restarts_from_last_checkpoint(tmp_path):
     import ray
 
     from recsys.cluster import connect
-    from recsys.train.ray_trainer import Resources, make_trainer
-    from tests.ray.test_trainer import config, killing_train_func
+    from recsys.train.ray_trainer import Resources
+    from tests.ray.test_trainer import fit_killed_once
 
     connect(None, log_to_driver=False)
     try:
-        cfg = config(**{"train.steps": 90, "train.eval_every": 0, "train.log_every": 10})
-        trainer = make_trainer(
-            cfg,
-            Resources(2, True, 1.0),
-            name="kill",
-            storage_path=str(tmp_path),
-            max_failures=1,
-            keep_checkpoints=None,
-            train_loop=killing_train_func,
-        )
-        trainer.train_loop_config.update(marker=str(tmp_path / "killed"), kill_at=60)
-        result = trainer.fit()
+        fit_killed_once(tmp_path, Resources(2, True, 1.0))
     finally:
         ray.shutdown()
-    assert os.path.exists(tmp_path / "killed") and result.error is None
-    steps = [s for _, m in result.best_checkpoints for s, _ in m["loss_history"]]
-    assert sorted(steps) == list(range(10, 100, 10))
 
 
 @pytest.mark.gpu(gpus=1)

@@ -84,11 +84,13 @@ def killing_train_func(config: dict) -> None:
     worker.train_func(config)
 
 
-def test_killed_worker_restarts_from_last_checkpoint(ray_2_cpus, tmp_path):
+def fit_killed_once(tmp_path, resources: Resources):
+    """90 steps, a worker SIGKILLed at step 60, one restart allowed; asserts the failure happened,
+    the run completed and every step's loss reached Ray exactly once, in order."""
     cfg = config(**{"train.steps": 90, "train.eval_every": 0, "train.log_every": 10})
     trainer = make_trainer(
         cfg,
-        Resources(2),
+        resources,
         name="kill",
         storage_path=str(tmp_path),
         max_failures=1,
@@ -99,6 +101,9 @@ def test_killed_worker_restarts_from_last_checkpoint(ray_2_cpus, tmp_path):
     result = trainer.fit()
     assert os.path.exists(tmp_path / "killed")  # the failure happened
     assert result.error is None and result.metrics["step"] == 90
-    # every step's loss reached Ray exactly once, in order, across the restart
     steps = [s for _, m in result.best_checkpoints for s, _ in m["loss_history"]]
     assert sorted(steps) == list(range(10, 100, 10))
+
+
+def test_killed_worker_restarts_from_last_checkpoint(ray_2_cpus, tmp_path):
+    fit_killed_once(tmp_path, Resources(2))
