@@ -106,10 +106,8 @@ def build_tuner(
             metric=score.key if single else None,  # several objectives: the searcher's
             mode=score.mode if single else None,
             num_samples=opts.num_samples,
-            scheduler=_scheduler(
-                opts, space, single
-            ),  # (both searchers limit concurrency themselves)
-            search_alg=_searcher(opts, space),
+            scheduler=_scheduler(opts, space, single),
+            search_alg=_searcher(opts, space),  # (both searchers limit concurrency themselves)
         ),
         run_config=tune.RunConfig(
             name=opts.name,
