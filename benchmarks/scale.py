@@ -27,17 +27,15 @@ TERABYTE_DAY_ROWS = 4_373_472_329 // 24  # Criteo 1TB: 4.37B rows over 24 days
 
 def write_days(folder: str, days: int, rows: int, seed: int = 0, chunk: int = 1 << 22) -> int:
     """``days`` Terabyte-shaped days of ``rows`` rows each; returns the bytes written."""
-    from recsys.data.binary import FORMAT, LOG1P, day_paths
+    from recsys.data.binary import DTYPES, FORMAT, LOG1P, day_paths
+    from recsys.data.preprocess import WIDTHS
 
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
     for k in range(days):
-        paths = day_paths(folder, k)
-        shapes = {"dense": (rows, 13), "sparse": (rows, 26), "labels": (rows, 1)}
-        dtypes = {"dense": np.float32, "sparse": np.uint32, "labels": np.int32}
         arrays = {
-            p: np.lib.format.open_memmap(paths[p], mode="w+", dtype=dtypes[p], shape=shapes[p])
-            for p in paths
+            p: np.lib.format.open_memmap(path, "w+", DTYPES[p], (rows, WIDTHS[p]))
+            for p, path in day_paths(folder, k).items()
         }
         for a in range(0, rows, chunk):
             n = min(chunk, rows - a)

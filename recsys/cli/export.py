@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from recsys.export import export
     from recsys.tune.publish import export_best
-    from recsys.tune.tracking import default_tracking_uri
+    from recsys.tune.state import default_tracking_uri
 
     try:
         if args.sweep:

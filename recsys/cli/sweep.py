@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> None:
 
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
-        from recsys.tune.state import SweepOptions, check_resume
+        from recsys.tune.state import SweepOptions, check_resume, default_tracking_uri
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
         storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
         opts = SweepOptions(
             name=args.name or space.name,
             storage=storage,
-            tracking_uri=args.tracking_uri or f"sqlite:///{os.path.join(os.getcwd(), 'mlflow.db')}",
+            tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
             num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
             max_concurrent=args.max_concurrent,
             scheduler=args.scheduler,

@@ -17,9 +17,7 @@ from recsys.config import ExperimentConfig
 from recsys.distributed.sharding import Machine, planner, sharders
 from recsys.models import DLRM, ModelAndLoss, embedding_report
 from recsys.models.embeddings import table_specs
-
-# a constraint's name -> the metric it bounds
-BOUNDS = {"emb_bytes_max": "emb_bytes", "emb_params_max": "emb_params"}
+from recsys.tune.space import CONSTRAINTS
 
 
 @dataclass(frozen=True)
@@ -39,9 +37,9 @@ def check_budget(cfg: ExperimentConfig, constraints: dict[str, float]) -> Verdic
     report = embedding_report(cfg.embeddings)
     numbers = {"emb_bytes": float(report.bytes), "emb_params": float(report.params)}
     for name, limit in constraints.items():
-        value = numbers[BOUNDS[name]]
+        value = numbers[CONSTRAINTS[name]]
         if value > limit:
-            reason = f"{BOUNDS[name]} = {value:.4g} is over the space's {name} = {limit:.4g}"
+            reason = f"{CONSTRAINTS[name]} = {value:.4g} is over the space's {name} = {limit:.4g}"
             return Verdict(False, reason, numbers)
     return Verdict(True, numbers=numbers)
 

@@ -13,13 +13,7 @@ from typing import IO, Any
 import pandas as pd
 from ray.tune import Callback
 
-from recsys.tune.results import trial_status
-
-
-def short(key: str) -> str:
-    """``embeddings.qr.threshold`` -> ``qr.threshold``; ``optim.lr`` -> ``lr``."""
-    parts = key.split(".")
-    return ".".join(parts[-2:]) if parts[-2] in ("qr",) else parts[-1]
+from recsys.tune.results import short, trial_status
 
 
 def fmt(value: Any) -> str:

@@ -112,7 +112,9 @@ def trial_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def _short(key: str) -> str:
+def short(key: str) -> str:
+    """A swept key as a column name: ``embeddings.qr.threshold`` -> ``qr.threshold``,
+    ``optim.lr`` -> ``lr``."""
     parts = key.split(".")
     return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2] == "qr" else parts[-1]
 
@@ -129,7 +131,7 @@ def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10) -> str:
     metrics = [m for m in METRICS if m != space.metric]
     columns = ["trial", "status", *params, *scores, "best_step", *metrics, "emb MB",
                "samples_per_s", "pareto"]  # fmt: skip
-    out = shown[columns].rename(columns={p: _short(p) for p in params})
+    out = shown[columns].rename(columns={p: short(p) for p in params})
     return out.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
 
 

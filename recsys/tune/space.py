@@ -50,7 +50,7 @@ SECTIONS = (
 )  # fmt: skip
 VALIDATION: tuple[str, ...] = typing.get_args(Monitor)  # scored by their best report
 STATIC = ("emb_bytes", "emb_params")  # known before training: further objectives
-CONSTRAINTS = {"emb_bytes_max": "emb_bytes", "emb_params_max": "emb_params"}
+CONSTRAINTS = {"emb_bytes_max": "emb_bytes", "emb_params_max": "emb_params"}  # -> what it bounds
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,6 @@ class Objective:
     def key(self) -> str:
         """The key of the trial's score in its reports."""
         return f"best_{self.metric}" if self.metric in VALIDATION else self.metric
-
-    def better(self, a: float, b: float) -> bool:
-        return a > b if self.mode == "max" else a < b
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,11 @@ class SweepOptions:
     device_memory_gb: float | None = None  # one worker's device; None: measured at launch
 
 
+def default_tracking_uri(root: str) -> str:
+    """A local SQLite store in the project folder (MLflow 3 refuses the plain file store)."""
+    return f"sqlite:///{os.path.join(root, 'mlflow.db')}"
+
+
 def sweep_dir(opts: SweepOptions) -> str:
     return os.path.join(opts.storage, opts.name)
 

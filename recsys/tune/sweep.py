@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from recsys.configlib import ConfigError
-from recsys.tune.results import format_table, pareto_plot, trial_frame
+from recsys.tune.results import METRICS, format_table, pareto_plot, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
@@ -133,7 +133,7 @@ def log_sweep_summary(
     params = best["params"]
     tracker.log_text(parent, yaml.safe_dump(params), "best_params.yaml")
     tracker.log_text(parent, yaml.safe_dump(space.config_for(params).to_dict()), "best_config.yaml")
-    keys = [o.key for o in space.objectives] + ["val_auc", "val_log_loss", "val_ne"]
+    keys = [o.key for o in space.objectives] + METRICS
     values = {
         (k if k.startswith("best_") else f"best_{k}"): float(best[k])
         for k in dict.fromkeys(keys)

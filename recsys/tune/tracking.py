@@ -74,11 +74,6 @@ def open_store(uri: str, attempts: int = 8) -> None:
                 time.sleep(0.25 * 2**attempt)
 
 
-def default_tracking_uri(root: str) -> str:
-    """A local SQLite store in the project folder (MLflow 3 refuses the plain file store)."""
-    return f"sqlite:///{os.path.join(root, 'mlflow.db')}"
-
-
 def flat_params(data: dict[str, Any]) -> dict[str, str]:
     """Nested config -> ``{"model.interaction": "dot", ...}`` as MLflow params (strings)."""
     return {k: str(v)[:6000] for k, v in flatten(data).items()}
