@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from recsys.cli import positive
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError
 
@@ -31,7 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", help="output folder (default: runs/<sweep>/export)")
     p.add_argument("--register", help="register the MLflow model under this name")
     p.add_argument(
-        "--max-emb-mb", type=float, help="with --sweep: the best trial whose tables fit this budget"
+        "--max-emb-mb",
+        type=positive,
+        help="with --sweep: the best trial whose tables fit this budget",
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     return p.parse_args(argv)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from recsys.cli import positive
 from recsys.configlib import ConfigError
 
 
@@ -34,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpus-per-worker", type=float, default=0.95)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
     p.add_argument(
-        "--device-memory-gb", type=float,
+        "--device-memory-gb", type=positive,
         help="memory of one worker's device for the pre-launch check (default: a GPU's, measured; "
         "on CPU the node's memory over its workers)",
     )  # fmt: skip

@@ -372,7 +372,7 @@ def preprocess(
     vocab_min_count: int | None = None,
 ) -> list[int]:
     """Convert every input file (all are checked to exist first); returns rows per day."""
-    check_inputs(inputs, vocab_min_count)
+    check_inputs(inputs, vocab_min_count, workers, chunk_mb)
     os.makedirs(out_dir, exist_ok=True)
     parallel = workers > 0 or address is not None
     chunks = plan_chunks(inputs, int(chunk_mb * 2**20) if parallel else None)
@@ -399,12 +399,18 @@ def preprocess(
     return rows
 
 
-def check_inputs(inputs: list[str], vocab_min_count: int | None) -> None:
+def check_inputs(
+    inputs: list[str], vocab_min_count: int | None, workers: int = 0, chunk_mb: float = 256
+) -> None:
     missing = [p for p in inputs if not os.path.isfile(p)]
     if missing:
         raise DataError(f"{missing[0]}: no such file")
     if vocab_min_count is not None and vocab_min_count < 1:
         raise DataError(f"--vocab-min-count={vocab_min_count}: must be >= 1")
+    if workers < 0:
+        raise DataError(f"--workers={workers}: must be >= 0 (0: one process, no Ray)")
+    if not chunk_mb > 0:
+        raise DataError(f"--chunk-mb={chunk_mb}: must be > 0")
 
 
 def parse_all(

@@ -57,3 +57,22 @@ def test_cli_bad_inputs_fail_fast_with_a_message(tmp_path):
     assert r.returncode != 0 and "did you mean 'model.interaction'" in r.stderr
     r = cli("sweep.py", "--name", "missing", "--resume", "--storage", str(tmp_path))
     assert r.returncode != 0 and "no sweep named 'missing'" in r.stderr
+
+
+def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
+    r = cli("sweep.py", "--device-memory-gb", "0")
+    assert r.returncode != 0 and "--device-memory-gb: '0': must be > 0" in r.stderr
+    r = cli("export.py", "--sweep", "x", "--max-emb-mb", "-1")
+    assert r.returncode != 0 and "--max-emb-mb: '-1': must be > 0" in r.stderr
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text("0" + "\t" * 39 + "\n")
+    for flag, value, message in [
+        ("--chunk-mb", "0", "--chunk-mb=0.0: must be > 0"),
+        ("--workers", "-1", "--workers=-1: must be >= 0"),
+    ]:
+        r = subprocess.run(
+            [sys.executable, "-m", "recsys.data.preprocess", str(tsv), "--out",
+             str(tmp_path / "o"), flag, value],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode != 0 and message in r.stderr, r.stderr
