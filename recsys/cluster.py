@@ -31,11 +31,15 @@ def runtime_env() -> dict[str, Any]:
 
 
 def connect(
-    address: str | None, num_cpus: int | None = None, log_to_driver: bool = True
+    address: str | None,
+    num_cpus: int | None = None,
+    log_to_driver: bool = True,
+    object_store_memory: int | None = None,
 ) -> dict[str, Any]:
     """``ray.init`` an existing cluster (``address``) or a local one; returns its resources.
 
     The dashboard, when installed, binds to 127.0.0.1 (pass ``RAY_DASHBOARD_HOST`` to change).
+    ``object_store_memory``: the local object store's cap in MiB (a cluster keeps its own).
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -49,7 +53,8 @@ def connect(
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=num_cpus, **kwargs)
+            mb = object_store_memory
+            ray.init(num_cpus=num_cpus, object_store_memory=mb * 2**20 if mb else None, **kwargs)
     return ray.cluster_resources()
 
 

@@ -24,6 +24,7 @@ from recsys.configlib import (
     check_choices,
     dotted_keys,
     from_dict,
+    nearest,
     set_dotted,
     to_dict,
 )
@@ -33,7 +34,7 @@ QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
 EmbeddingDType = Literal["fp32", "fp16", "bf16"]
 LossKind = Literal["bce", "wbce", "mse"]
-Source = Literal["synthetic", "criteo_tsv", "criteo_binary"]
+Source = Literal["synthetic", "criteo_tsv", "criteo_binary", "prepared"]
 SplitMode = Literal["fraction", "files"]
 BadRowPolicy = Literal["error", "skip"]
 EmbeddingOptimizer = Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"]
@@ -41,8 +42,9 @@ DenseOptimizer = Literal["adagrad", "sgd", "adam"]
 ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
 ComputeKernel = Literal["fused", "dense"]
 PipelineMode = Literal["auto", "on", "off"]
-Monitor = Literal["val_auc", "val_log_loss", "val_ne", "val_accuracy"]
 Mode = Literal["max", "min"]
+MONITORED = ("auc", "log_loss", "ne", "accuracy")  # validation metrics a run is scored by
+MEAN_TASK = "mean"  # val_<metric>/mean: the average over the tasks
 
 QR_SUFFIX = "__qr_r"  # the KJT key of a QR feature's remainder ids: f"{feature}{QR_SUFFIX}"
 FROM_DATA = "from_data"  # embeddings.num_embeddings: the table sizes of the data's vocabularies
@@ -97,6 +99,8 @@ class EmbeddingConfig:
             ``md_min_dim``. ``None``: every table has ``dim``.
         md_min_dim: floor of the MD rule.
         pooling: how a multi-hot bag is reduced: ``sum`` or ``mean``.
+        feature_pooling: per-feature pooling by feature name (a prepared data set's schema sets
+            it); features not named use ``pooling``.
         feature_names: names of the sparse features; default ``cat_0 .. cat_{F-1}``.
         qr: quotient-remainder options.
         dtype: storage type of the tables (``fp32``, ``fp16`` or ``bf16``), set where the tables
@@ -109,6 +113,7 @@ class EmbeddingConfig:
     md_alpha: float | None = None
     md_min_dim: int = 4
     pooling: Pooling = "sum"
+    feature_pooling: dict[str, Pooling] = field(default_factory=dict)
     feature_names: list[str] | None = None
     qr: QRConfig = field(default_factory=QRConfig)
     dtype: EmbeddingDType = "fp32"
@@ -133,6 +138,8 @@ class EmbeddingConfig:
             names = self.feature_names
             check(len(names) == len(n), "embeddings.feature_names", names, f"needs {len(n)} names")
             check(len(set(names)) == len(names), "embeddings.feature_names", names, "duplicates")
+        for name in self.feature_pooling:
+            check(name in self.names(), "embeddings.feature_pooling", name, "not a feature name")
         if self.qr.operation == "concat" and self.qr.enabled:
             for i, d in enumerate(self.table_dims()):
                 if self.qr.applies_to(n[i]):
@@ -144,6 +151,9 @@ class EmbeddingConfig:
 
     def names(self) -> list[str]:
         return self.feature_names or [f"cat_{i}" for i in range(self.num_features)]
+
+    def pooling_of(self, feature: str) -> Pooling:
+        return self.feature_pooling.get(feature, self.pooling)
 
     def table_dims(self) -> list[int]:
         """The dim of each feature's table (before any projection to ``dim``)."""
@@ -254,12 +264,16 @@ class LossConfig:
         kind: ``bce`` (on logits), ``wbce`` (class-weighted bce) or ``mse`` (on probabilities).
         weights: ``(w0, w1)``: the weights of negative and positive samples for ``wbce``, as the
             DLRM reference's ``--loss-weights "w0-w1"``. ``(1, 1)`` equals ``bce``.
-        tasks: the heads; the total loss is ``sum_t weight_t * loss_t``.
+        tasks: the heads; the total loss is ``sum_t weight_t * loss_t``. With a prepared data
+            set they are its labels, in the schema's order.
+        task_weights: task weights by task name (``loss.task_weights.like: 0.5``; sweepable);
+            they replace the named tasks' ``weight``.
     """
 
     kind: LossKind = "bce"
     weights: tuple[float, float] = (1.0, 1.0)
     tasks: list[TaskConfig] = field(default_factory=lambda: [TaskConfig()])
+    task_weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_choices(self, "loss")
@@ -269,11 +283,28 @@ class LossConfig:
         check(len(self.tasks) >= 1, "loss.tasks", self.tasks, "needs at least one task")
         names = [t.name for t in self.tasks]
         check(len(set(names)) == len(names), "loss.tasks", names, "task names must be unique")
+        for name, weight in self.task_weights.items():
+            check(name in names, f"loss.task_weights.{name}", weight,
+                  f"no such task; the tasks are {names}{nearest(name, names)}")  # fmt: skip
+            check(weight >= 0, f"loss.task_weights.{name}", weight, "must be >= 0")
+        self.tasks = [
+            TaskConfig(t.name, t.label_column, float(self.task_weights.get(t.name, t.weight)))
+            for t in self.tasks
+        ]
+        check(sum(t.weight for t in self.tasks) > 0, "loss.tasks", names, "all weights are 0")
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.tasks]
 
 
 def source_for(path: str) -> Source:
-    """The ``data.source`` of a user's path: a file is raw Criteo text, a folder the binary form."""
-    return "criteo_tsv" if os.path.isfile(path) else "criteo_binary"
+    """The ``data.source`` of a user's path: a file is raw Criteo text, a folder the binary form
+    (a prepared folder when its ``meta.json`` says so)."""
+    if os.path.isfile(path):
+        return "criteo_tsv"
+    from recsys.data.meta import is_prepared
+
+    return "prepared" if is_prepared(path) else "criteo_binary"
 
 
 @dataclass
@@ -308,7 +339,10 @@ class DataConfig:
     """Where samples come from and how they are split.
 
     Attributes:
-        source: ``synthetic``; ``criteo_tsv`` (raw Criteo text, plain or .gz, in ``paths``);
+        source: ``synthetic``; ``prepared`` (a folder made by ``recsys-preprocess --schema``
+            from your own Parquet/CSV logs: features, table sizes, poolings, dense count and
+            tasks all come from its ``meta.json``, and so does the split);
+            ``criteo_tsv`` (raw Criteo text, plain or .gz, in ``paths``);
             ``criteo_binary`` (a folder of ``day_N_{dense,sparse,labels}.npy`` triples: made by
             ``python -m recsys.data.preprocess``, or TorchRec's own preprocessed Criteo 1TB).
         paths: input files or folders, in time order.
@@ -416,7 +450,9 @@ class TrainConfig:
         seed: seeds model init, data order and RNGs.
         log_every: record the training loss every N steps (reported with the next checkpoint).
         monitor / monitor_mode: the validation metric that scores the run and whether higher
-            (``max``) or lower is better. Every report carries its best value so far
+            (``max``) or lower is better: ``val_auc``, ``val_log_loss``, ``val_ne`` or
+            ``val_accuracy`` (of the first task), ``val_auc/<task>`` (of one task) or
+            ``val_auc/mean`` (the tasks' average). Every report carries its best value so far
             (``best_<monitor>``, ``best_step``), the best checkpoints are kept by it, and a sweep
             sets both from its space's ``metric`` and ``mode``.
         patience: stop early after this many reports with validation metrics whose ``monitor``
@@ -431,13 +467,14 @@ class TrainConfig:
     eval_batches: int = 0
     seed: int = 0
     log_every: int = 20
-    monitor: Monitor = "val_auc"
+    monitor: str = "val_auc"
     monitor_mode: Mode = "max"
     patience: int = 0
     quiet: bool = False
 
     def __post_init__(self) -> None:
         check_choices(self, "train")
+        monitor_parts(self.monitor)
         check(self.patience >= 0, "train.patience", self.patience, "must be >= 0 (0: off)")
         check(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
         check(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
@@ -509,6 +546,11 @@ class ExperimentConfig:
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
 
     def __post_init__(self) -> None:
+        _, task = monitor_parts(self.train.monitor)
+        if task is not None and task != MEAN_TASK:
+            names = self.loss.names()
+            why = f"no task {task!r}; the tasks are {names} (or 'mean'){nearest(task, names)}"
+            check(task in names, "train.monitor", self.train.monitor, why)
         if self.data.source in ("criteo_tsv", "criteo_binary"):
             check(self.model.num_dense == 13, "model.num_dense", self.model.num_dense, "Criteo: 13")
             n = self.embeddings.num_features
@@ -519,8 +561,10 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
         """Build from a plain dict; ``embeddings.num_embeddings: from_data`` takes the table sizes
-        of the vocabularies in the data folder's ``meta.json``."""
-        return from_dict(cls, resolve_table_sizes(data))
+        of the vocabularies in the data folder's ``meta.json``, and a prepared folder
+        (``data.source: prepared``) sets the features, tasks and dense count
+        (``resolve_prepared``)."""
+        return from_dict(cls, resolve_prepared(resolve_table_sizes(data)))
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -542,8 +586,60 @@ class ExperimentConfig:
         data = self.to_dict()
         valid = self.all_keys() + sorted(self.sections())
         for key, value in overrides.items():
-            set_dotted(data, key, value, valid)
+            set_dotted(data, key, value, valid + ([key] if is_map_key(key) else []))
         return ExperimentConfig.from_dict(data)
+
+
+MAP_KEYS = ("loss.task_weights", "embeddings.feature_pooling")  # their keys are names
+
+
+def is_map_key(key: str) -> bool:
+    """Whether ``key`` addresses one entry of a by-name map (``loss.task_weights.like``)."""
+    parent, _, leaf = key.rpartition(".")
+    return parent in MAP_KEYS and bool(leaf)
+
+
+def monitor_parts(monitor: str) -> tuple[str, str | None]:
+    """``val_auc/like`` -> ``("auc", "like")``; ``val_ne`` -> ``("ne", None)``; else an error."""
+    name, _, task = monitor.partition("/")
+    metric = name.removeprefix("val_")
+    if not name.startswith("val_") or metric not in MONITORED or (_ and not task):
+        options = [f"val_{m}" for m in MONITORED]
+        raise ConfigError(
+            f"train.monitor={monitor!r}: one of {options}, optionally /<task> or /mean "
+            f"(val_auc/like){nearest(name, options)}"
+        )
+    return metric, task or None
+
+
+def resolve_prepared(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with what a prepared folder fixes taken from its ``meta.json``: feature names,
+    table sizes (unless the config's features are already this data's, with their sizes),
+    per-feature pooling, ``model.num_dense`` and the tasks (its labels, in order)."""
+    src = data.get("data") or {}
+    if src.get("source") != "prepared":
+        return data
+    from recsys.data.errors import DataError
+    from recsys.data.meta import read_meta
+
+    paths = src.get("paths") or []
+    if len(paths) != 1:
+        raise ConfigError(f"data.source=prepared: data.paths must name one folder, got {paths}")
+    try:
+        meta = read_meta(paths[0])
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    names, schema = list(meta["feature_names"]), meta["schema"]
+    emb = dict(data.get("embeddings") or {})
+    sizes = emb.get("num_embeddings")
+    if emb.get("feature_names") != names or sizes == FROM_DATA or not isinstance(sizes, list):
+        emb["num_embeddings"] = list(meta["table_sizes"])
+    emb["feature_names"] = names
+    emb["feature_pooling"] = {n: s.get("pooling", "sum") for n, s in schema["sparse"].items()}
+    loss = dict(data.get("loss") or {})
+    loss["tasks"] = [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])]
+    model = {**(data.get("model") or {}), "num_dense": len(schema["dense"])}
+    return {**data, "embeddings": emb, "loss": loss, "model": model}
 
 
 def resolve_table_sizes(data: dict[str, Any]) -> dict[str, Any]:

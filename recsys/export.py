@@ -114,6 +114,24 @@ def copy_vocabularies(cfg: ExperimentConfig, out_dir: str) -> list[str] | None:
     return names
 
 
+def copy_prepared(cfg: ExperimentConfig, out_dir: str) -> str | None:
+    """A prepared data set's ``meta.json``, vocabularies and example rows, copied next to the
+    export (``prepared/``): what serving needs to map raw rows as training did."""
+    import shutil
+
+    from recsys.serving import PREPARED_DIR
+
+    if cfg.data.source != "prepared":
+        return None
+    src, dst = cfg.data.paths[0], os.path.join(out_dir, PREPARED_DIR)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for name in ("meta.json", "examples.parquet"):
+        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+    shutil.copytree(os.path.join(src, "vocab"), os.path.join(dst, "vocab"))
+    return PREPARED_DIR
+
+
 def raw_layout(cfg: ExperimentConfig) -> SparseLayout:
     """The serving input: raw ids (mod table rows), not split; the model splits them."""
     return SparseLayout(cfg.embeddings.names(), list(cfg.embeddings.num_embeddings))
@@ -218,7 +236,10 @@ def export(
         max_prob_diff=float(np.abs(sigmoid(a) - sigmoid(b)).max()),
         rows=len(cols),
     )
+    prepared = copy_prepared(cfg, out_dir)
     meta = {
+        "prepared": prepared,
+        "tasks": cfg.loss.names(),
         "num_dense": cfg.model.num_dense,
         "feature_names": cfg.embeddings.names(),
         "table_rows": cfg.embeddings.num_embeddings,

@@ -39,3 +39,28 @@ def make_kjt(
     return KeyedJaggedTensor(
         keys=keys, values=torch.cat(values), lengths=lengths.flatten(), stride=batch
     )
+
+
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schemas", "clicklogs.yaml")
+
+
+def write_demo(folder: str, rows: int = 6000, files: int = 3, seed: int = 0) -> list[str]:
+    """The demo click log at test size (smaller id spaces, so ids repeat)."""
+    from recsys.data.clicklogs import Shape, write
+
+    shape = Shape(users=400, items=300, countries=20, tags=50, mean_history=6.0, max_history=60)
+    return write(folder, rows, files, seed, shape)
+
+
+@pytest.fixture(scope="session")
+def demo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The demo click log prepared with ``schemas/clicklogs.yaml`` (once per session); its
+    raw files are in ``<folder>/../raw``."""
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    root = tmp_path_factory.mktemp("demo")
+    write_demo(str(root / "raw"))
+    out = str(root / "prepared")
+    prepare(DatasetSchema.load(SCHEMA), [str(root / "raw")], out, workers=2, log=lambda s: None)
+    return out

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from recsys.config import DataConfig
-
-
-class DataError(ValueError):
-    """Input data is missing or malformed; the message names the file (and line) at fault."""
+from recsys.data.errors import DataError as DataError  # a leaf module: the config reads it
 
 
 class RowSource(ABC):
@@ -36,10 +34,10 @@ class RowSource(ABC):
     def __len__(self) -> int: ...
 
     @abstractmethod
-    def read(self, start: int, stop: int) -> Columns:
-        """Rows ``[start, stop)`` as arrays."""
+    def read(self, start: int, stop: int) -> Any:
+        """Rows ``[start, stop)`` as arrays (``Columns``, or ``RaggedColumns``)."""
 
-    def take(self, idx: np.ndarray) -> Columns:
+    def take(self, idx: np.ndarray) -> Any:
         """Rows ``idx`` (any order) as arrays, in that order."""
         idx = np.asarray(idx, dtype=np.int64)
         if idx.size == 0:
@@ -112,10 +110,84 @@ class Columns(RowSource):
         return Columns(self.dense[idx], self.sparse[idx], self.labels[idx], self.source)
 
 
-def stack(parts: list[Columns], source: str) -> Columns:
+def ragged_take(offsets: np.ndarray, values: np.ndarray, idx: np.ndarray) -> tuple[Any, Any]:
+    """``(values, lengths)`` of rows ``idx`` of a list column in Arrow's layout (row ``i``'s
+    values are ``values[offsets[i]:offsets[i + 1]]``), in the order of ``idx``."""
+    starts = np.asarray(offsets[idx], dtype=np.int64)
+    lengths = np.asarray(offsets[idx + 1], dtype=np.int64) - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.asarray(values[:0]), lengths
+    ends = np.cumsum(lengths)
+    pos = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - lengths), lengths)
+    return np.asarray(values[pos]), lengths
+
+
+@dataclass(frozen=True)
+class RaggedColumns(RowSource):
+    """Rows whose sparse features have a variable number of ids per row (a user's own data).
+
+    Attributes:
+        dense: ``[N, I]`` float32, already transformed.
+        values: ``F`` flat id arrays, feature ``f``'s ids of all rows in row order.
+        lengths: ``[N, F]`` int64, ids per row and feature (``values[f]`` has
+            ``lengths[:, f].sum()`` ids).
+        labels: ``[N, L]`` in {0, 1}.
+        source: where the rows came from, for error messages.
+    """
+
+    dense: np.ndarray
+    values: tuple[np.ndarray, ...]
+    lengths: np.ndarray
+    labels: np.ndarray
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        n = len(self.dense)
+        if len(self.lengths) != n or len(self.labels) != n:
+            raise DataError(f"{self.source}: row counts differ: dense {n}, lengths "
+                            f"{len(self.lengths)}, labels {len(self.labels)}")  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.dense)
+
+    @property
+    def num_sparse(self) -> int:
+        return len(self.values)
+
+    def _offsets(self, f: int) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths[:, f])])
+
+    def read(self, start: int, stop: int) -> RaggedColumns:
+        return self.take(np.arange(start, min(stop, len(self)), dtype=np.int64))
+
+    def take(self, idx: np.ndarray) -> RaggedColumns:
+        idx = np.asarray(idx, dtype=np.int64)
+        values = tuple(ragged_take(self._offsets(f), v, idx)[0] for f, v in enumerate(self.values))
+        return RaggedColumns(
+            self.dense[idx], values, self.lengths[idx], self.labels[idx], self.source
+        )
+
+    @staticmethod
+    def concat(parts: list[RaggedColumns], source: str) -> RaggedColumns:
+        return RaggedColumns(
+            np.concatenate([p.dense for p in parts]),
+            tuple(np.concatenate([p.values[f] for p in parts]) for f in range(parts[0].num_sparse)),
+            np.concatenate([p.lengths for p in parts]),
+            np.concatenate([p.labels for p in parts]),
+            source,
+        )
+
+
+AnyColumns = Columns | RaggedColumns
+
+
+def stack(parts: list[Any], source: str) -> Any:
     """Small pieces (a batch's rows from several files) as one ``Columns`` (copies them)."""
     if len(parts) == 1:
         return parts[0]
+    if isinstance(parts[0], RaggedColumns):
+        return RaggedColumns.concat(parts, source)
     return Columns(
         np.concatenate([p.dense for p in parts]),
         np.concatenate([p.sparse for p in parts]),
@@ -135,10 +207,10 @@ class RowRange(RowSource):
     def __len__(self) -> int:
         return self.stop - self.start
 
-    def read(self, start: int, stop: int) -> Columns:
+    def read(self, start: int, stop: int) -> Any:
         return self.base.read(self.start + start, self.start + min(stop, len(self)))
 
-    def take(self, idx: np.ndarray) -> Columns:
+    def take(self, idx: np.ndarray) -> Any:
         return self.base.take(np.asarray(idx, dtype=np.int64) + self.start)
 
     def slice(self, start: int, stop: int) -> RowSource:
@@ -178,13 +250,13 @@ class Concat(RowSource):
                 out.append((i, max(start, lo) - lo, min(stop, hi) - lo))
         return out
 
-    def read(self, start: int, stop: int) -> Columns:
+    def read(self, start: int, stop: int) -> Any:
         pieces = [self.parts[i].read(a, b) for i, a, b in self.locate(start, stop)]
         if not pieces:
             return self.parts[0].read(0, 0)
         return stack(pieces, self.source)
 
-    def take(self, idx: np.ndarray) -> Columns:
+    def take(self, idx: np.ndarray) -> Any:
         idx = np.asarray(idx, dtype=np.int64)
         part = np.searchsorted(self.offsets, idx, side="right") - 1
         order = np.argsort(part, kind="stable")

@@ -38,8 +38,16 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import DataConfig, SparseLayout
-from recsys.data import binary
-from recsys.data.columns import Columns, DataError, RowSource, Splits, split
+from recsys.data import binary, prepared
+from recsys.data.columns import (
+    AnyColumns,
+    Columns,
+    DataError,
+    RaggedColumns,
+    RowSource,
+    Splits,
+    split,
+)
 from recsys.data.permutation import Permutation
 from recsys.data.synthetic import SyntheticRows
 
@@ -97,7 +105,9 @@ def check_schema(part: binary.NpyDay, num_dense: int, num_sparse: int) -> None:
 
 def load_splits(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> Splits:
     """Open and split (views: nothing is read yet); a missing file, an empty file or an empty
-    split is a ``DataError``."""
+    split is a ``DataError``. A prepared folder comes split already (``recsys.data.prepared``)."""
+    if cfg.source == "prepared":
+        return prepared.load_splits(cfg.paths, num_dense, table_rows)
     return split(load_parts(cfg, num_dense, table_rows), cfg)
 
 
@@ -118,16 +128,53 @@ def sparse_ids(cols: Columns, layout: SparseLayout) -> np.ndarray:
     return np.concatenate([ids // c, ids[qr] % c[qr]])
 
 
-def to_batch(cols: Columns, layout: SparseLayout) -> Batch:
-    """Rows -> ``Batch(dense [B, I], KJT (layout keys, H ids per bag), labels [B, L])``."""
-    ids = sparse_ids(cols, layout)
-    k, b, h = ids.shape
-    kjt = KeyedJaggedTensor(
-        keys=layout.keys(),
-        values=torch.from_numpy(np.ascontiguousarray(ids).reshape(-1)),
-        lengths=torch.full((k * b,), h, dtype=torch.int64),
-        stride=b,
+def keyed_jagged(
+    keys: list[str], values: list[np.ndarray], lengths: list[np.ndarray], batch: int
+) -> KeyedJaggedTensor:
+    """A KJT from per-key ids and per-row lengths, with ``length_per_key`` and
+    ``offset_per_key`` set from the host arrays: TorchRec's input distribution would otherwise
+    compute them from the lengths on the device (a device-to-host sync every step)."""
+    per_key = [len(v) for v in values]
+    return KeyedJaggedTensor(
+        keys=keys,
+        values=torch.from_numpy(np.concatenate(values).astype(np.int64, copy=False)),
+        lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int64, copy=False)),
+        stride=batch,
+        length_per_key=per_key,
+        offset_per_key=[0, *np.cumsum(per_key).tolist()],
     )
+
+
+def ragged_kjt(cols: RaggedColumns, layout: SparseLayout) -> KeyedJaggedTensor:
+    """The KJT of rows with variable-length bags: each feature's ids mod its table's rows, the
+    QR features' quotients under their keys and remainders after all features (as
+    ``sparse_ids``), with the real per-row lengths (never padded)."""
+    ids = [
+        np.asarray(v, dtype=np.int64) % rows
+        for v, rows in zip(cols.values, layout.rows, strict=True)
+    ]
+    values, lengths, extra_v, extra_l = [], [], [], []
+    for f, name in enumerate(layout.names):
+        lens = cols.lengths[:, f]
+        c = layout.qr.get(name)
+        values.append(ids[f] if c is None else ids[f] // c)
+        lengths.append(lens)
+        if c is not None:
+            extra_v.append(ids[f] % c)
+            extra_l.append(lens)
+    return keyed_jagged(layout.keys(), values + extra_v, lengths + extra_l, len(cols))
+
+
+def to_batch(cols: AnyColumns, layout: SparseLayout) -> Batch:
+    """Rows -> ``Batch(dense [B, I], KJT (layout keys; H ids per bag, or each row's own count),
+    labels [B, L])``."""
+    if isinstance(cols, RaggedColumns):
+        kjt = ragged_kjt(cols, layout)
+    else:
+        ids = sparse_ids(cols, layout)
+        k, b, h = ids.shape
+        flat = np.ascontiguousarray(ids).reshape(k, b * h)
+        kjt = keyed_jagged(layout.keys(), list(flat), [np.full(b, h)] * k, b)
     return Batch(
         dense_features=torch.from_numpy(np.asarray(cols.dense, dtype=np.float32)),
         sparse_features=kjt,
@@ -135,10 +182,12 @@ def to_batch(cols: Columns, layout: SparseLayout) -> Batch:
     )
 
 
-def count_out_of_range(cols: Columns, table_rows: list[int]) -> int:
+def count_out_of_range(cols: AnyColumns, table_rows: list[int]) -> int:
     """Ids at or beyond their table's size (they are hashed into range by modulo). Raw Criteo
     hashes are nearly all beyond; with contiguous ids (a vocabulary) any count means the tables
     are smaller than the vocabulary."""
+    if isinstance(cols, RaggedColumns):
+        return sum(int((v >= r).sum()) for v, r in zip(cols.values, table_rows, strict=True))
     rows = np.asarray(table_rows)[None, :, None]
     return int((np.asarray(cols.sparse) >= rows).sum())
 

@@ -443,7 +443,17 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("inputs", nargs="+", help="Criteo TSV files (plain or gzip), in time order")
+    parser.add_argument(
+        "inputs", nargs="+",
+        help="Criteo TSV files (plain or gzip), in time order; with --schema: Parquet/CSV files "
+        "or folders",
+    )  # fmt: skip
+    parser.add_argument(
+        "--schema", help="a dataset schema (YAML): prepare your own Parquet/CSV click logs on "
+        "Ray Data (recsys.data.prepare) instead of Criteo text",
+    )  # fmt: skip
+    parser.add_argument("--object-store-mb", type=int, help="cap of the local Ray object store")
+    parser.add_argument("--overwrite", action="store_true", help="--schema: replace --out")
     parser.add_argument("--out", required=True, help="output folder (shared storage on a cluster)")
     parser.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
     parser.add_argument(
@@ -458,6 +468,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.schema:
+        from recsys.data.prepare import main_schema
+
+        main_schema(args)
+        return
     t0 = time.perf_counter()
     try:
         rows = preprocess(

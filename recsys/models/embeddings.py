@@ -89,7 +89,7 @@ def embedding_bag_configs(cfg: EmbeddingConfig) -> list[EmbeddingBagConfig]:
                 embedding_dim=spec.dim,
                 num_embeddings=spec.rows,
                 feature_names=[spec.feature],
-                pooling=_POOLING[cfg.pooling],
+                pooling=_POOLING[cfg.pooling_of(spec.feature.removesuffix(QR_SUFFIX))],
                 data_type=_DTYPES[cfg.dtype],
                 init_fn=functools.partial(_uniform_init, low=low, high=high),
             )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from recsys.config import ExperimentConfig
+from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig
 from recsys.data import RowSource, eval_batches
 from recsys.distributed import collectives
 from recsys.distributed.env import WorkerEnv
@@ -19,7 +19,8 @@ def evaluate(
     model: nn.Module, split: RowSource, cfg: ExperimentConfig, env: WorkerEnv, prefix: str
 ) -> dict[str, float]:
     """``{prefix}_auc``, ``{prefix}_log_loss``, ``{prefix}_auc_error_bound``, ... of ``split``
-    over all ranks (padding rows masked out); tasks after the first get ``{prefix}_{task}_...``."""
+    over all ranks (padding rows masked out), of the first task; with several tasks also
+    ``{prefix}_{metric}/{task}`` for each task and ``{prefix}_{metric}/mean`` (their average)."""
     rows = len(split)
     if cfg.train.eval_batches:
         rows = min(rows, cfg.train.eval_batches * cfg.train.batch_size * env.world_size)
@@ -39,8 +40,19 @@ def evaluate(
     model.train()
     for tensor in state.tensors():
         collectives.sum_(tensor)
-    metrics: dict[str, float] = {}
-    for head, task in enumerate(cfg.loss.tasks):
-        name = prefix if head == 0 else f"{prefix}_{task.name}"
-        metrics.update({f"{name}_{k}": v for k, v in state.compute(head).items()})
+    return task_metrics([state.compute(t) for t in range(len(cfg.loss.tasks))],
+                        cfg.loss.names(), prefix)  # fmt: skip
+
+
+def task_metrics(
+    per_task: list[dict[str, float]], names: list[str], prefix: str
+) -> dict[str, float]:
+    """The report's names of per-task figures: the first task's unsuffixed, and with several
+    tasks each one's as ``{prefix}_{metric}/{task}`` plus ``{prefix}_{metric}/mean``."""
+    metrics = {f"{prefix}_{k}": v for k, v in per_task[0].items()}
+    if len(per_task) > 1:
+        for name, figures in zip(names, per_task, strict=True):
+            metrics.update({f"{prefix}_{k}/{name}": v for k, v in figures.items()})
+        for k in MONITORED:
+            metrics[f"{prefix}_{k}/{MEAN_TASK}"] = sum(f[k] for f in per_task) / len(per_task)
     return metrics

@@ -15,7 +15,15 @@ import yaml
 from recsys.config import ExperimentConfig
 from recsys.data import load_splits
 from recsys.export import ExportReport, export
-from recsys.serving import META_FILE, MODEL_FILE, CriteoScorer, example_rows, pip_requirements
+from recsys.serving import (
+    META_FILE,
+    MODEL_FILE,
+    PREPARED_DIR,
+    CriteoScorer,
+    TabularScorer,
+    example_rows,
+    pip_requirements,
+)
 from recsys.tune.tracking import Tag, Tracker
 
 
@@ -76,13 +84,17 @@ def log_served_model(
     vocab_dir = os.path.join(export_dir, "vocab")
     if os.path.isdir(vocab_dir):  # the scorer finds the vocabularies beside meta.json
         artifacts["vocab"] = vocab_dir
-    scorer = CriteoScorer()
+    prepared = os.path.join(export_dir, PREPARED_DIR)
+    kind: Any = CriteoScorer
+    if os.path.isdir(prepared):  # a user's own data: rows in its schema
+        artifacts["prepared"], kind = prepared, TabularScorer
+    scorer = kind()
     scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
     recsys_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return tracker.log_model(
         run_id,
         registered_name,
-        python_model=CriteoScorer(),
+        python_model=kind(),
         artifacts=artifacts,
         code_paths=[recsys_dir],
         input_example=example,
@@ -117,6 +129,11 @@ def export_best(
     report = export(cfg, ckpt, out_dir, dtype)
     tracker.log_values(run_id, report.as_metrics())
     tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
-    val = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
-    example = example_rows(val.read(0, 8), cfg.model.num_dense, vocabs=export_vocabs(out_dir))
+    if cfg.data.source == "prepared":
+        import pandas as pd
+
+        example = pd.read_parquet(os.path.join(out_dir, PREPARED_DIR, "examples.parquet"))
+    else:
+        val = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
+        example = example_rows(val.read(0, 8), cfg.model.num_dense, vocabs=export_vocabs(out_dir))
     return run_id, report, log_served_model(tracker, run_id, out_dir, example, register)

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from recsys.config import ExperimentConfig, Monitor, source_for
+from recsys.config import MONITORED, ExperimentConfig, is_map_key, monitor_parts, source_for
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 
@@ -48,7 +47,18 @@ SECTIONS = (
     "description", "base", "num_samples", "overrides", "space", "metric", "mode", "smoke",
     "constraints",
 )  # fmt: skip
-VALIDATION: tuple[str, ...] = typing.get_args(Monitor)  # scored by their best report
+VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
+
+
+def is_validation(metric: str) -> bool:
+    """A validation metric, scored by its best report (``val_auc``, ``val_auc/like``...)."""
+    try:
+        monitor_parts(metric)
+    except ConfigError:
+        return False
+    return True
+
+
 STATIC = ("emb_bytes", "emb_params")  # known before training: further objectives
 CONSTRAINTS = {"emb_bytes_max": "emb_bytes", "emb_params_max": "emb_params"}  # -> what it bounds
 
@@ -93,7 +103,7 @@ class Objective:
     @property
     def key(self) -> str:
         """The key of the trial's score in its reports."""
-        return f"best_{self.metric}" if self.metric in VALIDATION else self.metric
+        return f"best_{self.metric}" if is_validation(self.metric) else self.metric
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,7 @@ def _fail(source: str, where: str, msg: str) -> ConfigError:
 
 
 def _dimension(source: str, key: str, spec: Any, valid: list[str]) -> Dimension:
-    if key not in valid:
+    if key not in valid and not is_map_key(key):
         raise _fail(source, "space", f"unknown config key {key!r}{nearest(key, valid)}")
     if not isinstance(spec, dict) or len(spec) != 1:
         raise _fail(source, f"space.{key}", f"expected one of {{{', '.join(PRIMITIVES)}}}: ...")
@@ -229,10 +239,11 @@ def _objectives(path: str, raw: dict[str, Any]) -> list[Objective]:
     for m in modes:
         if m not in ("max", "min"):
             raise ConfigError(f"{path}: mode={m!r}: max or min")
-    if metrics[0] not in VALIDATION:
+    if not isinstance(metrics[0], str) or not is_validation(metrics[0]):
         raise ConfigError(
             f"{path}: metric={metrics[0]!r}: the first metric scores trials by their best "
-            f"validation report; one of {VALIDATION}{nearest(str(metrics[0]), VALIDATION)}"
+            f"validation report; one of {VALIDATION}, optionally /<task> or /mean"
+            f"{nearest(str(metrics[0]), VALIDATION)}"
         )
     for m in metrics[1:]:
         if m not in STATIC:

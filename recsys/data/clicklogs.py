@@ -1,0 +1,188 @@
+"""A demo click log that looks like a real one, written as Parquet (``recsys-synth``).
+
+    recsys-synth --out data/clicklogs_raw --rows 200000 --files 4
+    recsys-preprocess --schema schemas/clicklogs.yaml data/clicklogs_raw --out data/clicklogs
+
+Columns (``schemas/clicklogs.yaml`` describes them):
+
+- ``user_id``, ``item_id``: string ids (``u123``, ``i45``) with Zipf-distributed frequencies;
+  ``country``: one of 40 codes, also Zipf;
+- ``history``: the items the user clicked before, a list of 0 to 120 item ids (geometric
+  lengths, mean about 20; longer than the schema's ``max_len`` now and then);
+  ``tags``: 1 to 5 of 300 tag strings of the item;
+- ``price`` (log-normal, 5% null), ``age`` (integer, 5% null);
+- ``click`` and ``like``: two labels from a planted logistic model. ``click`` depends on user,
+  item and country effects, the history's affinity with the item and the price; ``like`` mostly
+  follows a click (its logit adds 2.5 for a click) plus its own item and tag effects. So the two
+  tasks are correlated, and a model that learns beats 0.5 AUC on both;
+- ``event_ts``: a timestamp, increasing over 14 days across the rows (and the files).
+
+Rows come in blocks generated from ``(seed, block)``; the same seed gives the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+BLOCK = 1 << 16
+START = np.datetime64("2026-01-01T00:00:00", "s")
+DAYS = 14
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Sizes of the demo data set."""
+
+    users: int = 20_000
+    items: int = 5_000
+    countries: int = 40
+    tags: int = 300
+    mean_history: float = 20.0
+    max_history: int = 120
+    zipf: float = 1.05
+
+
+def _zipf(rng: np.random.Generator, cdf: np.ndarray, n: int) -> np.ndarray:
+    return np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1]), len(cdf) - 1)
+
+
+def _mean_over_lists(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    total = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    ends = np.cumsum(lengths)
+    return (total[ends] - total[ends - lengths]) / np.maximum(lengths, 1)
+
+
+class ClickLogs:
+    """The generator of ``rows`` rows with ``seed``; ``block(k)`` makes rows of block ``k``."""
+
+    def __init__(self, rows: int, seed: int = 0, shape: Shape = Shape()) -> None:
+        self.rows, self.seed, self.shape = rows, seed, shape
+        rng = np.random.default_rng([seed, 0])
+        s = shape
+        self.cdf = {k: np.cumsum(np.arange(1, n + 1, dtype=np.float64) ** -s.zipf)
+                    for k, n in (("user", s.users), ("item", s.items), ("country", s.countries),
+                                 ("tag", s.tags))}  # fmt: skip
+        self.user_eff = rng.normal(0, 0.6, s.users)
+        self.item_eff = rng.normal(0, 0.6, s.items)
+        self.country_eff = rng.normal(0, 0.3, s.countries)
+        self.item_group = rng.integers(0, 16, s.items)  # items of a group attract each other
+        self.user_group = rng.integers(0, 16, s.users)
+        self.item_like = rng.normal(0, 0.8, s.items)
+        self.tag_like = rng.normal(0, 0.5, s.tags)
+        self.item_tags = [rng.choice(s.tags, rng.integers(1, 6), replace=False)
+                          for _ in range(s.items)]  # fmt: skip
+        dictionary = {"user": "u", "item": "i", "country": "c", "tag": "t"}
+        self.names = {k: pa.array([f"{p}{i}" for i in range(len(self.cdf[k]))])
+                      for k, p in dictionary.items()}  # fmt: skip
+
+    def block(self, k: int) -> pa.Table:
+        s = self.shape
+        n = min(BLOCK, self.rows - k * BLOCK)
+        rng = np.random.default_rng([self.seed, 1, k])
+        user = _zipf(rng, self.cdf["user"], n)
+        item = _zipf(rng, self.cdf["item"], n)
+        country = _zipf(rng, self.cdf["country"], n)
+        lengths = np.minimum(rng.geometric(1 / s.mean_history, n) - 1, s.max_history)
+        # a history mixes the user's group's items with popular ones
+        popular = _zipf(rng, self.cdf["item"], int(lengths.sum()))
+        same = rng.random(len(popular)) < 0.5
+        group_items = np.repeat(self.user_group[user], lengths) * (s.items // 16) + rng.integers(
+            0, s.items // 16, len(popular)
+        )
+        history = np.where(same, np.minimum(group_items, s.items - 1), popular)
+        affinity = _mean_over_lists(
+            (self.item_group[history] == np.repeat(self.item_group[item], lengths)).astype(float),
+            lengths,
+        )
+        price = np.exp(rng.normal(3.0, 1.0, n))
+        age = rng.integers(18, 80, n).astype(np.float64)
+        logit = (-1.2 + self.user_eff[user] + self.item_eff[item] + self.country_eff[country]
+                 + 2.0 * affinity - 0.25 * (np.log1p(price) - 3.0)
+                 + 0.01 * (age - 45))  # fmt: skip
+        click = rng.random(n) < 1 / (1 + np.exp(-logit))
+        tag_lists = [self.item_tags[i] for i in item]
+        tag_len = np.array([len(t) for t in tag_lists])
+        tags = np.concatenate(tag_lists)
+        like_logit = (
+            -3.0
+            + 2.5 * click
+            + self.item_like[item]
+            + _mean_over_lists(self.tag_like[tags], tag_len)
+        )
+        like = rng.random(n) < 1 / (1 + np.exp(-like_logit))
+        price[rng.random(n) < 0.05] = np.nan
+        age_arr = pa.array(age.astype(np.int64), mask=rng.random(n) < 0.05)
+        seconds = (k * BLOCK + np.sort(rng.random(n)) * n) * (DAYS * 86400 / max(self.rows, 1))
+        return pa.table({
+            "user_id": self._dict("user", user),
+            "item_id": self._dict("item", item),
+            "country": self._dict("country", country),
+            "history": self._lists("item", history, lengths),
+            "tags": self._lists("tag", tags, tag_len),
+            "price": pa.array(price, from_pandas=True),
+            "age": age_arr,
+            "click": pa.array(click.astype(np.int8)),
+            "like": pa.array(like.astype(np.int8)),
+            "event_ts": pa.array(START + seconds.astype("timedelta64[s]"), pa.timestamp("s")),
+        })  # fmt: skip
+
+    def _dict(self, kind: str, idx: np.ndarray) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), self.names[kind])
+
+    def _lists(self, kind: str, idx: np.ndarray, lengths: np.ndarray) -> pa.Array:
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), self._dict(kind, idx))
+
+    def blocks(self) -> int:
+        return -(-self.rows // BLOCK)
+
+
+def write(out: str, rows: int, files: int = 4, seed: int = 0, shape: Shape = Shape()) -> list[str]:
+    """Write ``rows`` rows as ``files`` Parquet files ``part-00000.parquet`` ... in time order."""
+    import pyarrow.parquet as pq
+
+    if rows < 1 or files < 1:
+        raise ValueError(f"--rows {rows} and --files {files} must be >= 1")
+    gen = ClickLogs(rows, seed, shape)
+    os.makedirs(out, exist_ok=True)
+    n_blocks = gen.blocks()
+    per_file = -(-n_blocks // files)
+    paths = []
+    for f in range(min(files, n_blocks)):
+        path = os.path.join(out, f"part-{f:05d}.parquet")
+        tmp = path + ".tmp"
+        writer = None
+        for k in range(f * per_file, min((f + 1) * per_file, n_blocks)):
+            table = gen.block(k)
+            writer = writer or pq.ParquetWriter(tmp, table.schema)
+            writer.write_table(table)
+        assert writer is not None
+        writer.close()
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="recsys-synth", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--out", required=True, help="output folder (Parquet files)")
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--files", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        paths = write(args.out, args.rows, args.files, args.seed)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(f"wrote {args.rows:,} rows to {len(paths)} files in {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
