@@ -646,8 +646,11 @@ def resolve_table_sizes(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with ``embeddings.num_embeddings: from_data`` replaced by the data's table sizes
     (every folder in ``data.paths`` must have the same vocabularies)."""
     emb = data.get("embeddings") or {}
-    if emb.get("num_embeddings") != FROM_DATA:
-        return data
+    if (
+        emb.get("num_embeddings") != FROM_DATA
+        or (data.get("data") or {}).get("source") == "prepared"
+    ):
+        return data  # a prepared folder: resolve_prepared
     src = data.get("data") or {}
     sizes = None
     for folder in src.get("paths") or []:

@@ -192,11 +192,11 @@ def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.
     n = len(arr)
     if name in schema.labels:
         values, missing, bad = numeric(arr)
-        if bad.any() or is_list(arr.type):
-            return bad | is_list(arr.type), "a label must be 0 or 1 (true/false)"
-        if missing.any():
-            return missing, "a label is null"
-        return ~np.isin(values, (0.0, 1.0)), "a label must be 0 or 1 (true/false)"
+        bad = bad | is_list(arr.type) | (~missing & ~np.isin(values, (0.0, 1.0)))
+        first = np.flatnonzero(bad | missing)
+        if len(first) and missing[first[0]]:
+            return bad | missing, "a label is null"
+        return bad | missing, "a label must be 0 or 1 (true/false)"
     if name in schema.dense:
         if is_list(arr.type):
             return np.ones(n, bool), "a dense column holds lists, not numbers"
@@ -206,7 +206,8 @@ def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.
         values, missing, bad = time_values(arr)
         return bad | missing, "the time column needs a timestamp or number in every row"
     spec = schema.sparse[name]
-    if spec.multi_hot and not (is_list(arr.type) or is_text(arr.type)):
+    csv_text = schema.format == "csv" and is_text(arr.type)  # CSV lists: ids joined by separator
+    if spec.multi_hot and not (is_list(arr.type) or csv_text):
         return np.ones(n, bool), "declared multi_hot: true, but holds one value per row, not lists"
     if not spec.multi_hot and is_list(arr.type):
         return np.ones(n, bool), "holds lists; declare it with multi_hot: true"

@@ -207,28 +207,14 @@ def locate(bad: BadValue, schema: DatasetSchema) -> DataError:
     return DataError(str(bad))
 
 
-def _bad_value(e: BaseException) -> BadValue | None:
-    """The ``BadValue`` a Ray task raised, wherever Ray wrapped it."""
-    seen: set[int] = set()
-    stack: list[Any] = [e]
-    while stack:
-        x = stack.pop()
-        if x is None or id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, BadValue):
-            return x
-        stack += [getattr(x, "cause", None), x.__cause__, x.__context__]
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # The passes (each a function of one batch, run by Ray Data)
 
 
 def _checked(table: pa.Table, schema: DatasetSchema) -> tuple[pa.Table, dict[str, int]]:
     """The batch without its bad rows (``skip``), and the bad rows per column; ``error``
-    raises the first bad value."""
+    raises the first bad value (in the fit pass it is returned as data instead: Ray keeps only
+    the text of a task's exception)."""
     problems = check(table, schema)
     if not problems:
         return table, {}
@@ -257,7 +243,11 @@ def _time_hist(table: pa.Table, time_col: str, lo: float, hi: float) -> pa.Table
 
 
 def _fit(table: pa.Table, schema: DatasetSchema, cuts: Any) -> pa.Table:
-    table, skipped = _checked(table, schema)
+    """A batch's statistics, or (``error``) its first bad value, pickled."""
+    try:
+        table, skipped = _checked(table, schema)
+    except BadValue as bad:
+        return pa.table({"stats": [pickle.dumps(bad)]})
     stats = fit_batch(table, schema, split_of(table, schema, cuts))
     return pa.table({"stats": [pickle.dumps((stats, skipped))]})
 
@@ -421,14 +411,8 @@ def partial_output(out: str, overwrite: bool) -> Iterator[str]:
 
 
 def _batches(ds: Any) -> Iterator[pa.Table]:
-    """Blocks of a Ray dataset in order; a task's ``BadValue`` comes out as it is."""
-    try:
-        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
-    except Exception as e:
-        bad = _bad_value(e)
-        if bad is None:
-            raise
-        raise bad from None
+    """Blocks of a Ray dataset, in input order."""
+    yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
 def time_cuts(ds: Any, schema: DatasetSchema) -> tuple[float, float]:
@@ -463,7 +447,10 @@ def fit(ds: Any, schema: DatasetSchema, cuts: Any) -> tuple[BatchStats, dict[str
     for b in _batches(ds.map_batches(_fit, fn_args=(schema, cuts), batch_format="pyarrow",
                                      batch_size=BATCH_ROWS)):  # fmt: skip
         for blob in b.column("stats").to_pylist():
-            s, sk = pickle.loads(blob)
+            got = pickle.loads(blob)
+            if isinstance(got, BadValue):
+                raise got  # the first in input order: blocks arrive in order
+            s, sk = got
             stats = stats.merge(s)
             for k, v in sk.items():
                 skipped[k] = skipped.get(k, 0) + v

@@ -103,6 +103,14 @@ def log_served_model(
     )
 
 
+def plain_columns(frame: Any) -> Any:
+    """``frame`` with categorical columns (dictionary-encoded Parquet read by pandas) as plain
+    values: MLflow's signature check refuses categories (its input example must not have them;
+    a caller scoring such a frame converts it the same way, ``df.astype({col: str})``)."""
+    cats = [c for c in frame.columns if str(frame[c].dtype) == "category"]
+    return frame.astype({c: object for c in cats}) if cats else frame
+
+
 def export_vocabs(export_dir: str) -> list[Any] | None:
     import json
 
@@ -132,7 +140,9 @@ def export_best(
     if cfg.data.source == "prepared":
         import pandas as pd
 
-        example = pd.read_parquet(os.path.join(out_dir, PREPARED_DIR, "examples.parquet"))
+        example = plain_columns(
+            pd.read_parquet(os.path.join(out_dir, PREPARED_DIR, "examples.parquet"))
+        )
     else:
         val = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
         example = example_rows(val.read(0, 8), cfg.model.num_dense, vocabs=export_vocabs(out_dir))

@@ -51,3 +51,29 @@ def copy_full_into_sharded(local: dict, full: dict) -> None:
                     shard.tensor.copy_(src[r0 : r0 + r, c0 : c0 + c])
             else:
                 dst.copy_(src)
+
+
+def own_data_config(folder):
+    """A tiny DLRM on a prepared folder (multi-hot bags, two tasks): the largest table QR-split,
+    ``t_tags`` column-wise, the others table-wise."""
+    from recsys.data.meta import read_meta
+
+    sizes = read_meta(folder)["table_sizes"]
+    return ExperimentConfig.from_dict(
+        {
+            "data": {"source": "prepared", "paths": [folder]},
+            "embeddings": {
+                "num_embeddings": "from_data",
+                "dim": 16,
+                "qr": {"threshold": sorted(sizes)[-2], "collisions": 8},
+            },
+            "model": {"bottom_mlp": [16], "top_mlp": [16]},
+            "train": {"steps": 12, "batch_size": 32, "seed": 5},
+            "optim": {"embedding_optimizer": "exact_adagrad"},
+            "sharding": {
+                "default": {"sharding_types": ["table_wise"]},
+                "tables": {"t_tags": {"sharding_types": ["column_wise"], "min_partition": 8}},
+                "pipeline": "off",
+            },
+        }
+    )

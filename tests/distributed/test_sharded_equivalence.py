@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.distributed.common import copy_full_into_sharded, tiny_config
+from tests.distributed.common import copy_full_into_sharded, own_data_config, tiny_config
 from tests.distributed.harness import run_ranks
 
 pytestmark = pytest.mark.distributed
@@ -73,7 +73,7 @@ def _reference(cfg):
     from recsys.models import DLRM, ModelAndLoss
 
     torch.manual_seed(cfg.train.seed)
-    model = ModelAndLoss(DLRM(cfg.model, cfg.embeddings), cfg.loss)
+    model = ModelAndLoss(DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks)), cfg.loss)
     tables = [p for n, p in model.named_parameters() if "embedding_bags" in n]
     dense = [p for n, p in model.named_parameters() if "embedding_bags" not in n]
     opts = [
@@ -167,3 +167,65 @@ def check_against_unsharded(results, pipeline, atol, row_wise=False):
         sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
         assert abs(sharded - results[0]["reference"][step]) < atol
     assert results[0]["reference"][-1] < results[0]["reference"][0]
+
+
+def _rank_fn_own_data(rank, world, folder):
+    """Forward and K training steps on a user's data (multi-hot bags of real lengths, sum and
+    mean pooling, two tasks, a QR table, a column-wise table) against the unsharded model."""
+    from recsys.distributed.env import current
+    from recsys.train.build import build
+    from recsys.train.stepper import Stepper
+
+    cfg = own_data_config(folder)
+    env = current(False)
+    ref, ref_opts = _reference(cfg)
+    built = build(cfg, env)
+    copy_full_into_sharded(built.model.state_dict(), ref.state_dict())
+    batches = _global_batches(cfg, K + 1)
+    mine = [b[rank] for b in batches]
+    b = cfg.train.batch_size
+    out = {"plan": built.plan["tables"], "sharded": [], "reference": [], "lengths": set()}
+    for batch in mine:
+        out["lengths"] |= set(batch.sparse_features.lengths().tolist())
+    with torch.no_grad():
+        _, local = built.model(mine[0])
+        _, full = ref(_concat(batches[0]))
+    out["forward"] = (local["logits"], full["logits"][rank * b : (rank + 1) * b])
+    stepper = Stepper(built.model, built.optimizer, env.device, False)
+    stream = iter(mine)
+    for step in range(K):
+        out["sharded"].append(stepper(stream)["loss"].item())
+        for o in ref_opts:
+            o.zero_grad()
+        ref_loss, _ = ref(_concat(batches[step]))
+        ref_loss.backward()
+        for o in ref_opts:
+            o.step()
+        out["reference"].append(ref_loss.item())
+    with torch.no_grad(), stepper.plain_model() as plain:
+        _, local = plain(mine[K])
+        _, full = ref(_concat(batches[K]))
+    out["after"] = (local["logits"], full["logits"][rank * b : (rank + 1) * b])
+    return out
+
+
+def test_sharded_matches_unsharded_on_multi_hot_own_data(demo_prepared):
+    results = run_ranks(_rank_fn_own_data, demo_prepared)
+    cfg = own_data_config(demo_prepared)
+    plan = results[0]["plan"]
+    largest = cfg.embeddings.names()[
+        cfg.embeddings.num_embeddings.index(max(cfg.embeddings.num_embeddings))
+    ]
+    assert {f"t_{largest}_q", f"t_{largest}_r"} <= set(plan)  # QR on the largest table
+    assert plan["t_tags"]["sharding_type"] == "column_wise" and len(plan["t_tags"]["ranks"]) == 2
+    assert {r for p in plan.values() for r in p["ranks"]} == {0, 1}  # tables on both ranks
+    assert cfg.embeddings.pooling_of("tags") == "mean" and len(cfg.loss.tasks) == 2
+    assert len(results[0]["lengths"] | results[1]["lengths"]) > 5  # bags of many lengths, 0 too
+    assert 0 in results[0]["lengths"] | results[1]["lengths"]
+    for r in results:
+        torch.testing.assert_close(*r["forward"], atol=ATOL, rtol=0)
+        torch.testing.assert_close(*r["after"], atol=ATOL, rtol=0)
+        assert r["forward"][0].shape == (32, 2)  # one logit per task
+    for step in range(K):
+        sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
+        assert abs(sharded - results[0]["reference"][step]) < ATOL

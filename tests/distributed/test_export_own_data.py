@@ -1,0 +1,104 @@
+"""A model trained on a user's own data, exported, scores raw rows (the schema's columns, lists
+for multi-hot) as the trained model scores the same rows prepared: the serving batch is the
+training batch, INT8 scores are within the export's tolerance of FP32 on every task, and the
+MLflow model gives the same scores in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from recsys.tune.publish import plain_columns
+from tests.distributed.common import own_data_config
+from tests.distributed.harness import run_ranks
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+INT8_MAX_PROB_DIFF = 0.02
+
+
+def cfg(folder):
+    return own_data_config(folder).with_overrides(
+        {"train.steps": 30, "train.checkpoint_every": 30, "train.eval_every": 30}
+    )
+
+
+def _train(rank, world, folder, root):
+    from recsys.distributed.env import current
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
+
+    Trainer(cfg(folder), current(False), LocalReporter(root, rank), log=lambda s: None).train()
+
+
+def raw_test_rows(folder):
+    """The raw rows that became the prepared test split, in order, as a DataFrame."""
+    from recsys.data.encode import TEST, split_of
+    from recsys.data.meta import read_meta
+    from recsys.data.schema import DatasetSchema
+
+    meta = read_meta(folder)
+    schema = DatasetSchema.from_dict(meta["schema"])
+    table = pa.concat_tables(pq.read_table(f) for f in meta["sources"])
+    split = split_of(table, schema, tuple(meta["time_cuts"]))
+    return plain_columns(table.filter(pa.array(split == TEST)).to_pandas())
+
+
+def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_path):
+    from recsys.data import load_splits
+    from recsys.data.loader import to_batch
+    from recsys.export import export, load_fp32, raw_layout
+    from recsys.serving import TabularScorer, load_fitted, tabular_batch
+    from recsys.tune.publish import log_served_model
+    from recsys.tune.tracking import Tracker
+
+    c = cfg(demo_prepared)
+    run_ranks(_train, demo_prepared, str(tmp_path / "ckpt"))
+    ckpt = str(tmp_path / "ckpt" / "step_00000030")
+    out = str(tmp_path / "out")
+    export(c, ckpt, out, "int8")
+    raw = raw_test_rows(demo_prepared)
+    test = load_splits(c.data, c.model.num_dense, c.embeddings.num_embeddings).test
+    assert len(raw) == len(test) > 100
+    fitted = load_fitted(os.path.join(out, "prepared"))
+    served = tabular_batch(raw, fitted, c.embeddings.num_embeddings)
+    trained = to_batch(test.read(0, len(test)), raw_layout(c))
+    s, t = served.sparse_features, trained.sparse_features
+    assert s.keys() == t.keys() and torch.equal(s.lengths(), t.lengths())
+    assert torch.equal(s.values(), t.values())
+    torch.testing.assert_close(served.dense_features, trained.dense_features, atol=1e-6, rtol=0)
+
+    with torch.no_grad():
+        fp32 = torch.sigmoid(load_fp32(c, ckpt)(trained.dense_features, t)).numpy()
+    scorer = TabularScorer()
+    artifacts = {"model": f"{out}/model.pt", "meta": f"{out}/meta.json"}
+    scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
+    probs = scorer.predict(None, raw.drop(columns=["click", "like", "event_ts"]))
+    assert list(probs.columns) == ["click", "like"]
+    assert np.abs(probs.to_numpy() - fp32).max() < INT8_MAX_PROB_DIFF
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    tracker = Tracker(uri)
+    run_id = tracker.client.create_run(tracker.experiment("e")).info.run_id
+    example = raw.drop(columns=["click", "like", "event_ts"]).head(4)
+    log_served_model(tracker, run_id, out, example, registered_name="own-dlrm")
+    rows = raw.drop(columns=["click", "like", "event_ts"]).head(50)
+    rows.to_parquet(tmp_path / "rows.parquet")
+    code = (
+        "import json, mlflow, pandas as pd\n"
+        f"mlflow.set_tracking_uri({uri!r})\n"
+        "m = mlflow.pyfunc.load_model('models:/own-dlrm/1')\n"
+        f"p = m.predict(pd.read_parquet({str(tmp_path / 'rows.parquet')!r}))\n"
+        "print(json.dumps(p.to_numpy().tolist()))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    fresh = np.array(json.loads(res.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(fresh, probs.to_numpy()[:50], atol=1e-6)

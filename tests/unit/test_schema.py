@@ -1,0 +1,65 @@
+"""The dataset schema: the shipped one parses; every bad key or value is refused naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from recsys.configlib import ConfigError
+from recsys.data.schema import DatasetSchema
+from tests.conftest import SCHEMA
+
+GOOD = {
+    "labels": ["click", "like"],
+    "time": "ts",
+    "dense": {"price": {"transform": "log1p"}, "age": None},
+    "sparse": {"user_id": {}, "history": {"multi_hot": True, "max_len": 5}},
+}
+
+
+def test_the_shipped_schema_parses_in_order():
+    s = DatasetSchema.load(SCHEMA)
+    assert s.labels == ["click", "like"] and s.time == "event_ts"
+    assert list(s.dense) == ["price", "age"]
+    assert list(s.sparse) == ["user_id", "item_id", "country", "history", "tags"]
+    assert s.multi_hot == ["history", "tags"]
+    assert s.sparse["tags"].pooling == "mean" and s.sparse["history"].max_len == 50
+    assert s.sparse["country"].hash_buckets == 64 and s.dense["age"].fill == 45
+    assert DatasetSchema.from_dict(s.to_dict()) == s
+
+
+def test_an_empty_column_entry_takes_the_defaults():
+    s = DatasetSchema.from_dict(GOOD)
+    assert s.dense["age"].transform == "none" and s.sparse["user_id"].min_count == 1
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"sparse": {"history": {"multi_hot": True, "max_lne": 5}}}, "did you mean 'max_len'"),
+        ({"dense": {"price": {"transfrom": "log1p"}}}, "did you mean 'transform'"),
+        ({"lables": ["click"]}, "did you mean 'labels'"),
+        ({"dense": {"price": {"transform": "log"}}}, "log1p"),
+        ({"labels": []}, "at least one label"),
+        ({"sparse": {}}, "at least one id column"),
+        ({"dense": {}}, "at least one numeric column"),
+        ({"sparse": {"price": {}}}, "already used as dense"),
+        ({"time": "click"}, "already used as labels"),
+        ({"sparse": {"path": {}}}, "reserved"),
+        ({"sparse": {"user_id": {"min_count": 0}}}, "min_count"),
+        ({"sparse": {"user_id": {"pooling": "max"}}}, "pooling"),
+        ({"split": {"val_fraction": 0.5, "test_fraction": 0.5}}, "leaves no training"),
+        ({"format": "json"}, "format"),
+    ],
+)
+def test_bad_schemas_are_refused_naming_the_key(change, expected):
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
+        DatasetSchema.from_dict({**GOOD, **change}, "s.yaml")
+
+
+def test_a_schema_file_that_is_missing_or_not_yaml_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="no such schema file"):
+        DatasetSchema.load(str(tmp_path / "nope.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("labels: [click\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        DatasetSchema.load(str(bad))
