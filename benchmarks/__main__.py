@@ -62,10 +62,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     c.add_argument("--rows", type=int, default=400_000, help="preprocess: rows generated")
     c.add_argument("--copies", type=int, default=8, help="preprocess: the rows repeated")
     c.add_argument("--chunk-mb", type=float, default=48.0, help="preprocess: bytes per task")
+    o = sub.add_parser("own-data", help="your own data: preparation on Ray Data, multi-hot step")
+    o.add_argument("what", choices=["prepare", "memory", "multihot"])
+    o.add_argument("--rows", type=int, default=5_000_000)
+    o.add_argument("--files", type=int, default=8)
+    o.add_argument("--workers", type=int, default=2)
+    o.add_argument("--object-store-mb", type=int, default=256)
+    o.add_argument("--cap-mb", type=int, default=1536, help="memory: the cap the run is given")
+    o.add_argument("--steps", type=int, default=50, help="multihot: timed steps")
+    o.add_argument("--mean-len", type=float, default=20.0, help="multihot: mean bag length")
     return p.parse_args(argv)
 
 
 def run(args: argparse.Namespace) -> str:
+    if args.bench == "own-data":
+        from benchmarks import own_data
+
+        if args.what == "prepare":
+            return own_data.prepare_throughput(args.rows, args.files, args.workers)
+        if args.what == "memory":
+            return own_data.prepare_memory(
+                args.rows, args.files, args.workers, args.object_store_mb, args.cap_mb
+            )
+        return own_data.multihot_step(args.steps, args.mean_len)
     if args.bench == "step":
         from benchmarks import step
 

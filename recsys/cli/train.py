@@ -94,7 +94,8 @@ def print_result(metrics: dict[str, Any], checkpoint: Any, seconds: float) -> No
     print(f"\nfinished in {seconds:.1f}s")
     if "step" not in metrics:
         print("  nothing was trained: this run name already reached its steps (use a new --name)")
-    for k in RESULT_KEYS:
+    per_task = [k for k in metrics if "/" in k and k.split("/")[0] in ("val_auc", "test_auc")]
+    for k in RESULT_KEYS + sorted(per_task):
         if k in metrics:
             v = metrics[k]
             print(f"  {k:16s} {v:.5g}" if isinstance(v, float) else f"  {k:16s} {v}")

@@ -159,17 +159,23 @@ def inspect(files: list[str], schema: DatasetSchema) -> dict[str, pa.DataType | 
 def read(files: list[str], schema: DatasetSchema, columns: list[str]) -> Any:
     """The files as a Ray ``Dataset`` of the named columns plus each row's file (``path``);
     CSV columns are read as text and converted by ``recsys.data.encode`` (so a bad value is
-    found and named there, as in Parquet)."""
+    found and named there, as in Parquet). One read block per file (at least one per CPU):
+    Ray's default, many small blocks, made each pass 2x slower here (BENCHMARKS.md)."""
+    import ray
     import ray.data
 
+    blocks = max(len(files), int(ray.cluster_resources().get("CPU", 1)))
     if schema.format == "parquet":
-        return ray.data.read_parquet(files, columns=columns, include_paths=True)
+        ds = ray.data.read_parquet(files, include_paths=True, override_num_blocks=blocks)
+        return ds.select_columns([*columns, PATH_COLUMN])
     import pyarrow.csv as pacsv
 
     convert = pacsv.ConvertOptions(
         column_types={c: pa.string() for c in columns}, include_columns=columns
     )
-    return ray.data.read_csv(files, include_paths=True, convert_options=convert)
+    return ray.data.read_csv(
+        files, include_paths=True, convert_options=convert, override_num_blocks=blocks
+    )
 
 
 def iter_file(path: str, schema: DatasetSchema, columns: list[str]) -> Iterator[pa.Table]:
@@ -415,14 +421,41 @@ def _batches(ds: Any) -> Iterator[pa.Table]:
     yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
-def time_cuts(ds: Any, schema: DatasetSchema) -> tuple[float, float]:
-    """``(val_from, test_from)`` from a histogram of the time column over all rows."""
+def parquet_time_range(files: list[str], column: str) -> tuple[float, float] | None:
+    """The time column's range from the Parquet files' row-group statistics (no data read), or
+    None where a file lacks them or the type is not a plain number or timestamp."""
+    import pyarrow.parquet as pq
+
+    lo, hi = np.inf, -np.inf
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        arrow = meta.schema.to_arrow_schema()
+        index, tp = arrow.get_field_index(column), arrow.field(column).type
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            try:
+                a, b = (time_values(pa.array([v], tp))[0][0] for v in (stats.min, stats.max))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+                return None
+            lo, hi = min(lo, a), max(hi, b)
+    return (float(lo), float(hi)) if np.isfinite(lo) and np.isfinite(hi) else None
+
+
+def time_cuts(ds: Any, schema: DatasetSchema, files: list[str]) -> tuple[float, float]:
+    """``(val_from, test_from)`` from a histogram of the time column over all rows (its range
+    from the Parquet statistics where every file has them, else from a pass of its own)."""
     assert schema.time is not None
     t = schema.time
-    ranges = [b for b in _batches(ds.select_columns([t]).map_batches(
-        _time_range, fn_args=(t,), batch_format="pyarrow", batch_size=BATCH_ROWS))]  # fmt: skip
-    lo = min(min(r.column("lo").to_pylist()) for r in ranges)
-    hi = max(max(r.column("hi").to_pylist()) for r in ranges)
+    known = parquet_time_range(files, t) if schema.format == "parquet" else None
+    if known is not None:
+        lo, hi = known
+    else:
+        ranges = list(_batches(ds.select_columns([t]).map_batches(
+            _time_range, fn_args=(t,), batch_format="pyarrow", batch_size=BATCH_ROWS)))  # fmt: skip
+        lo = min(min(r.column("lo").to_pylist()) for r in ranges)
+        hi = max(max(r.column("hi").to_pylist()) for r in ranges)
     if lo > hi:
         raise DataError(f"time column {t!r}: no row has a time")
     hist = np.zeros(HIST_BINS, np.int64)
@@ -436,7 +469,8 @@ def time_cuts(ds: Any, schema: DatasetSchema) -> tuple[float, float]:
     cum = np.cumsum(hist) / max(hist.sum(), 1)
 
     def cut(q: float) -> float:
-        return float(edges[int(np.searchsorted(cum, q, side="left")) + 1]) if q < 1 else np.inf
+        k = min(int(np.searchsorted(cum, q, side="left")) + 1, HIST_BINS)
+        return float(edges[k]) if q < 1 else np.inf
 
     sp = schema.split
     return cut(1 - sp.val_fraction - sp.test_fraction), cut(1 - sp.test_fraction)
@@ -559,18 +593,21 @@ def _prepare(
 
     import ray.data
 
-    logging.getLogger("ray.data").setLevel(logging.WARNING)  # one line per pass is ours
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # our own line per phase instead
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "bars disabled"
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # blocks in input order: deterministic output
     ctx.enable_progress_bars = False
     ds = read(files, schema, schema.columns())
     t0 = time.perf_counter()
-    cuts = time_cuts(ds, schema) if schema.time else None
+    cuts = time_cuts(ds, schema, files) if schema.time else None
+    t_cuts = time.perf_counter()
     stats, skipped = fit(ds, schema, cuts)
     fitted = fitted_from(stats, schema, cuts)
     fitted.id_types = id_types(types, schema)
+    cut_s = f"; time cut points {t_cuts - t0:.1f}s" if cuts else ""
     log(f"prepare: checked and fitted {int(stats.rows.sum()):,} rows "
-        f"({time.perf_counter() - t0:.1f}s)")  # fmt: skip
+        f"({time.perf_counter() - t0:.1f}s{cut_s})")  # fmt: skip
     vocab_files = write_vocabs(folder, fitted)
     written = write(ds, fitted, folder)
     write_examples(folder, files, schema, types)

@@ -3,7 +3,7 @@
 Ray creates the process group with one backend: NCCL on GPU workers, gloo on CPU ones. NCCL
 serves CUDA tensors only (a collective on a CPU tensor raises), gloo serves both, so a CPU tensor
 in a collective works in every CPU test and breaks every GPU run. Hence the rule, enforced by
-``tests/unit/test_collectives.py``: no module but this one calls a ``torch.distributed``
+``tests/unit/test_gpu_path.py``: no module but this one calls a ``torch.distributed``
 collective, and each helper here takes the ``device`` its tensors live on (``WorkerEnv.device``).
 Object collectives (``all_gather_objects``) are NCCL-safe once ``torch.cuda.set_device`` has run
 (``recsys.distributed.env.current`` does it).

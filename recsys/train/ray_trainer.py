@@ -73,7 +73,7 @@ def make_trainer(
             logging_config=LoggingConfig(log_level="WARNING"),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=keep_checkpoints,
-                checkpoint_score_attribute="ckpt_score",  # train.monitor's value, NaN if none
+                checkpoint_score_attribute="ckpt_score",  # train.monitor's value, WORST if none
                 checkpoint_score_order=cfg.train.monitor_mode,
             ),
         ),

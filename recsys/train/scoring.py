@@ -1,9 +1,11 @@
 """A run's score: its best validation report, and early stopping on it.
 
 Every report carries ``best_<monitor>`` (the best value so far), ``best_step`` (where it came
-from) and ``ckpt_score`` (this report's value, NaN without validation: Ray Train keeps the best
-checkpoints by it, and NaN ranks last whichever the mode). ``patience`` reports with validation
-that do not improve on the best stop the run.
+from) and ``ckpt_score`` (this report's value: Ray Train keeps the best checkpoints by it).
+A report without validation (or a NaN one) scores ``WORST[mode]``, a finite number below every
+real value: Ray Train V2 persists the scores as JSON, where a NaN comes back as ``None`` after a
+resume and then breaks its ordering (``float * None``). ``patience`` reports with validation that
+do not improve on the best stop the run.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 from recsys.config import TrainConfig
 from recsys.distributed.checkpoint import TrainState
+
+WORST = {"max": -1e300, "min": 1e300}  # finite: survives Ray's JSON snapshot of the scores
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,14 @@ class Scorer:
         return {
             self.best_key: state.best,
             "best_step": float(state.best_step),
-            "ckpt_score": float("nan") if value is None else float(value),
+            "ckpt_score": self.checkpoint_score(value),
         }
+
+    def checkpoint_score(self, value: Any) -> float:
+        """``value``, or the worst score of the mode where there is none (or it is not finite)."""
+        if value is None or not math.isfinite(float(value)):
+            return WORST[self.mode]
+        return float(value)
 
     def should_stop(self, state: TrainState) -> bool:
         return self.patience > 0 and state.stale >= self.patience

@@ -130,8 +130,12 @@ class Trainer:
         self.stopped_early = False
 
     def train(self) -> dict[str, Any]:
-        """Train to ``cfg.train.steps``; returns the last report's metrics."""
+        """Train to ``cfg.train.steps``; returns the last report's metrics. A run restored at or
+        past its last step (a sweep resumed right after the trial's last checkpoint) has nothing
+        to train: it reports its stored best and finishes."""
         tc = self.cfg.train
+        if self.state.step >= tc.steps:
+            return self._nothing_left()
         loss_sum, loss_n = torch.zeros((), device=self.env.device), 0
         metrics: dict[str, Any] = {}
         while self.state.step < tc.steps:
@@ -219,6 +223,21 @@ class Trainer:
             with open(os.path.join(folder, "sharding_plan.json"), "w") as f:
                 json.dump(self.plan, f, indent=2)
         return folder
+
+    def _nothing_left(self) -> dict[str, Any]:
+        """The report of a run with no step left: its stored best, no new checkpoint."""
+        metrics = {
+            **self.static,
+            "step": self.state.step,
+            "epoch": self.stream.epoch,
+            "loss_history": [],
+            **self.scorer.update(self.state, {}),
+        }
+        if self.env.is_main:
+            self.log(f"step {self.state.step}: already at train.steps={self.cfg.train.steps}; "
+                     "nothing left to train")  # fmt: skip
+        self.reporter.report(metrics, "", self.state.step)
+        return metrics
 
     def _diverged(self, loss: float) -> dict[str, Any]:
         """Stop a trial whose loss is NaN/inf: report it (no checkpoint) and return."""

@@ -87,13 +87,19 @@ def _row(result: Any, space: SearchSpace) -> dict[str, Any]:
     for o in space.objectives:
         row[o.key] = last.get(o.key, math.nan)
     row["best_step"] = best.get("step", math.nan)
-    row.update({m: best.get(m, math.nan) for m in METRICS})
+    row.update({m: best.get(m, math.nan) for m in METRICS + task_aucs(space)})
     row["emb_bytes"] = last.get("emb_bytes", math.nan)
     row["samples_per_s"] = last.get("samples_per_s", math.nan)
     row["checkpoint"] = best.get("checkpoint_path", "")
     row["worker_nodes"] = last.get("worker_nodes", "")
     row["status_detail"] = last.get("status_detail", "")
     return row
+
+
+def task_aucs(space: SearchSpace) -> list[str]:
+    """``val_auc/<task>`` of each task, when the trials have several (shown per trial)."""
+    names = space.base.loss.names()
+    return [f"val_auc/{t}" for t in names] if len(names) > 1 else []
 
 
 def trial_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
@@ -128,7 +134,7 @@ def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10) -> str:
     shown["emb MB"] = shown["emb_bytes"] / 2**20
     shown["pareto"] = shown["pareto"].map({True: "*", False: ""})
     scores = [o.key for o in space.objectives if o.key != "emb_bytes"]
-    metrics = [m for m in METRICS if m != space.metric]
+    metrics = [m for m in METRICS + task_aucs(space) if m != space.metric]
     columns = ["trial", "status", *params, *scores, "best_step", *metrics, "emb MB",
                "samples_per_s", "pareto"]  # fmt: skip
     out = shown[columns].rename(columns={p: short(p) for p in params})

@@ -185,8 +185,9 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     """Load and validate a space: a path, or a name under ``search_spaces/``.
 
     ``smoke``: apply the space's ``smoke`` variant. ``data``: a Criteo file or preprocessed folder
-    that replaces ``data.paths`` (and sets ``data.source``) for every trial, applied with the
-    space's own overrides."""
+    (or a prepared folder of your own data) that replaces ``data.paths`` (and sets
+    ``data.source``) for every trial, applied with the space's own overrides. Relative
+    ``data.paths`` in the overrides are taken from the current directory."""
     path = resolve(path_or_name)
     with open(path) as f:
         raw = yaml.safe_load(f) or {}
@@ -203,6 +204,8 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         overrides.update((raw.get("smoke") or {}).get("overrides") or {})
     if data:
         overrides.update({"data.source": source_for(data), "data.paths": [os.path.abspath(data)]})
+    elif isinstance(overrides.get("data.paths"), list):  # relative to where the sweep starts
+        overrides["data.paths"] = [os.path.abspath(p) for p in overrides["data.paths"]]
     try:
         base = base.with_overrides(overrides)
     except ConfigError as e:

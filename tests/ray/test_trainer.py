@@ -107,3 +107,22 @@ def fit_killed_once(tmp_path, resources: Resources):
 
 def test_killed_worker_restarts_from_last_checkpoint(ray_2_cpus, tmp_path):
     fit_killed_once(tmp_path, Resources(2))
+
+
+def test_a_finished_run_extends_and_a_run_with_nothing_left_finishes(ray_2_cpus, tmp_path):
+    """Re-running a finished training with more steps continues it (checkpoints without
+    validation kept beside validated ones: every score must be a number Ray can order after its
+    JSON snapshot is restored), and re-running it at the same step count reports its stored best
+    and finishes (a sweep resumed right after a trial's last checkpoint)."""
+    short = {"train.steps": 20, "train.checkpoint_every": 10, "train.eval_every": 20}
+    first = make_trainer(config(**short), Resources(1), name="ext", storage_path=str(tmp_path))
+    best = first.fit().metrics["best_val_auc"]
+    longer = config(**{**short, "train.steps": 40})
+    result = make_trainer(longer, Resources(1), name="ext", storage_path=str(tmp_path)).fit()
+    assert result.error is None and result.metrics["step"] == 40
+    assert result.metrics["best_val_auc"] >= best
+    again = make_trainer(longer, Resources(1), name="ext", storage_path=str(tmp_path)).fit()
+    assert again.error is None
+    m = again.metrics
+    assert m["step"] == 40 and m["best_val_auc"] == result.metrics["best_val_auc"]
+    assert m["best_step"] == result.metrics["best_step"]

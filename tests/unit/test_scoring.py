@@ -3,15 +3,13 @@ launch, and the choice of the trial to publish."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
 from recsys.config_registry import debug
 from recsys.distributed.checkpoint import TrainState
 from recsys.distributed.sharding import Machine
-from recsys.train.scoring import Scorer
+from recsys.train.scoring import WORST, Scorer
 from recsys.tune import feasibility
 from recsys.tune.results import non_dominated
 
@@ -32,7 +30,7 @@ def test_scorer_keeps_the_best_report_and_counts_reports_since():
     ]
     state.step = 60
     keys = s.update(state, {"loss": 0.3})  # a report without validation changes nothing
-    assert math.isnan(keys["ckpt_score"]) and state.stale == 3
+    assert keys["ckpt_score"] == WORST["max"] and state.stale == 3
     assert not Scorer("val_auc", "max", patience=0).should_stop(state)  # 0: never stops
 
 

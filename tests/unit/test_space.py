@@ -12,18 +12,18 @@ from recsys.tune import space as spaces
 SHIPPED = sorted(f[:-5] for f in os.listdir(spaces.SPACES_DIR) if f.endswith(".yaml"))
 
 
+OWN_DATA = {"clicklogs"}  # spaces over a prepared folder of one's own data
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 @pytest.mark.parametrize("smoke", [False, True])
-def test_shipped_spaces_load(name, smoke):
-    space = spaces.load(name, smoke=smoke)
-    assert space.dimensions and space.metric == "val_auc"
+def test_shipped_spaces_load(name, smoke, request):
+    data = request.getfixturevalue("demo_prepared") if name in OWN_DATA else None
+    space = spaces.load(name, smoke=smoke, data=data)
+    weights = "loss.task_weights.like" if name in OWN_DATA else "loss.weights"
+    assert space.dimensions and space.metric == ("val_auc/mean" if data else "val_auc")
     keys = {d.key for d in space.dimensions}
-    assert {
-        "model.interaction",
-        "embeddings.dim",
-        "embeddings.qr.threshold",
-        "loss.weights",
-    } <= keys
+    assert {"model.interaction", "embeddings.dim", "embeddings.qr.threshold", weights} <= keys
     param_space = space.param_space()
     assert set(param_space) == keys
 

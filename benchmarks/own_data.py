@@ -1,0 +1,294 @@
+"""Your own data: preparation throughput on Ray Data against a single-process baseline, its
+memory with Ray's object store capped, and the training step with multi-hot against one-hot.
+
+- ``prepare``: the demo click log (``recsys.data.clicklogs``, 2 multi-hot columns, string ids)
+  written as Parquet, then prepared (a) by a single-process pyarrow + numpy loop (the same
+  three passes over ``pyarrow.parquet`` batches, the same per-batch transforms of
+  ``recsys.data.encode``, the same writer) and (b) by ``recsys.data.prepare`` on a local Ray with
+  ``workers`` CPUs; rows/s of each, and that both outputs are byte-identical.
+- ``memory``: (b) on input larger than the memory it may use: the object store capped
+  (``--object-store-mb``); the peak proportional set size (PSS: shared pages counted once) of
+  the preparing process and every process under it (raylet, workers, object store), sampled every
+  0.2 s from ``/proc``, against the cap the run was given.
+- ``multihot``: one rank (gloo, world 1, DMP with the fused optimizer) training a DLRM with 8
+  features, batch 512: every bag one id, against bags of geometric lengths with mean 20; time per
+  step and per id, and the host batch building (``to_batch``) per batch.
+
+The data set is generated in a temporary folder and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import median_spread, table
+
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schemas", "clicklogs.yaml")
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory of a process tree, from /proc
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        path = f"/proc/{pid}/task/{task}/children"
+        if os.path.isfile(path):
+            with open(path) as f:
+                out += [int(c) for c in f.read().split()]
+    return out
+
+
+def tree_pss(root: int) -> int:
+    """Bytes of PSS of ``root`` and all its descendants (0 for processes gone meanwhile)."""
+    total, stack, seen = 0, [root], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            stack += _children(pid)
+        except OSError:
+            continue
+    return total
+
+
+class PeakMemory:
+    """Samples ``tree_pss`` of this process every ``every`` seconds while in a ``with``."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        self.every, self.peak, self._stop = every, 0, threading.Event()
+
+    def __enter__(self) -> PeakMemory:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_pss(os.getpid()))
+            self._stop.wait(self.every)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# ---------------------------------------------------------------------------------------------
+# The single-process baseline: the same passes and transforms, one process, no Ray
+
+
+def baseline(files: list[str], out: str) -> dict[str, Any]:
+    """Prepare ``files`` like ``recsys.data.prepare`` in this process only."""
+    import pickle
+
+    from recsys.data import prepare as p
+    from recsys.data.schema import DatasetSchema
+
+    schema = DatasetSchema.load(SCHEMA)
+    types = p.inspect(files, schema)
+
+    def batches(columns: list[str]) -> Any:
+        for f in files:
+            for b in p.iter_file(f, schema, columns):
+                yield b.append_column(p.PATH_COLUMN, __import__("pyarrow").array([f] * b.num_rows))
+
+    t = schema.time
+    assert t is not None
+    ranges = [p._time_range(b, t) for b in batches([t])]
+    lo = min(r.column("lo")[0].as_py() for r in ranges)
+    hi = max(r.column("hi")[0].as_py() for r in ranges)
+    hist = np.zeros(p.HIST_BINS, np.int64)
+    for b in batches([t]):
+        hist += pickle.loads(p._time_hist(b, t, lo, hi).column("hist")[0].as_py())
+    edges = np.linspace(lo, hi, p.HIST_BINS + 1)
+    cum = np.cumsum(hist) / hist.sum()
+    sp = schema.split
+    cuts = tuple(
+        float(edges[int(np.searchsorted(cum, q)) + 1])
+        for q in (1 - sp.val_fraction - sp.test_fraction, 1 - sp.test_fraction)
+    )
+    stats = p.BatchStats()
+    for b in batches(schema.columns()):
+        s, _ = pickle.loads(p._fit(b, schema, cuts).column("stats")[0].as_py())
+        stats = stats.merge(s)
+    fitted = p.fitted_from(stats, schema, cuts)
+    fitted.id_types = p.id_types(types, schema)
+    os.makedirs(out)
+    p.write_vocabs(out, fitted)
+    writers = [p.SplitWriter(os.path.join(out, s), schema) for s in p.SPLIT_NAMES]
+    for b in batches(schema.columns()):
+        split, enc = p.decode_block(p._encode(b, fitted), schema)
+        for k, w in enumerate(writers):
+            if (split == k).any():
+                w.append(enc.take(split == k))
+    return {s: w.close() for s, w in zip(p.SPLIT_NAMES, writers, strict=True)}
+
+
+def _same_output(a: str, b: str) -> bool:
+    """Ids, offsets and labels byte-identical; dense values equal to 1e-6 (the standardize
+    statistics are summed in another order)."""
+    for split in ("train", "val", "test"):
+        names = sorted(os.listdir(os.path.join(a, split)))
+        if names != sorted(os.listdir(os.path.join(b, split))):
+            return False
+        exact = [n for n in names if n != "dense.npy"]
+        _, mismatch, errors = filecmp.cmpfiles(
+            os.path.join(a, split), os.path.join(b, split), exact, shallow=False
+        )
+        da, db = (np.load(os.path.join(x, split, "dense.npy")) for x in (a, b))
+        if mismatch or errors or not np.allclose(da, db, atol=1e-6):
+            return False
+    return True
+
+
+def _arrow_bytes(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    total = 0
+    for f in files:
+        pf = pq.ParquetFile(f)
+        for i in range(pf.num_row_groups):
+            total += pf.read_row_group(i).nbytes
+    return total
+
+
+def prepare_throughput(rows: int, files: int, workers: int) -> str:
+    from recsys.data import clicklogs
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    root = tempfile.mkdtemp(prefix="bench-own-data-")
+    try:
+        paths = clicklogs.write(os.path.join(root, "raw"), rows, files)
+        gib = _arrow_bytes(paths) / 2**30
+        t0 = time.perf_counter()
+        baseline(paths, os.path.join(root, "base"))
+        t_base = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        prepare(DatasetSchema.load(SCHEMA), paths, os.path.join(root, "ray"), workers=workers,
+                log=lambda s: None)  # fmt: skip
+        t_ray = time.perf_counter() - t0
+        same = _same_output(os.path.join(root, "base"), os.path.join(root, "ray"))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    rows_rows = [
+        ["single process (pyarrow + numpy)", t_base, rows / t_base, 1.0],
+        [f"Ray Data, {workers} workers (incl. Ray start)", t_ray, rows / t_ray, t_base / t_ray],
+    ]
+    head = (f"{rows:,} rows in {files} Parquet files ({gib:.2f} GiB as Arrow in memory), "
+            f"2 multi-hot columns; outputs byte-identical: {same}\n\n")  # fmt: skip
+    return head + table(["preparation", "seconds", "rows/s", "vs single process"], rows_rows)
+
+
+def prepare_memory(rows: int, files: int, workers: int, store_mb: int, cap_mb: int) -> str:
+    from recsys.data import clicklogs
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    root = tempfile.mkdtemp(prefix="bench-own-data-")
+    try:
+        paths = clicklogs.write(os.path.join(root, "raw"), rows, files)
+        arrow = _arrow_bytes(paths)
+        t0 = time.perf_counter()
+        with PeakMemory() as mem:
+            prepare(DatasetSchema.load(SCHEMA), paths, os.path.join(root, "out"),
+                    workers=workers, object_store_mb=store_mb, log=lambda s: None)  # fmt: skip
+        seconds = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    mib = 2**20
+    return table(
+        ["rows", "input (Arrow) MiB", "object store cap MiB", "memory cap MiB",
+         "input / cap", "peak PSS MiB (all processes)", "under the cap", "seconds"],
+        [[f"{rows:,}", arrow / mib, store_mb, cap_mb, arrow / mib / cap_mb, mem.peak / mib,
+          mem.peak <= cap_mb * mib, seconds]],
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The training step, multi-hot against one-hot
+
+
+def multihot_step(
+    steps: int, mean_len: float, batch: int = 512, features: int = 8, reps: int = 5
+) -> str:
+    import torch
+
+    from benchmarks.common import init_world1
+    from recsys.config import ExperimentConfig
+    from recsys.data.columns import RaggedColumns
+    from recsys.data.loader import to_batch
+    from recsys.distributed.env import current
+    from recsys.train.build import build
+    from recsys.train.stepper import Stepper
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    init_world1()
+    rows = 10_000
+    cfg = ExperimentConfig.from_dict(
+        {"embeddings": {"num_embeddings": [rows] * features, "dim": 16},
+         "model": {"num_dense": 4}, "train": {"batch_size": batch}},
+    )  # fmt: skip
+    layout = cfg.embeddings.layout()
+    rng = np.random.default_rng(0)
+
+    def columns(lengths: np.ndarray) -> RaggedColumns:
+        values = tuple(rng.integers(0, rows, int(lengths[:, f].sum())) for f in range(features))
+        dense = rng.normal(size=(batch, 4)).astype(np.float32)
+        labels = (rng.random((batch, 1)) < 0.3).astype(np.float32)
+        return RaggedColumns(dense, values, lengths, labels)
+
+    cases = {
+        "one-hot": lambda: np.ones((batch, features), np.int64),
+        f"multi-hot (geometric, mean {mean_len:g})": lambda: rng.geometric(
+            1 / mean_len, (batch, features)
+        ).astype(np.int64),
+    }
+    prepared = {}
+    for name, lengths in cases.items():
+        built = build(cfg, current(False))
+        stepper = Stepper(built.model, built.optimizer, torch.device("cpu"), False)
+        cols = [columns(lengths()) for _ in range(8)]
+        t0 = time.perf_counter()
+        batches = [to_batch(c, layout) for c in cols]
+        build_s = (time.perf_counter() - t0) / len(cols)
+        ids = float(np.mean([int(c.lengths.sum()) for c in cols]))
+        for _ in range(5):  # warm up
+            stepper(iter(batches))
+        prepared[name] = (stepper, batches, build_s, ids)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(reps):  # alternating, so load on the machine hits both cases alike
+        for name, (stepper, batches, _, _) in prepared.items():
+            t0 = time.perf_counter()
+            for i in range(steps):
+                stepper(iter([batches[i % len(batches)]]))
+            times[name].append((time.perf_counter() - t0) / steps)
+    out: list[list[Any]] = []
+    for name, (_, _, build_s, ids) in prepared.items():
+        step_s, spread = median_spread(times[name])
+        out.append([name, ids, step_s * 1e3, spread, step_s / ids * 1e9, build_s * 1e3])
+    per_id = out[1][4] / out[0][4]
+    step_ratio = out[1][2] / out[0][2]
+    head = f"medians of {reps} alternating runs of {steps} steps, batch {batch}, {features} "
+    head += "features\n\n"
+    return head + table(
+        ["bags", "ids per batch", "ms per step (median)", "spread %", "ns per id", "to_batch ms"],
+        out,
+    ) + (f"\n\nmulti-hot / one-hot: step time {step_ratio:.2f}x for {out[1][1] / out[0][1]:.1f}x "
+         f"the ids; cost per id {per_id:.3f}x (goal <= 1.5x)")  # fmt: skip
