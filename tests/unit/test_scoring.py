@@ -30,7 +30,7 @@ def test_scorer_keeps_the_best_report_and_counts_reports_since():
     ]
     state.step = 60
     keys = s.update(state, {"loss": 0.3})  # a report without validation changes nothing
-    assert keys["ckpt_score"] == WORST["max"] and state.stale == 3
+    assert keys["ckpt_score"] == WORST["min"] and state.stale == 3  # val_ne: lower is better
     assert not Scorer("val_auc", "max", patience=0).should_stop(state)  # 0: never stops
 
 
