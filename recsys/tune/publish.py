@@ -49,7 +49,7 @@ def best_trial(
     if max_emb_bytes is not None:
         where += f" and metrics.emb_bytes <= {max_emb_bytes}"
     order = "DESC" if mode == "max" else "ASC"
-    runs = tracker.runs(sweep, where, order_by=[f"metrics.best_{metric} {order}"])
+    runs = tracker.runs(sweep, where, order_by=[f"metrics.`best_{metric}` {order}"])  # `a/b`
     done = ("finished", "early_stopped", "stopped")  # (MLflow's search has no IN for tags)
     runs = [
         r

@@ -114,24 +114,30 @@ def _rank_fn(rank, world, pipeline, use_gpu=False):
         _, full = ref(_concat(batches[0]))
     out["forward"] = (local["logits"].cpu(), full["logits"][rank * 32 : (rank + 1) * 32])
     stepper = Stepper(dmp, optimizer, env.device, pipeline)
+    _train_both(stepper, ref, ref_opts, mine, batches, rank, out)
+    if pipeline:
+        out["pipelined"] = [type(m).__name__ for m in stepper.pipeline._pipelined_modules]
+    return out
+
+
+def _train_both(stepper, ref, ref_opts, mine, batches, rank, out):
+    """K steps of the sharded model (this rank's batches) and of the reference (the global
+    batches): both losses per step into ``out``, then both forwards on the next batch."""
     stream = iter(mine)
     for step in range(K):
-        loss = stepper(stream)["loss"]
+        out["sharded"].append(stepper(stream)["loss"].item())
         for o in ref_opts:
             o.zero_grad()
         ref_loss, _ = ref(_concat(batches[step]))
         ref_loss.backward()
         for o in ref_opts:
             o.step()
-        out["sharded"].append(loss.item())
         out["reference"].append(ref_loss.item())
+    b = mine[K].dense_features.shape[0]
     with torch.no_grad(), stepper.plain_model() as plain:
         _, local = plain(mine[K])
         _, full = ref(_concat(batches[K]))
-    out["after"] = (local["logits"].cpu(), full["logits"][rank * 32 : (rank + 1) * 32])
-    if pipeline:
-        out["pipelined"] = [type(m).__name__ for m in stepper.pipeline._pipelined_modules]
-    return out
+    out["after"] = (local["logits"].cpu(), full["logits"][rank * b : (rank + 1) * b])
 
 
 def _tables(cfg):
@@ -192,20 +198,7 @@ def _rank_fn_own_data(rank, world, folder):
         _, full = ref(_concat(batches[0]))
     out["forward"] = (local["logits"], full["logits"][rank * b : (rank + 1) * b])
     stepper = Stepper(built.model, built.optimizer, env.device, False)
-    stream = iter(mine)
-    for step in range(K):
-        out["sharded"].append(stepper(stream)["loss"].item())
-        for o in ref_opts:
-            o.zero_grad()
-        ref_loss, _ = ref(_concat(batches[step]))
-        ref_loss.backward()
-        for o in ref_opts:
-            o.step()
-        out["reference"].append(ref_loss.item())
-    with torch.no_grad(), stepper.plain_model() as plain:
-        _, local = plain(mine[K])
-        _, full = ref(_concat(batches[K]))
-    out["after"] = (local["logits"], full["logits"][rank * b : (rank + 1) * b])
+    _train_both(stepper, ref, ref_opts, mine, batches, rank, out)
     return out
 
 

@@ -50,7 +50,8 @@ def test_budget_and_plan_verdicts_name_their_numbers():
     assert not small.ok and "no sharding plan fits 2 worker(s) with 1 MiB each" in small.reason
 
 
-def test_the_trial_to_publish_follows_the_sweeps_mode_and_a_memory_budget(tmp_path):
+@pytest.mark.parametrize("metric", ["val_ne", "val_ne/mean"])  # a task's or the mean: a '/'
+def test_the_trial_to_publish_follows_the_sweeps_mode_and_a_memory_budget(tmp_path, metric):
     from recsys.tune.publish import best_trial
     from recsys.tune.tracking import Tag, Tracker
 
@@ -58,12 +59,12 @@ def test_the_trial_to_publish_follows_the_sweeps_mode_and_a_memory_budget(tmp_pa
     t = Tracker(uri)
     exp = t.experiment("s", None)
     parent = t.parent_run(exp, "s")
-    t.set_tags(parent, {Tag.METRIC: "val_ne", Tag.MODE: "min"})
+    t.set_tags(parent, {Tag.METRIC: metric, Tag.MODE: "min"})
     trials = [("a", 0.90, 3e6, "finished"), ("b", 0.85, 9e6, "early_stopped"),
               ("c", 0.80, 1e6, "diverged"), ("d", 0.95, 1e6, "finished")]  # fmt: skip
     for name, ne, size, status in trials:
         run = t.trial_run(exp, parent, "s", name, {})
-        t.log_report(run, {"step": 10, "best_val_ne": ne, "emb_bytes": size})
+        t.log_report(run, {"step": 10, f"best_{metric}": ne, "emb_bytes": size})
         t.set_tags(run, {Tag.STATUS: status, Tag.BEST_CHECKPOINT: f"/ckpt/{name}"})
         t.log_text(run, "{}\n", "config.yaml")
     assert best_trial(t, "s")[1] == "/ckpt/b"  # lowest NE among finished / stopped early
