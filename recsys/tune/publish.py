@@ -103,6 +103,19 @@ def log_served_model(
     )
 
 
+def serving_example(prepared_dir: str) -> Any:
+    """The served model's input example: a few raw rows of the data set, dense columns as
+    float64 (the signature then accepts missing values, which integers cannot hold in pandas)."""
+    import json
+
+    import pandas as pd
+
+    with open(os.path.join(prepared_dir, META_FILE)) as f:
+        dense = list(json.load(f)["schema"]["dense"])
+    example = plain_columns(pd.read_parquet(os.path.join(prepared_dir, "examples.parquet")))
+    return example.astype({c: "float64" for c in dense})
+
+
 def plain_columns(frame: Any) -> Any:
     """``frame`` with categorical columns (dictionary-encoded Parquet read by pandas) as plain
     values: MLflow's signature check refuses categories (its input example must not have them;
@@ -138,11 +151,7 @@ def export_best(
     tracker.log_values(run_id, report.as_metrics())
     tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
     if cfg.data.source == "prepared":
-        import pandas as pd
-
-        example = plain_columns(
-            pd.read_parquet(os.path.join(out_dir, PREPARED_DIR, "examples.parquet"))
-        )
+        example = serving_example(os.path.join(out_dir, PREPARED_DIR))
     else:
         val = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
         example = example_rows(val.read(0, 8), cfg.model.num_dense, vocabs=export_vocabs(out_dir))

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from recsys.tune.publish import plain_columns
+from recsys.tune.publish import plain_columns, serving_example
 from tests.distributed.common import own_data_config
 from tests.distributed.harness import run_ranks
 
@@ -87,9 +87,10 @@ def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = Tracker(uri)
     run_id = tracker.client.create_run(tracker.experiment("e")).info.run_id
-    example = raw.drop(columns=["click", "like", "event_ts"]).head(4)
+    example = serving_example(os.path.join(out, "prepared"))
     log_served_model(tracker, run_id, out, example, registered_name="own-dlrm")
     rows = raw.drop(columns=["click", "like", "event_ts"]).head(50)
+    rows.loc[3, "age"] = None  # a missing value in a column the example has none in
     rows.to_parquet(tmp_path / "rows.parquet")
     code = (
         "import json, mlflow, pandas as pd\n"
