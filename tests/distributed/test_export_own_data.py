@@ -102,4 +102,4 @@ def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     fresh = np.array(json.loads(res.stdout.strip().splitlines()[-1]))
-    np.testing.assert_allclose(fresh, probs.to_numpy()[:50], atol=1e-6)
+    np.testing.assert_allclose(fresh, scorer.predict(None, rows).to_numpy(), atol=1e-6)
