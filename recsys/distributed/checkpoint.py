@@ -143,10 +143,16 @@ def load(
     """Restore model, optimizer and this rank's state in place (collective). Callers run
     ``verify`` first and agree on the verdict across ranks (``recsys.train.resume.restore``)."""
     extra = torch.load(_worker_file(folder, rank), weights_only=True)
+    init_lazy_state(optimizer)
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    if not has_optimizer_state(folder):  # stateless optimizers (SGD): DCP wrote no "optim"
+        del state["optim"]
     dcp.load(state, checkpoint_id=folder)
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optim"])
+    if "optim" in state:
+        optimizer.load_state_dict(state["optim"])
+    if hasattr(optimizer, "set_optimizer_step"):  # FBGEMM's step counter (Adam's bias correction)
+        optimizer.set_optimizer_step(int(extra["step"]))
     set_rng_states(extra, device)
     return TrainState(
         step=int(extra["step"]),
@@ -155,6 +161,26 @@ def load(
         best_step=int(extra.get("best_step", 0)),
         stale=int(extra.get("stale", 0)),
     )
+
+
+def has_optimizer_state(folder: str) -> bool:
+    """Whether the checkpoint holds optimizer state (an SGD run's has none at all)."""
+    keys = FileSystemReader(folder).read_metadata().state_dict_metadata
+    return any(k == "optim" or k.startswith("optim.") for k in keys)
+
+
+def init_lazy_state(optimizer: Any) -> None:
+    """Create the state a dense optimizer makes lazily (``torch.optim.Adam`` at its first step)
+    with TorchRec's ``init_state`` (a step on zero gradients), so a checkpoint's state has a place
+    to load into: ``KeyedOptimizer.load_state_dict`` skips parameters without state, and a
+    restored Adam would otherwise start from nothing. The parameters are loaded afterwards, so
+    the dummy step leaves no trace. The fused embedding optimizers keep their state from the
+    start; only their step counter lives outside it (``set_optimizer_step`` in ``load``)."""
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
+
+    for _, opt in getattr(optimizer, "optimizers", []):
+        if isinstance(opt, KeyedOptimizerWrapper):
+            opt.init_state()
 
 
 def load_model_unsharded(folder: str, model: nn.Module) -> nn.Module:

@@ -40,11 +40,17 @@ class Built:
 
 
 def check_dtype(cfg: ExperimentConfig, env: WorkerEnv) -> None:
-    """bf16 tables have no FBGEMM CPU kernels: refuse them on CPU workers, clearly."""
+    """What FBGEMM's CPU kernels lack, refused clearly on CPU workers: bf16 tables and the
+    fused embedding Adam."""
     if cfg.embeddings.dtype == "bf16" and env.device.type == "cpu":
         raise ConfigError(
             "embeddings.dtype='bf16': FBGEMM's CPU kernels have no bf16 tables; "
             "use fp16 on CPU (bf16 needs GPU workers)"
+        )
+    if cfg.optim.embedding_optimizer == "adam" and env.device.type == "cpu":
+        raise ConfigError(
+            "optim.embedding_optimizer='adam': FBGEMM's CPU kernels have no fused Adam; use "
+            "exact_rowwise_adagrad, exact_adagrad or exact_sgd on CPU (adam needs GPU workers)"
         )
 
 

@@ -72,18 +72,24 @@ def test_fp16_tables_train_and_keep_updates(world, planner_free):
     assert sum(per_rank.values()) == fp16.bytes
 
 
-def _bf16(rank, world):
+def _build_on_cpu(rank, world, overrides):
     from recsys.configlib import ConfigError
     from recsys.distributed.env import current
     from recsys.train.build import build
 
     try:
-        build(tiny_config(**{"embeddings.dtype": "bf16"}), current(False))
+        build(tiny_config(**overrides), current(False))
     except ConfigError as e:
         return str(e)
     return "built"
 
 
 def test_bf16_on_cpu_is_refused_clearly():
-    (message,) = run_ranks(_bf16, world_size=1)
+    (message,) = run_ranks(_build_on_cpu, {"embeddings.dtype": "bf16"}, world_size=1)
     assert "embeddings.dtype='bf16'" in message and "use fp16 on CPU" in message
+
+
+def test_embedding_adam_on_cpu_is_refused_clearly():
+    """FBGEMM's CPU kernels have no fused Adam (it failed deep in TorchRec's sharding)."""
+    (message,) = run_ranks(_build_on_cpu, {"optim.embedding_optimizer": "adam"}, world_size=1)
+    assert "optim.embedding_optimizer='adam'" in message and "needs GPU workers" in message
