@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from torch import nn
+from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
@@ -275,3 +276,26 @@ def plan_summary(
                 "shards": shards,
             }
     return {"tables": tables, "embedding_bytes_per_rank": per_rank}
+
+
+def init_tables(model: nn.Module, ranges: dict[str, tuple[int, float, float]]) -> None:
+    """Refill every embedding table's local part from its place in the table
+    (``recsys.models.embeddings.fill_uniform``): TorchRec runs a table's ``init_fn`` on each
+    local shard without its offsets, so row- and column-wise shards would all start like the
+    table's first rows and columns, and the initial model would depend on the plan. After this,
+    the tables are the unsharded model's whatever the plan and the number of ranks.
+
+    ``ranges``: per table name, ``(seed, low, high)`` (``init_ranges``)."""
+    from recsys.models.embeddings import fill_uniform
+
+    for key, value in model.state_dict().items():
+        table = key.rsplit(".", 2)[-2] if key.endswith(".weight") else ""
+        if ".embedding_bags." not in key or table not in ranges:
+            continue
+        seed, low, high = ranges[table]
+        if isinstance(value, ShardedTensor):
+            for shard in value.local_shards():
+                r0, c0 = shard.metadata.shard_offsets
+                fill_uniform(shard.tensor, seed, r0, c0, value.size(1), low, high)
+        else:  # data-parallel: the whole table, on every rank
+            fill_uniform(value, seed, 0, 0, value.shape[1], low, high)

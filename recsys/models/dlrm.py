@@ -28,6 +28,8 @@ class DLRM(nn.Module):
         num_tasks: logits per sample ``T`` (one per loss task).
         embedding_device: where the tables are created; ``meta`` defers their allocation to
             ``DistributedModelParallel`` (or ``materialize``). The dense layers are always real.
+        init_seed: seeds the tables' init: each table's values depend on this seed, its name and
+            each element's place, never on how it is sharded.
 
     Example::
 
@@ -41,13 +43,17 @@ class DLRM(nn.Module):
         embeddings: EmbeddingConfig,
         num_tasks: int = 1,
         embedding_device: torch.device | str | None = None,
+        init_seed: int = 0,
     ) -> None:
         super().__init__()
         dim = embeddings.dim
         project = NEEDS_EQUAL_DIMS[model.interaction] and embeddings.mixed
         self.dense_arch = MLP(model.num_dense, [*model.bottom_mlp, dim])
         self.sparse_arch = SparseArch(
-            embeddings, project_to=dim if project else None, device=embedding_device
+            embeddings,
+            project_to=dim if project else None,
+            device=embedding_device,
+            init_seed=init_seed,
         )
         self.interaction = make_interaction(
             model.interaction,

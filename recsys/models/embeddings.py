@@ -51,9 +51,57 @@ class TableSpec:
     role: str  # "full", "quotient" or "remainder"
 
 
-def _uniform_init(weight: torch.Tensor, low: float, high: float) -> torch.Tensor:
+INIT_CHUNK_ROWS = 1 << 16  # rows filled at a time (bounds the index tensors' memory)
+_MASK = (1 << 63) - 1
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser on int64 (wrapping arithmetic), kept non-negative."""
+    x = x ^ ((x >> 30) & 0x3FFFFFFFF)
+    x = x * -4658895280553007687  # 0xBF58476D1CE4E5B9 as int64
+    x = x ^ ((x >> 27) & 0x1FFFFFFFFF)
+    x = x * -7723592293110705685  # 0x94D049BB133111EB as int64
+    x = x ^ ((x >> 31) & 0x1FFFFFFFF)
+    return x & _MASK
+
+
+def table_seed(seed: int, table: str) -> int:
+    """A table's own init seed: the run's seed and the table's name (stable across processes)."""
+    import zlib
+
+    return (seed * 1_000_003 + zlib.crc32(table.encode())) & 0x7FFFFFFF
+
+
+def fill_uniform(
+    out: torch.Tensor, seed: int, row0: int, col0: int, cols: int, low: float, high: float
+) -> torch.Tensor:
+    """Fill ``out`` (rows ``row0..``, columns ``col0..`` of a table ``cols`` wide) with
+    ``U(low, high)`` values that depend only on ``(seed, global row, global column)``: a shard
+    gets the values of its place in the table, whatever the plan and the number of ranks.
+
+    A counter-based generator (SplitMix64 of the element's index), filled ``INIT_CHUNK_ROWS`` rows
+    at a time."""
+    rows, width = out.shape
+    col_idx = torch.arange(col0, col0 + width, dtype=torch.int64, device=out.device)
     with torch.no_grad():
-        return weight.uniform_(low, high)
+        for lo in range(0, rows, INIT_CHUNK_ROWS):
+            hi = min(rows, lo + INIT_CHUNK_ROWS)
+            r = torch.arange(row0 + lo, row0 + hi, dtype=torch.int64, device=out.device)
+            index = r[:, None] * cols + col_idx[None, :]
+            bits = _mix(index + seed * 0x9E3779B97F4A7C15 % (1 << 62))
+            u = (bits >> 11).to(torch.float64) * (1.0 / (1 << 52))
+            out[lo:hi].copy_((low + (high - low) * u).to(out.dtype))
+    return out
+
+
+def _uniform_init(weight: torch.Tensor, low: float, high: float, seed: int) -> torch.Tensor:
+    """A whole table's init (``EmbeddingBagConfig.init_fn``); shards of row- or column-wise
+    sharded tables are refilled from their offsets after sharding
+    (``recsys.distributed.sharding.init_tables``), and so is what TorchRec hands a rank that
+    holds no part of the table (not a plain 2-d tensor)."""
+    if type(weight) not in (torch.Tensor, nn.Parameter) or weight.dim() != 2:
+        return weight
+    return fill_uniform(weight, seed, 0, 0, weight.shape[1], low, high)
 
 
 def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
@@ -78,11 +126,22 @@ def _init_bounds(spec: TableSpec, operation: str) -> tuple[float, float]:
     return -bound, bound
 
 
-def embedding_bag_configs(cfg: EmbeddingConfig) -> list[EmbeddingBagConfig]:
-    """TorchRec table configs (dtype, pooling and init set where the tables are defined)."""
-    out = []
+def init_ranges(cfg: EmbeddingConfig, seed: int) -> dict[str, tuple[int, float, float]]:
+    """Per table name: ``(its init seed, low, high)``."""
+    out = {}
     for spec in table_specs(cfg):
         low, high = _init_bounds(spec, cfg.qr.operation)
+        out[spec.name] = (table_seed(seed, spec.name), low, high)
+    return out
+
+
+def embedding_bag_configs(cfg: EmbeddingConfig, seed: int = 0) -> list[EmbeddingBagConfig]:
+    """TorchRec table configs (dtype, pooling and init set where the tables are defined; each
+    table's init is its own, from ``seed`` and its name)."""
+    out = []
+    ranges = init_ranges(cfg, seed)
+    for spec in table_specs(cfg):
+        tseed, low, high = ranges[spec.name]
         out.append(
             EmbeddingBagConfig(
                 name=spec.name,
@@ -91,7 +150,7 @@ def embedding_bag_configs(cfg: EmbeddingConfig) -> list[EmbeddingBagConfig]:
                 feature_names=[spec.feature],
                 pooling=_POOLING[cfg.pooling_of(spec.feature.removesuffix(QR_SUFFIX))],
                 data_type=_DTYPES[cfg.dtype],
-                init_fn=functools.partial(_uniform_init, low=low, high=high),
+                init_fn=functools.partial(_uniform_init, low=low, high=high, seed=tseed),
             )
         )
     return out
@@ -155,6 +214,7 @@ class SparseArch(nn.Module):
         project_to: if set, features whose dim differs are projected (no bias) to this dim, so the
             interaction sees ``F`` tensors of ``[B, project_to]``.
         device: where the ``EmbeddingBagCollection`` is created; ``meta`` to shard it later.
+        init_seed: seeds each table's init (with its name; ``fill_uniform``).
 
     Example::
 
@@ -167,6 +227,7 @@ class SparseArch(nn.Module):
         cfg: EmbeddingConfig,
         project_to: int | None = None,
         device: torch.device | str | None = None,
+        init_seed: int = 0,
     ) -> None:
         super().__init__()
         self.features = cfg.names()
@@ -177,7 +238,7 @@ class SparseArch(nn.Module):
             if cfg.qr.applies_to(rows)
         }
         self.embedding_bag_collection = EmbeddingBagCollection(
-            tables=embedding_bag_configs(cfg), device=torch.device(device or "cpu")
+            tables=embedding_bag_configs(cfg, init_seed), device=torch.device(device or "cpu")
         )
         dims = cfg.table_dims()
         self.out_dims = [project_to or d for d in dims]

@@ -16,10 +16,10 @@ from torch import nn
 from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
 from recsys.distributed.env import WorkerEnv
-from recsys.distributed.sharding import plan_summary, shard
+from recsys.distributed.sharding import init_tables, plan_summary, shard
 from recsys.models import DLRM, ModelAndLoss
 from recsys.models.accounting import BYTES_PER_ELEMENT
-from recsys.models.embeddings import table_specs
+from recsys.models.embeddings import init_ranges, table_specs
 from recsys.train.optim import combined_optimizer
 
 
@@ -58,12 +58,14 @@ def build(cfg: ExperimentConfig, env: WorkerEnv) -> Built:
     """The sharded ``ModelAndLoss`` of ``cfg`` on ``env``, seeded by ``cfg.train.seed``."""
     check_dtype(cfg, env)
     torch.manual_seed(cfg.train.seed)
-    dlrm = DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), embedding_device="meta")
+    seed = cfg.train.seed
+    dlrm = DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), "meta", init_seed=seed)
     model = ModelAndLoss(dlrm, cfg.loss)
     specs = table_specs(cfg.embeddings)
     half = cfg.embeddings.dtype != "fp32"
     names = [s.name for s in specs]
     dmp, estimate = shard(model, env, cfg.sharding, cfg.optim, names, cfg.train.batch_size, half)
+    init_tables(dmp, init_ranges(cfg.embeddings, seed))  # the same tables whatever the plan
     summary = plan_summary(
         dmp.plan,
         {s.name: (s.rows, s.dim) for s in specs},
