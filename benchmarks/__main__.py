@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     c.add_argument("--copies", type=int, default=8, help="preprocess: the rows repeated")
     c.add_argument("--chunk-mb", type=float, default=48.0, help="preprocess: bytes per task")
     o = sub.add_parser("own-data", help="your own data: preparation on Ray Data, multi-hot step")
-    o.add_argument("what", choices=["prepare", "memory", "multihot"])
+    o.add_argument("what", choices=["prepare", "memory", "multihot", "prefetch"])
+    o.add_argument("--batch", type=int, default=2048, help="prefetch: batch size")
     o.add_argument("--rows", type=int, default=5_000_000)
     o.add_argument("--files", type=int, default=8)
     o.add_argument("--workers", type=int, default=2)
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> str:
             return own_data.prepare_memory(
                 args.rows, args.files, args.workers, args.object_store_mb, args.cap_mb
             )
+        if args.what == "prefetch":
+            return own_data.prefetch_step(args.rows, args.batch, args.steps)
         return own_data.multihot_step(args.steps, args.mean_len)
     if args.bench == "step":
         from benchmarks import step

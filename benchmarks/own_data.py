@@ -292,3 +292,66 @@ def multihot_step(
         out,
     ) + (f"\n\nmulti-hot / one-hot: step time {step_ratio:.2f}x for {out[1][1] / out[0][1]:.1f}x "
          f"the ids; cost per id {per_id:.3f}x (goal <= 1.5x)")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches prefetched in a background thread, against made on the training thread
+
+
+def prefetch_step(rows: int, batch: int, steps: int, reps: int = 3) -> str:
+    """The demo click log (multi-hot lists, shuffled gathers from memory-mapped files), one rank:
+    ms per training step with ``data.prefetch`` 0 and 2, alternating; and the host batch alone."""
+    import torch
+
+    from benchmarks.common import init_world1
+    from recsys.config_registry import debug
+    from recsys.data import TrainStream, clicklogs, load_splits
+    from recsys.data.prefetch import Prefetcher
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+    from recsys.distributed.env import current
+    from recsys.train.build import build
+    from recsys.train.stepper import Stepper
+
+    init_world1()
+    root = tempfile.mkdtemp(prefix="bench-prefetch-")
+    try:
+        clicklogs.write(os.path.join(root, "raw"), rows, 4)
+        out = os.path.join(root, "prepared")
+        prepare(DatasetSchema.load(SCHEMA), [os.path.join(root, "raw")], out, workers=2,
+                log=lambda s: None)  # fmt: skip
+        cfg = debug().with_overrides({"data.source": "prepared", "data.paths": [out],
+                                      "train.batch_size": batch})  # fmt: skip
+        train = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).train
+        built = build(cfg, current(False))
+        stepper = Stepper(built.model, built.optimizer, torch.device("cpu"), False)
+
+        def stream() -> TrainStream:
+            return TrainStream(train, rank=0, world_size=1, batch_size=batch,
+                               layout=cfg.embeddings.layout(), seed=0, shuffle=True)  # fmt: skip
+
+        s = stream()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            next(s)
+        host_ms = (time.perf_counter() - t0) / steps * 1e3
+        times: dict[str, list[float]] = {"on the training thread": [], "prefetched (depth 2)": []}
+        for _ in range(reps):
+            for name in times:
+                s = stream()
+                batches: Any = Prefetcher(s, 2) if "prefetched" in name else s
+                stepper(batches)  # warm
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    stepper(batches)
+                times[name].append((time.perf_counter() - t0) / steps * 1e3)
+                if isinstance(batches, Prefetcher):
+                    batches.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out_rows: list[list[Any]] = [[name, *median_spread(t)] for name, t in times.items()]
+    a, b = out_rows[0][1], out_rows[1][1]
+    return (f"batch {batch}, {steps} steps x {reps} alternating runs; the host batch alone "
+            f"(shuffled gather, modulo, KJT) {host_ms:.2f} ms\n\n"
+            + table(["batches made", "ms per step (median)", "spread %"], out_rows)
+            + f"\n\nprefetched / training thread: {b / a:.3f}x")  # fmt: skip

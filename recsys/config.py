@@ -357,6 +357,8 @@ class DataConfig:
         cache_dir: where ``criteo_tsv`` files are converted to the binary form once (shared by
             every trial and rank; a local disk per node, or shared storage); empty:
             ``$RECSYS_CACHE`` or ``~/.cache/recsys-sweep``.
+        prefetch: training batches made ahead of the step in a background thread (0: on the
+            training thread); the data order and exact resume are the same either way.
         torchrec_dense_min: a folder made by TorchRec's own preprocessing stores dense features
             as ``log(x - min + 2)`` without recording ``min``; it is read off each day's first
             rows unless declared here (``recsys.data.binary``).
@@ -371,10 +373,12 @@ class DataConfig:
     shuffle: bool = True
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     cache_dir: str = ""
+    prefetch: int = 2
     torchrec_dense_min: int | None = None
 
     def __post_init__(self) -> None:
         check_choices(self, "data")
+        check(self.prefetch >= 0, "data.prefetch", self.prefetch, "must be >= 0 (0: off)")
         if self.source != "synthetic":
             check(len(self.paths) > 0, "data.paths", self.paths, f"{self.source} needs paths")
         for name in ("val_fraction", "test_fraction"):

@@ -26,6 +26,7 @@ import torch
 
 from recsys.config import ExperimentConfig
 from recsys.data import TrainStream, load_splits
+from recsys.data.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
 from recsys.distributed.env import WorkerEnv
 from recsys.models import embedding_report
@@ -116,6 +117,9 @@ class Trainer:
             position=self.state.data_position,
             pin_memory=pin_batches(env.device),
         )
+        self.batches = (
+            Prefetcher(self.stream, cfg.data.prefetch) if cfg.data.prefetch else self.stream
+        )
         pipelined = use_pipeline(cfg.sharding, env.device)
         self.stepper = Stepper(built.model, built.optimizer, env.device, pipelined)
         self.policy = LRPolicy(built.optimizer, cfg.optim)
@@ -133,6 +137,18 @@ class Trainer:
         """Train to ``cfg.train.steps``; returns the last report's metrics. A run restored at or
         past its last step (a sweep resumed right after the trial's last checkpoint) has nothing
         to train: it reports its stored best and finishes."""
+        try:
+            return self._train()
+        finally:
+            if isinstance(self.batches, Prefetcher):
+                self.batches.close()
+
+    @property
+    def epoch(self) -> int:
+        """Epochs of this worker's rows consumed by training (the stream may be ahead)."""
+        return self.state.data_position // len(self.stream.shard)
+
+    def _train(self) -> dict[str, Any]:
         tc = self.cfg.train
         if self.state.step >= tc.steps:
             return self._nothing_left()
@@ -141,7 +157,7 @@ class Trainer:
         while self.state.step < tc.steps:
             t0 = time.perf_counter()
             lr_factor = self.policy.apply(self.state.step)
-            loss_sum += self.stepper(self.stream)["loss"].detach()
+            loss_sum += self.stepper(self.batches)["loss"].detach()
             loss_n += 1
             self.state.step += 1
             self.state.data_position += tc.batch_size
@@ -173,7 +189,7 @@ class Trainer:
         return {
             **self.static,
             "step": self.state.step,
-            "epoch": self.stream.epoch,
+            "epoch": self.epoch,
             "loss": self.history[-1][1] if self.history else float("nan"),
             "samples_per_s": self.clock.samples_per_s(global_batch),
             "ids_hashed": self.stream.ids_hashed,
@@ -229,7 +245,7 @@ class Trainer:
         metrics = {
             **self.static,
             "step": self.state.step,
-            "epoch": self.stream.epoch,
+            "epoch": self.epoch,
             "loss_history": [],
             **self.scorer.update(self.state, {}),
         }

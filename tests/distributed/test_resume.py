@@ -24,7 +24,10 @@ OPTIMIZERS = {
 }
 
 
-def _train(rank, world, root, steps, pipeline="off", use_gpu=False, dtype="fp32", optim="adagrad"):
+def _train(
+    rank, world, root, steps, pipeline="off", use_gpu=False, dtype="fp32", optim="adagrad",
+    prefetch=2,
+):  # fmt: skip
     import torch.distributed.checkpoint as dcp
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
@@ -41,6 +44,7 @@ def _train(rank, world, root, steps, pipeline="off", use_gpu=False, dtype="fp32"
             "sharding.pipeline": pipeline,
             "embeddings.dtype": dtype,
             **OPTIMIZERS[optim],
+            "data.prefetch": prefetch,
         }
     )
     reporter = LocalReporter(root, rank)
@@ -104,3 +108,15 @@ def check_resume_is_exact(
     # the resumed run reported only the steps after the checkpoint: no step twice
     assert [step for step, _ in resumed[0]["history"]] == [8, 10, 12]
     assert [step for step, _ in straight[0]["history"]] == [2, 4, 6, 8, 10, 12]
+
+
+def test_prefetching_batches_changes_nothing(tmp_path):
+    """Batches made in a background thread (data.prefetch) train the same model, bitwise."""
+    off, on = (
+        run_ranks(_train, str(tmp_path / f"p{n}"), K, "off", False, "fp32", "adagrad", n)
+        for n in (0, 2)
+    )
+    for a, b in zip(off, on, strict=True):
+        assert a["metrics"]["loss"] == b["metrics"]["loss"]
+        for name, tensor in a["weights"].items():
+            torch.testing.assert_close(tensor, b["weights"][name], atol=0, rtol=0)
