@@ -462,6 +462,10 @@ class TrainConfig:
         patience: stop early after this many reports with validation metrics whose ``monitor``
             did not improve on the best (0: never); the best checkpoint is kept.
         quiet: no per-step loss lines (sweeps: their progress table shows the trials).
+        checkpoint_staging: where a worker stages its checkpoint before Ray uploads it, when the
+            run's storage is not a file system (an object store URI); empty: the system's temp
+            folder. Its free space is checked before each checkpoint. On a file-system storage
+            (a local or mounted path) checkpoints are written there directly, never staged.
     """
 
     batch_size: int = 256
@@ -475,6 +479,7 @@ class TrainConfig:
     monitor_mode: Mode = "max"
     patience: int = 0
     quiet: bool = False
+    checkpoint_staging: str = ""
 
     def __post_init__(self) -> None:
         check_choices(self, "train")

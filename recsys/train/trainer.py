@@ -143,6 +143,17 @@ class Trainer:
             if isinstance(self.batches, Prefetcher):
                 self.batches.close()
 
+    def checkpoint_bytes(self) -> int:
+        """About what this rank's checkpoint takes: its table bytes three times (weights and up
+        to two optimizer moments) and the dense layers three times."""
+        tables = int(self.plan["embedding_bytes_per_rank"].get(self.env.rank, 0))
+        dense = sum(
+            p.numel() * p.element_size()
+            for n, p in self.stepper.model.named_parameters()
+            if "embedding_bags" not in n
+        )
+        return 3 * (tables + dense)
+
     @property
     def epoch(self) -> int:
         """Epochs of this worker's rows consumed by training (the stream may be ahead)."""

@@ -15,8 +15,10 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow.fs
 import ray.train
 import ray.train.torch
+from ray.train.v2.api.report_config import CheckpointUploadMode
 
 from recsys.config import ExperimentConfig
 from recsys.distributed import collectives
@@ -24,14 +26,22 @@ from recsys.distributed.env import check_placement, current
 
 
 class RayReporter:
-    """Checkpoints go to a local temp folder per rank; ``ray.train.report`` merges the ranks'
-    folders into one checkpoint directory on the run's storage, then the temp folder is removed.
+    """Where the run's storage is a file system (a local or mounted path, as on one node or a
+    shared disk), every rank writes its part of a checkpoint straight into the checkpoint's folder
+    there and reports it without an upload (``CheckpointUploadMode.NO_UPLOAD``): each byte is
+    written once and nothing is staged. Elsewhere (an object store URI) each rank writes to a
+    local staging folder (``train.checkpoint_staging``, default the system's temp folder; its free
+    space is checked first), which ``ray.train.report`` uploads and merges, then it is removed.
 
     Reports also say which Ray nodes the worker group runs on (``worker_nodes``)."""
 
-    def __init__(self, worker_nodes: str = "") -> None:
+    def __init__(self, worker_nodes: str = "", staging: str = "", need_bytes: int = 0) -> None:
         self.worker_nodes = worker_nodes
         self.suffix = ""
+        self.staging, self.need_bytes = staging or tempfile.gettempdir(), need_bytes
+        storage = ray.train.get_context().get_storage()
+        self.direct = isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+        self.storage = storage
 
     def checkpoints(self) -> list[Any]:
         """Every kept checkpoint of this run, newest (highest step) first."""
@@ -49,20 +59,47 @@ class RayReporter:
     def skip_names_of(self, handle: Any) -> None:
         self.suffix = f"_after_{os.path.basename(handle.path)}"
 
+    def _name(self, step: int) -> str:
+        return f"step_{step:08d}{self.suffix}"
+
     def checkpoint_dir(self, step: int) -> str:
-        return tempfile.mkdtemp(prefix=f"recsys-step{step}-")
+        if self.direct:
+            path = str(self.storage.build_checkpoint_path_from_name(self._name(step)))
+            os.makedirs(path, exist_ok=True)
+            return path
+        check_space(self.staging, self.need_bytes)
+        return tempfile.mkdtemp(prefix=f"recsys-step{step}-", dir=self.staging)
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
         metrics = {**metrics, "worker_nodes": self.worker_nodes}
         if not folder:
             ray.train.report(metrics)
             return
-        ray.train.report(
-            metrics,
-            checkpoint=ray.train.Checkpoint.from_directory(folder),
-            checkpoint_dir_name=f"step_{step:08d}{self.suffix}",
-        )
+        checkpoint = ray.train.Checkpoint.from_directory(folder)
+        if self.direct:
+            ray.train.report(
+                metrics,
+                checkpoint=checkpoint,
+                checkpoint_dir_name=self._name(step),
+                checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
+            )
+            return
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_space(folder: str, need: int) -> None:
+    """Refuse to stage a checkpoint of about ``need`` bytes in ``folder`` without the room."""
+    from recsys.distributed.checkpoint import CheckpointError
+
+    os.makedirs(folder, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise CheckpointError(
+            f"train.checkpoint_staging={folder}: {free / 2**30:.2f} GiB free, a checkpoint of this "
+            f"rank needs about {need / 2**30:.2f} GiB (tables, optimizer state, dense layers); "
+            "point train.checkpoint_staging at a larger local disk"
+        )
 
 
 def quiet_libraries() -> None:
@@ -100,5 +137,8 @@ def train_func(config: dict[str, Any]) -> None:
     node = ray.get_runtime_context().get_node_id()
     placement = collectives.all_gather_objects((node, env.local_rank, env.local_world_size))
     check_placement(placement)  # fail fast, naming the nodes, before the planner runs
-    reporter = RayReporter(",".join(sorted({n for n, _, _ in placement})))
-    Trainer(cfg, env, reporter).train()
+    nodes = ",".join(sorted({n for n, _, _ in placement}))
+    reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
+    trainer = Trainer(cfg, env, reporter)
+    reporter.need_bytes = trainer.checkpoint_bytes()
+    trainer.train()

@@ -114,9 +114,17 @@ def test_a_finished_run_extends_and_a_run_with_nothing_left_finishes(ray_2_cpus,
     validation kept beside validated ones: every score must be a number Ray can order after its
     JSON snapshot is restored), and re-running it at the same step count reports its stored best
     and finishes (a sweep resumed right after a trial's last checkpoint)."""
+    import glob
+    import tempfile
+
+    staged = os.path.join(tempfile.gettempdir(), "recsys-step*")
+    before = len(glob.glob(staged))
     short = {"train.steps": 20, "train.checkpoint_every": 10, "train.eval_every": 20}
     first = make_trainer(config(**short), Resources(1), name="ext", storage_path=str(tmp_path))
-    best = first.fit().metrics["best_val_auc"]
+    out = first.fit()
+    best = out.metrics["best_val_auc"]
+    # written in place on the run's storage (a file system here), never staged and copied
+    assert out.checkpoint.path.startswith(str(tmp_path)) and len(glob.glob(staged)) == before
     longer = config(**{**short, "train.steps": 40})
     result = make_trainer(longer, Resources(1), name="ext", storage_path=str(tmp_path)).fit()
     assert result.error is None and result.metrics["step"] == 40

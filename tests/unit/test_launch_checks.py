@@ -76,3 +76,12 @@ def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def test_a_staging_folder_without_room_is_refused_naming_it(tmp_path):
+    from recsys.distributed.checkpoint import CheckpointError
+    from recsys.train.worker import check_space
+
+    check_space(str(tmp_path / "staging"), 1024)  # made, and room enough
+    with pytest.raises(CheckpointError, match=r"train.checkpoint_staging=.*staging: .* GiB free"):
+        check_space(str(tmp_path / "staging"), 1 << 60)
