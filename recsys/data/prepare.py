@@ -536,7 +536,7 @@ def write_vocabs(folder: str, fitted: Fitted) -> dict[str, str]:
     return files
 
 
-def write_examples(folder: str, files: list[str], schema: DatasetSchema, types: Any) -> None:
+def write_examples(folder: str, files: list[str], schema: DatasetSchema) -> None:
     """A few raw input rows' features (``examples.parquet``): the served model's input example."""
     import pyarrow.parquet as pq
 
@@ -610,7 +610,7 @@ def _prepare(
         f"({time.perf_counter() - t0:.1f}s{cut_s})")  # fmt: skip
     vocab_files = write_vocabs(folder, fitted)
     written = write(ds, fitted, folder)
-    write_examples(folder, files, schema, types)
+    write_examples(folder, files, schema)
     meta = {
         "format": FORMAT,
         "schema": schema.to_dict(),
