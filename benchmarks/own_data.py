@@ -116,13 +116,7 @@ def baseline(files: list[str], out: str) -> dict[str, Any]:
     hist = np.zeros(p.HIST_BINS, np.int64)
     for b in batches([t]):
         hist += pickle.loads(p._time_hist(b, t, lo, hi).column("hist")[0].as_py())
-    edges = np.linspace(lo, hi, p.HIST_BINS + 1)
-    cum = np.cumsum(hist) / hist.sum()
-    sp = schema.split
-    cuts = tuple(
-        float(edges[int(np.searchsorted(cum, q)) + 1])
-        for q in (1 - sp.val_fraction - sp.test_fraction, 1 - sp.test_fraction)
-    )
+    cuts = p.cuts_of(hist, lo, hi, schema)
     stats = p.BatchStats()
     for b in batches(schema.columns()):
         s, _ = pickle.loads(p._fit(b, schema, cuts).column("stats")[0].as_py())

@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from recsys.data import vocab
 from recsys.data.schema import DatasetSchema, SparseColumn
 
 TRAIN, VAL, TEST = 0, 1, 2
@@ -159,9 +160,7 @@ class Vocabulary:
 
     @classmethod
     def build(cls, values: np.ndarray, counts: np.ndarray, min_count: int) -> Vocabulary:
-        keep = counts >= min_count
-        values, counts = values[keep], counts[keep]
-        return cls(values[np.lexsort((values, -counts))].astype(np.uint64))
+        return cls(vocab.build((values, counts), min_count).astype(np.uint64))
 
     def ids(self, hashes: np.ndarray, missing: np.ndarray) -> np.ndarray:
         """Rows of ``hashes`` (uint32): their place + 1, or 0 (missing, rare, unseen)."""
@@ -170,16 +169,6 @@ class Vocabulary:
         pos = np.minimum(np.searchsorted(self._sorted, hashes), len(self._sorted) - 1)
         found = (self._sorted[pos] == hashes) & ~missing
         return np.where(found, self._order[pos] + 1, 0).astype(np.uint32)
-
-
-def merge_counts(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> Any:
-    """Counts per distinct value of two blocks, merged (associative and commutative)."""
-    values = np.concatenate([a[0], b[0]])
-    counts = np.concatenate([a[1], b[1]])
-    if len(values) == 0:
-        return values, counts
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=counts, minlength=len(uniq)).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +291,9 @@ class BatchStats:
         out = BatchStats(self.rows + other.rows)
         for k in {*self.counts, *other.counts}:
             empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
-            out.counts[k] = merge_counts(self.counts.get(k, empty), other.counts.get(k, empty))
+            out.counts[k] = vocab.merge_counts(
+                self.counts.get(k, empty), other.counts.get(k, empty)
+            )
         for k in {*self.dense, *other.dense}:
             a, b = self.dense.get(k), other.dense.get(k)
             if a is None or b is None:

@@ -129,16 +129,15 @@ def sparse_ids(cols: Columns, layout: SparseLayout) -> np.ndarray:
 
 
 def keyed_jagged(
-    keys: list[str], values: list[np.ndarray], lengths: list[np.ndarray], batch: int
+    keys: list[str], values: np.ndarray, lengths: np.ndarray, per_key: list[int], batch: int
 ) -> KeyedJaggedTensor:
-    """A KJT from per-key ids and per-row lengths, with ``length_per_key`` and
-    ``offset_per_key`` set from the host arrays: TorchRec's input distribution would otherwise
+    """A KJT from key-major flat ids and per-row lengths, with ``length_per_key`` (ids per key)
+    and ``offset_per_key`` set from the host: TorchRec's input distribution would otherwise
     compute them from the lengths on the device (a device-to-host sync every step)."""
-    per_key = [len(v) for v in values]
     return KeyedJaggedTensor(
         keys=keys,
-        values=torch.from_numpy(np.concatenate(values).astype(np.int64, copy=False)),
-        lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int64, copy=False)),
+        values=torch.from_numpy(values.astype(np.int64, copy=False)),
+        lengths=torch.from_numpy(lengths.astype(np.int64, copy=False)),
         stride=batch,
         length_per_key=per_key,
         offset_per_key=[0, *np.cumsum(per_key).tolist()],
@@ -162,7 +161,11 @@ def ragged_kjt(cols: RaggedColumns, layout: SparseLayout) -> KeyedJaggedTensor:
         if c is not None:
             extra_v.append(ids[f] % c)
             extra_l.append(lens)
-    return keyed_jagged(layout.keys(), values + extra_v, lengths + extra_l, len(cols))
+    values, lengths = values + extra_v, lengths + extra_l
+    per_key = [len(v) for v in values]
+    return keyed_jagged(
+        layout.keys(), np.concatenate(values), np.concatenate(lengths), per_key, len(cols)
+    )
 
 
 def to_batch(cols: AnyColumns, layout: SparseLayout) -> Batch:
@@ -173,8 +176,8 @@ def to_batch(cols: AnyColumns, layout: SparseLayout) -> Batch:
     else:
         ids = sparse_ids(cols, layout)
         k, b, h = ids.shape
-        flat = np.ascontiguousarray(ids).reshape(k, b * h)
-        kjt = keyed_jagged(layout.keys(), list(flat), [np.full(b, h)] * k, b)
+        flat = np.ascontiguousarray(ids).reshape(-1)  # key-major already: no copy per key
+        kjt = keyed_jagged(layout.keys(), flat, np.full(k * b, h), [b * h] * k, b)
     return Batch(
         dense_features=torch.from_numpy(np.asarray(cols.dense, dtype=np.float32)),
         sparse_features=kjt,

@@ -465,6 +465,12 @@ def time_cuts(ds: Any, schema: DatasetSchema, files: list[str]) -> tuple[float, 
     for b in _batches(hists):
         for h in b.column("hist").to_pylist():
             hist += pickle.loads(h)
+    return cuts_of(hist, lo, hi, schema)
+
+
+def cuts_of(hist: np.ndarray, lo: float, hi: float, schema: DatasetSchema) -> tuple[float, float]:
+    """``(val_from, test_from)``: the bin edges where the time histogram over ``[lo, hi]``
+    reaches the training and the training + validation shares."""
     edges = np.linspace(lo, hi if hi > lo else lo + 1, HIST_BINS + 1)
     cum = np.cumsum(hist) / max(hist.sum(), 1)
 

@@ -44,11 +44,12 @@ def merge_counts(a: Counts, b: Counts) -> Counts:
 
 
 def build(counts: Counts, min_count: int) -> np.ndarray:
-    """The kept values (seen >= ``min_count`` times) in id order: descending count, then value."""
+    """The kept values (seen >= ``min_count`` times) in id order: descending count, then value
+    (in the values' own dtype: Criteo's uint32 hashes, or a user's data's uint64 value hashes)."""
     values, n = counts
     keep = n >= min_count
     values, n = values[keep], n[keep]
-    return values[np.lexsort((values, -n))].astype(np.uint32)
+    return values[np.lexsort((values, -n))]
 
 
 class Vocab:
