@@ -116,6 +116,18 @@ def shard_range(n: int, rank: int, world_size: int) -> tuple[int, int]:
     return n * rank // world_size, n * (rank + 1) // world_size
 
 
+def map_position(position: int, saved_rows: int, rows: int) -> int:
+    """A worker's data position (rows consumed of a shard of ``saved_rows`` rows, over epochs)
+    carried to a shard of ``rows`` rows, when a run resumes on another number of workers: the
+    same epoch, and the same fraction of it done (rounded down). Which rows of the current epoch
+    were already seen does not carry over (the shards and their shuffles differ), so up to that
+    fraction of one epoch may be seen twice or skipped; every later epoch is whole."""
+    if saved_rows <= 0 or saved_rows == rows:
+        return position
+    epoch, offset = divmod(position, saved_rows)
+    return epoch * rows + offset * rows // saved_rows
+
+
 def sparse_ids(cols: Columns, layout: SparseLayout) -> np.ndarray:
     """``[K, B, H]`` ids in the layout's key order: each feature's ids mod its table's rows, then
     each QR feature's quotient under its key and its remainder under ``key + QR_SUFFIX``."""

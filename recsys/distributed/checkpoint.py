@@ -7,6 +7,12 @@ states: the CPU generator's and, on a GPU worker, its device's (FBGEMM's fp16/bf
 stochastically in backward with the CUDA generator, so an exact resume needs it). Everything
 loads with DCP or ``torch.load(weights_only=True)``: no arbitrary pickles.
 
+A checkpoint loads on any number of workers. DCP reshards the tables and the optimizer state
+(fused and dense) to the loading plan, exactly. What is per rank follows a rule (``load``):
+step and best report are the same on every rank; rank ``r`` takes rank ``r``'s RNG states if the
+saving run had that rank, else a generator seeded from the step and ``r``; the data position is
+mapped by the trainer (``recsys.data.loader.map_position``).
+
 With Ray Train every rank saves into its own local folder and reports it; Ray merges the folders
 into one checkpoint directory on the run's storage.
 """
@@ -38,6 +44,8 @@ class TrainState:
     best: float = float("nan")
     best_step: int = 0
     stale: int = 0
+    shard_rows: int = 0  # rows of the data shard that data_position counts in (0: not known)
+    saved_world_size: int = 0  # workers of the run whose checkpoint this came from (0: fresh)
 
 
 def _worker_file(folder: str, rank: int) -> str:
@@ -45,7 +53,7 @@ def _worker_file(folder: str, rank: int) -> str:
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is incomplete, corrupt, unwritable or from another world size."""
+    """A checkpoint is incomplete, corrupt or unwritable."""
 
 
 def rng_states(device: torch.device) -> dict[str, torch.Tensor]:
@@ -89,6 +97,7 @@ def save(
                 "best": state.best,
                 "best_step": state.best_step,
                 "stale": state.stale,
+                "shard_rows": state.shard_rows,
                 "world_size": world_size,
                 **rng_states(device),
             },
@@ -99,10 +108,17 @@ def save(
         raise CheckpointError(f"cannot write checkpoint to {folder}: {reason}") from e
 
 
-def verify(folder: str, world_size: int) -> None:
-    """Raise ``CheckpointError`` naming what is wrong unless ``folder`` is a complete checkpoint of
-    ``world_size`` ranks: metadata readable, every shard file at least as long as the metadata
-    says, every worker file loadable. Every rank reaches the same verdict from the same files."""
+def saved_world_size(folder: str) -> int:
+    """How many workers wrote the checkpoint in ``folder`` (from rank 0's worker file)."""
+    extra = torch.load(_worker_file(folder, 0), weights_only=True)
+    return int(extra["world_size"])
+
+
+def verify(folder: str) -> int:
+    """Raise ``CheckpointError`` naming what is wrong unless ``folder`` is a complete checkpoint:
+    metadata readable, every shard file at least as long as the metadata says, the worker file of
+    every rank that saved it loadable and agreeing on their number. Every rank reaches the same
+    verdict from the same files. Returns the number of ranks that saved it."""
     if not os.path.isdir(folder):
         raise CheckpointError(f"{folder}: no such checkpoint folder")
     try:
@@ -120,16 +136,20 @@ def verify(folder: str, world_size: int) -> None:
         if have < size:
             what = "is missing" if have < 0 else f"is truncated ({have} of {size} bytes)"
             raise CheckpointError(f"{folder}: shard {name} {what}")
-    for rank in range(world_size):
+    saved, rank = None, 0
+    while saved is None or rank < saved:
         try:
             extra = torch.load(_worker_file(folder, rank), weights_only=True)
         except Exception as e:
             raise CheckpointError(f"{folder}: worker_{rank}.pt unreadable ({e})") from None
-        if extra.get("world_size") != world_size:
+        saved = int(extra.get("world_size", 0)) if saved is None else saved
+        if extra.get("world_size") != saved or saved < 1:
             raise CheckpointError(
-                f"{folder}: saved by {extra.get('world_size')} workers, resuming with "
-                f"{world_size}; resume with the same number of workers"
+                f"{folder}: worker_{rank}.pt says {extra.get('world_size')} workers saved it, "
+                f"worker_0.pt says {saved}"
             )
+        rank += 1
+    return saved
 
 
 def load(
@@ -140,9 +160,11 @@ def load(
     world_size: int,
     device: torch.device = CPU,
 ) -> TrainState:
-    """Restore model, optimizer and this rank's state in place (collective). Callers run
-    ``verify`` first and agree on the verdict across ranks (``recsys.train.resume.restore``)."""
-    extra = torch.load(_worker_file(folder, rank), weights_only=True)
+    """Restore model, optimizer and this rank's state in place (collective), whatever the number
+    of workers that saved it (the module docstring has the rule). Callers run ``verify`` first
+    and agree on the verdict across ranks (``recsys.train.resume.restore``)."""
+    saved = saved_world_size(folder)
+    extra = torch.load(_worker_file(folder, min(rank, saved - 1)), weights_only=True)
     init_lazy_state(optimizer)
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
     if not has_optimizer_state(folder):  # stateless optimizers (SGD): DCP wrote no "optim"
@@ -153,14 +175,27 @@ def load(
         optimizer.load_state_dict(state["optim"])
     if hasattr(optimizer, "set_optimizer_step"):  # FBGEMM's step counter (Adam's bias correction)
         optimizer.set_optimizer_step(int(extra["step"]))
-    set_rng_states(extra, device)
+    if rank < saved:
+        set_rng_states(extra, device)
+    else:
+        seed_new_rank(int(extra["step"]), rank, device)
     return TrainState(
         step=int(extra["step"]),
         data_position=int(extra["data_position"]),
         best=float(extra.get("best", float("nan"))),
         best_step=int(extra.get("best_step", 0)),
         stale=int(extra.get("stale", 0)),
+        shard_rows=int(extra.get("shard_rows", 0)),
+        saved_world_size=saved,
     )
+
+
+def seed_new_rank(step: int, rank: int, device: torch.device) -> None:
+    """The generators of a rank that the saving run did not have: seeded from step and rank, so
+    they repeat no saved rank's stream and a second resume the same way draws the same."""
+    torch.manual_seed(1_000_003 * step + rank)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(1_000_003 * step + rank)
 
 
 def has_optimizer_state(folder: str) -> bool:

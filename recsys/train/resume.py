@@ -27,7 +27,7 @@ def restore(
         with reporter.open_checkpoint(handle) as folder:
             reason = ""
             try:
-                checkpoint.verify(folder, env.world_size)
+                checkpoint.verify(folder)
             except checkpoint.CheckpointError as e:
                 reason = str(e)
             if collectives.all_agree(not reason, env.device):

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from recsys.config import ExperimentConfig
-from recsys.data import TrainStream, load_splits
+from recsys.data import TrainStream, load_splits, shard_range
+from recsys.data.loader import map_position
 from recsys.data.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
 from recsys.distributed.env import WorkerEnv
@@ -106,6 +107,7 @@ class Trainer:
         built = build(cfg, env)
         self.plan = built.plan
         self.state = restore(reporter, built.model, built.optimizer, env, log)
+        self.resume_note = self._reshard_position()
         self.stream = TrainStream(
             self.splits.train,
             rank=env.rank,
@@ -132,6 +134,30 @@ class Trainer:
         self.history: list[tuple[int, float]] = []  # (step, loss) since the last report
         self.scorer = Scorer.of(cfg.train)
         self.stopped_early = False
+
+    def _reshard_position(self) -> str:
+        """Carry a checkpoint of another number of workers to this one: the data position by
+        ``map_position``; returns the notice for the log and the first report ('' if the
+        number is the same)."""
+        start, stop = shard_range(len(self.splits.train), self.env.rank, self.env.world_size)
+        state, rows = self.state, stop - start
+        saved = state.saved_world_size
+        if state.shard_rows and state.shard_rows != rows:
+            state.data_position = map_position(state.data_position, state.shard_rows, rows)
+        state.shard_rows = rows
+        if not saved or saved == self.env.world_size:
+            return ""
+        per_worker = self.cfg.train.batch_size
+        note = (
+            f"resumed at step {state.step} on {self.env.world_size} workers from a checkpoint of "
+            f"{saved}: tables and optimizer state resharded exactly; the data position kept its "
+            f"epoch and the fraction done (rows of the current epoch may repeat or be skipped); "
+            f"ranks {saved} and up got fresh RNG seeds; the global batch is now "
+            f"{per_worker * self.env.world_size} (was {per_worker * saved})"
+        )
+        if self.env.is_main:
+            self.log(f"warning: {note}")
+        return note
 
     def train(self) -> dict[str, Any]:
         """Train to ``cfg.train.steps``; returns the last report's metrics. A run restored at or
@@ -199,6 +225,7 @@ class Trainer:
         global_batch = self.cfg.train.batch_size * self.env.world_size
         return {
             **self.static,
+            **self._take_note(),
             "step": self.state.step,
             "epoch": self.epoch,
             "loss": self.history[-1][1] if self.history else float("nan"),
@@ -206,6 +233,11 @@ class Trainer:
             "ids_hashed": self.stream.ids_hashed,
             "lr_factor": lr_factor,
         }
+
+    def _take_note(self) -> dict[str, str]:
+        """The resume notice, in the first report after the resume only."""
+        note, self.resume_note = self.resume_note, ""
+        return {"resume_note": note} if note else {}
 
     def _report_point(self, lr_factor: float) -> dict[str, Any]:
         """Evaluate when due, then checkpoint and report (the model's plain forward meanwhile)."""
@@ -255,6 +287,7 @@ class Trainer:
         """The report of a run with no step left: its stored best, no new checkpoint."""
         metrics = {
             **self.static,
+            **self._take_note(),
             "step": self.state.step,
             "epoch": self.epoch,
             "loss_history": [],

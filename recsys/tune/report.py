@@ -28,5 +28,8 @@ class MlflowReportCallback(UserCallback):  # type: ignore[misc]
         if self._tracker is None:
             self._tracker = Tracker(self.uri)
         self._tracker.log_report(self.run_id, metrics[0])
-        if checkpoint is not None:
-            self._tracker.set_tags(self.run_id, {Tag.LAST_CHECKPOINT: checkpoint.path})
+        tags = {Tag.LAST_CHECKPOINT: checkpoint.path} if checkpoint is not None else {}
+        if metrics[0].get("resume_note"):
+            tags[Tag.RESUME_NOTE] = str(metrics[0]["resume_note"])
+        if tags:
+            self._tracker.set_tags(self.run_id, tags)

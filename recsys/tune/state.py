@@ -69,6 +69,24 @@ def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
     return True
 
 
+def worker_change(opts: SweepOptions) -> str:
+    """On a resume, a notice if the trials now get another number of workers (or device) than the
+    sweep started with: their checkpoints are resharded ('' if nothing changed)."""
+    path = os.path.join(sweep_dir(opts), "sweep.json")
+    with open(path) as f:
+        started = json.load(f).get("options", {})
+    was = (started.get("num_workers"), bool(started.get("use_gpu")))
+    if was == (opts.num_workers, opts.use_gpu):
+        return ""
+    kind = {False: "CPU", True: "GPU"}
+    return (
+        f"note: sweep {opts.name!r} started with {was[0]} {kind[was[1]]} workers per trial, it "
+        f"resumes with {opts.num_workers} {kind[opts.use_gpu]}: each unfinished trial's checkpoint "
+        "is resharded (tables and optimizer state exactly; data position by epoch fraction; the "
+        "global batch changes), and its MLflow run is tagged recsys.resume_note"
+    )
+
+
 def save_state(space: SearchSpace, opts: SweepOptions) -> None:
     os.makedirs(sweep_dir(opts), exist_ok=True)
     state = {

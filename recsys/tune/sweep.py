@@ -24,7 +24,7 @@ import yaml
 from recsys.configlib import ConfigError
 from recsys.tune.results import METRICS, format_table, pareto_plot, trial_frame
 from recsys.tune.space import SearchSpace
-from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir
+from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir, worker_change
 from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import FinishStoppedTrials, TrialSpec, run_trial
 
@@ -218,6 +218,8 @@ def launch(
     from recsys.cluster import alive_nodes, check_fits, connect
 
     restore = check_resume(space, opts)
+    if restore and (change := worker_change(opts)):
+        print(change)
     tracker = Tracker(opts.tracking_uri)
     tracker.check_reachable()
     connect(address)

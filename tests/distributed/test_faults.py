@@ -71,7 +71,7 @@ def test_disk_full_is_a_clear_error_and_previous_checkpoint_stays(tmp_path):
     assert "step_00000012" in results[0]["error"] and "No space left" in results[0]["error"]
     from recsys.distributed.checkpoint import verify
 
-    verify(str(tmp_path / "step_00000006"), world_size=1)  # still complete
+    verify(str(tmp_path / "step_00000006"))  # still complete
 
 
 def test_diverged_trial_stops_with_status(tmp_path):

@@ -51,3 +51,13 @@ def test_ragged_batches_carry_length_per_key_and_real_lengths(seed):
     assert kjt["b"].values().tolist() == (b // 8).tolist()
     assert kjt["b__qr_r"].values().tolist() == (b % 8).tolist()
     assert kjt["a"].values().tolist() == (values[0] % 50).tolist()
+
+
+def test_a_data_position_keeps_its_epoch_and_fraction_on_another_shard():
+    from recsys.data.loader import map_position
+
+    assert map_position(250, 100, 100) == 250  # same shard: unchanged
+    assert map_position(250, 100, 40) == 2 * 40 + 20  # epoch 2, half done
+    assert map_position(250, 100, 300) == 2 * 300 + 150
+    assert map_position(99, 100, 7) == 6  # rounded down, still in the same epoch
+    assert map_position(250, 0, 40) == 250  # a checkpoint that did not record its shard

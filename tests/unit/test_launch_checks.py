@@ -41,6 +41,19 @@ def test_resume_checks(tmp_path):
         check_resume(other, opts)
 
 
+def test_a_resume_on_another_worker_count_is_announced(tmp_path):
+    import dataclasses
+
+    from recsys.tune.state import worker_change
+
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x")
+    save_state(space, opts)
+    assert worker_change(opts) == ""
+    more = dataclasses.replace(opts, num_workers=8, use_gpu=True)
+    assert "started with 2 CPU workers per trial, it resumes with 8 GPU" in worker_change(more)
+
+
 def cli(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "experiments", script), *args],

@@ -38,6 +38,21 @@ def test_reattach_and_idempotent_logging(tmp_path):
     assert len(client.search_runs([exp])) == 2
 
 
+def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
+    from recsys.tune.report import MlflowReportCallback
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    callback = MlflowReportCallback(uri, run)
+    callback.after_report(None, [{**report(10, 0.6), "resume_note": "resumed on 3 of 2"}], None)
+    callback.after_report(None, [report(20, 0.7)], None)
+    data = MlflowClient(uri).get_run(run).data
+    assert data.tags["recsys.resume_note"] == "resumed on 3 of 2"
+    assert "resume_note" not in data.metrics and data.metrics["val_auc"] == 0.7
+
+
 def test_unreachable_store_is_a_clear_error_before_launch():
     port = free_port()
     t0 = time.time()
