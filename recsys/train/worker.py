@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -142,3 +143,16 @@ def train_func(config: dict[str, Any]) -> None:
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
     trainer.train()
+    hold_after_training()
+
+
+HOLD_ENV = "RECSYS_TEST_HOLD_AFTER_TRAINING_S"
+
+
+def hold_after_training() -> None:
+    """For the tests only: with ``RECSYS_TEST_HOLD_AFTER_TRAINING_S`` set, a worker waits that
+    long after its last report, so a test can kill the sweep exactly after a trial's last
+    checkpoint and before Tune records the trial as done (``tests/ray/test_sweep_resume.py``)."""
+    seconds = float(os.environ.get(HOLD_ENV, "0") or 0)
+    if seconds > 0:
+        time.sleep(seconds)

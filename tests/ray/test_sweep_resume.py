@@ -1,7 +1,8 @@
 """Kill the sweep driver (SIGKILL) after trial 1 finished and while trial 2 is mid-run; resume.
 
 Trial 1 is not re-run, trial 2 continues from its checkpoint, every trial ends, and MLflow has
-exactly one run per trial with a continuous, duplicate-free step axis.
+exactly one run per trial with a continuous, duplicate-free step axis. A second case kills the
+sweep exactly after a trial's last checkpoint and before Tune recorded the trial as done.
 """
 
 from __future__ import annotations
@@ -97,4 +98,49 @@ def test_killed_driver_resumes(tmp_path):
     steps = [m.step for m in client.get_metric_history(runs[1].info.run_id, "loss")]
     assert steps == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
     assert "resumed from step" in resumed.stdout + resumed.stderr
+    assert "best trials" in resumed.stdout
+
+
+def test_killed_after_the_last_checkpoint_resumes(tmp_path):
+    """The worker holds after its last report (``RECSYS_TEST_HOLD_AFTER_TRAINING_S``): the
+    checkpoint of the last step is registered and logged, the trial is still running; the whole
+    sweep (driver and its Ray) is killed there. The resumed trial has nothing left to train, so
+    it reports its stored best and finishes, and the resume exits 0."""
+    from recsys.train.worker import HOLD_ENV
+
+    steps = 40
+    space = Path(write_space(tmp_path, steps=steps))
+    text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 20")
+    space.write_text(text.replace("{grid: [fp32, fp16]}", "{grid: [fp32]}"))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    first = subprocess.Popen(
+        sweep_cmd(str(space), tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, HOLD_ENV: "600"},
+    )
+    try:
+        deadline = time.time() + 400
+        while not (runs := trial_runs(client)) or runs[0].data.metrics.get("step") != steps:
+            assert first.poll() is None and time.time() < deadline, "no report of the last step"
+            time.sleep(0.3)
+        assert runs[0].info.status == "RUNNING"  # Tune has not recorded the trial as done
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    resumed = subprocess.run(
+        sweep_cmd(str(space), tmp_path, "--resume"), capture_output=True, text=True, timeout=600
+    )
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    assert "nothing left to train" in out
+    (run,) = trial_runs(client)
+    assert run.info.status == "FINISHED"
+    # recorded as finished at its last step (without the stored-best report: "stopped", step 20)
+    assert run.data.tags["recsys.status"] == "finished"
+    assert f"done: step {steps}, best val_auc" in resumed.stdout
+    steps_logged = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    assert steps_logged == list(range(5, steps + 1, 5))
     assert "best trials" in resumed.stdout
