@@ -161,8 +161,7 @@ def memory_vs_days(rows_per_day: int, steps: int) -> str:
 
 def larger_than_memory(gib: float, steps: int, days: int = 8) -> str:
     """``steps`` steps with 2 workers on a folder of ``gib`` GiB (more than this machine's RAM)."""
-    from recsys.cluster import connect
-    from recsys.distributed.sharding import host_memory_bytes
+    from recsys.cluster import connect, host_memory_bytes
 
     connect(None, log_to_driver=False)
     rows_per_day = int(gib * 2**30 / ROW_BYTES / days)

@@ -118,6 +118,42 @@ def check_fits(
     placement_strategy(num_workers, node_slots(nodes, cpus_per_worker, gpus_per_worker))
 
 
+def host_memory_bytes() -> int:
+    """The memory a process on this machine can use: physical memory, capped by the container's
+    cgroup limit where there is one (cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``).
+    The one rule for host memory: workers plan with it, and the sweep's feasibility check
+    measures it on the cluster's nodes (``node_host_memory``)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return min(physical, int(text))
+    return physical
+
+
+def node_host_memory(cpus: float, gpus: float, timeout_s: float = 120.0) -> int:
+    """The smallest ``host_memory_bytes`` of the alive nodes that can hold a worker of ``cpus``
+    CPUs and ``gpus`` GPUs, each measured on its node by a task that takes no CPU."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    slots = node_slots([n["Resources"] for n in nodes], cpus, gpus)
+    probe = ray.remote(num_cpus=0)(host_memory_bytes)
+    refs = [
+        probe.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote()
+        for n, s in zip(nodes, slots, strict=True)
+        if s
+    ]
+    return min(ray.get(refs, timeout=timeout_s), default=0)
+
+
 def alive_nodes() -> list[dict[str, float]]:
     import ray
 

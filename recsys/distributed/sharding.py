@@ -13,7 +13,6 @@ the feasibility check before a trial launches.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +35,7 @@ from torchrec.distributed.planner.types import (
 )
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
+from recsys.cluster import host_memory_bytes
 from recsys.config import (
     CUDA_ONLY_SHARDING,
     SHARDING_TYPES,
@@ -127,11 +127,6 @@ def quiet_plan_notes() -> None:
     root = logging.getLogger()
     if not any(isinstance(f, DataParallelSpecNote) for f in root.filters):
         root.addFilter(DataParallelSpecNote())
-
-
-def host_memory_bytes() -> int:
-    """This machine's physical memory."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 @dataclass(frozen=True)

@@ -168,16 +168,17 @@ def legacy_tune_output() -> Iterator[None]:
 
 
 def machine_spec(opts: SweepOptions, nodes: list[dict[str, float]]) -> dict[str, Any]:
-    """What one worker has, as the planner sees it: its device's memory (a GPU's HBM, measured on
-    one of the cluster's GPUs, or ``--device-memory-gb``; on CPU its share of the node's memory)
-    and its share of host memory. Workers share a node ``local_world_size`` at a time."""
-    from recsys.cluster import node_slots
+    """What one worker has, as the planner sees it, by the workers' own rule
+    (``Machine.of``): its device's memory (a GPU's HBM, measured on one of the cluster's GPUs, or
+    ``--device-memory-gb``; on CPU its share of host memory) and its share of the host memory
+    of its node (``host_memory_bytes``, measured on the smallest node that can hold workers).
+    Workers share a node ``local_world_size`` at a time."""
+    from recsys.cluster import node_host_memory, node_slots
 
     gpus = 1.0 if opts.use_gpu else 0.0
     slots = node_slots(nodes, opts.cpus_per_worker, gpus)
     local = max(1, min(opts.num_workers, max(slots, default=1)))
-    memory = [n.get("memory", 0.0) for n, s in zip(nodes, slots, strict=True) if s]
-    ddr = int(min(memory, default=0.0) / local)
+    ddr = node_host_memory(opts.cpus_per_worker, gpus) // local
     given = int(opts.device_memory_gb * 2**30) if opts.device_memory_gb else None
     if not opts.use_gpu:
         return {"device": "cpu", "hbm": None, "ddr": given or ddr, "local_world_size": local}

@@ -40,6 +40,14 @@ def two_nodes():
         cluster.shutdown()
 
 
+def test_host_memory_is_measured_on_the_nodes_by_the_workers_rule(two_nodes):
+    from recsys.cluster import host_memory_bytes, node_host_memory
+
+    # both simulated nodes are this machine: the same figure a worker here plans with
+    assert node_host_memory(1.0, 0.0) == host_memory_bytes()
+    assert node_host_memory(4.0, 0.0) == 0  # no node can hold such a worker
+
+
 def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
     import ray
 

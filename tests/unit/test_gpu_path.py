@@ -3,6 +3,7 @@ check is covered by ``./run.sh gpu-check`` (tests marked ``gpu``)."""
 
 from __future__ import annotations
 
+import os
 import ast
 import dataclasses
 from pathlib import Path
@@ -181,3 +182,27 @@ def test_export_loads_bf16_tables_into_fp32(tmp_path):
     table = loaded.model.sparse_arch.embedding_bag_collection.embedding_bags["t_cat_0"].weight
     assert table.dtype == torch.float32
     assert torch.isfinite(table).all() and table.max().item() == pytest.approx(1.0e5, rel=1e-2)
+
+
+def test_host_memory_is_the_containers_limit_where_it_is_lower(monkeypatch, tmp_path):
+    """One rule for host memory, in workers and in the sweep's check: physical, capped by cgroup."""
+    import builtins
+
+    from recsys import cluster
+
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limits = {"/sys/fs/cgroup/memory.max": "max", "/sys/fs/cgroup/memory/memory.limit_in_bytes": ""}
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        if path in limits:
+            (tmp_path / "limit").write_text(limits[path])
+            return real_open(tmp_path / "limit", *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert cluster.host_memory_bytes() == physical  # "max": no limit
+    limits["/sys/fs/cgroup/memory.max"] = str(2**30)
+    assert cluster.host_memory_bytes() == 2**30
+    limits["/sys/fs/cgroup/memory.max"] = str(physical * 4)
+    assert cluster.host_memory_bytes() == physical
