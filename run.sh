@@ -5,6 +5,10 @@
 #   ./run.sh test  [pytest args]     set up, then lint, type-check and run the test suite
 #   ./run.sh setup                   only set up the environment (.venv)
 #   ./run.sh gpu-check [item ...]    on a GPU host: set up the CUDA stack, run the GPU-only checks
+#   ./run.sh test-compat 2.11 [pytest args]  the suite on another supported torch (recsys/stack.py),
+#                                    in its own venv (.venv-torch2.11); not run by CI
+#   ./run.sh test-offline            build a CPU wheelhouse for this host, set up a fresh venv from
+#                                    it with no index and no network, run the offline checks
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 verb=${1:-}
@@ -33,7 +37,15 @@ case $verb in
         fi
         RECSYS_FBGEMM=cuda bash scripts/setup.sh   # also runs FBGEMM's CUDA kernels (env_check)
         exec "$py" scripts/gpu_check.py "$@" ;;
+    test-compat)
+        version=${1:?usage: ./run.sh test-compat TORCH_VERSION [pytest args]}
+        shift
+        export RECSYS_VENV=$PWD/.venv-torch$version RECSYS_TORCH=$version
+        bash scripts/setup.sh
+        exec "$RECSYS_VENV/bin/python" -m pytest "$@" ;;
+    test-offline)
+        bash scripts/offline_check.sh "$@" ;;
     *)
-        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check} [args...]" >&2
+        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check|test-compat|test-offline} [args...]" >&2
         exit 2 ;;
 esac

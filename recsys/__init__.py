@@ -5,3 +5,7 @@ from ``recsys.distributed`` and orchestration lives in ``recsys.tune``.
 """
 
 __version__ = "0.1.0"
+
+from recsys.stack import quiet_fbgemm_compat_notice as _quiet
+
+_quiet()  # before anything imports FBGEMM (see recsys.stack.CompatNoticeFilter)

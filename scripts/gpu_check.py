@@ -4,7 +4,11 @@ the CUDA stack and runs FBGEMM's CUDA kernels through ``python -m recsys.env_che
     ./run.sh gpu-check            # every item; exit status 1 if any failed
     ./run.sh gpu-check resume     # only the items whose name contains "resume"
 
-Items that need more GPUs than the machine has are reported as skipped, not failed.
+Every item names the GPUs it needs. Items that need more GPUs than the machine has are not run
+(``SKIP``), and the verdict is then ``INCOMPLETE``, never ``passed``: one GPU runs one rank (NCCL
+refuses two ranks on one device), so a one-GPU host checks the one-rank variants only.
+
+Exit status: 0 every item passed, 1 an item failed (or no GPU), 3 incomplete (none failed).
 """
 
 from __future__ import annotations
@@ -17,19 +21,41 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = "tests/gpu/test_gpu.py::"
-ITEMS = [
-    ("NCCL sharded == unsharded, row/table/column-wise + QR, debug gather (2 GPUs)",
+ITEMS = [  # (what it checks, GPUs it needs, pytest node or "smoke")
+    ("NCCL sharded == unsharded, row/table/column-wise + QR, debug gather", 2,
      TESTS + "test_nccl_sharded_matches_unsharded_row_and_table_wise[plain]"),
-    ("TrainPipelineSparseDist on CUDA streams == unsharded (2 GPUs)",
+    ("TrainPipelineSparseDist on CUDA streams == unsharded", 2,
      TESTS + "test_nccl_sharded_matches_unsharded_row_and_table_wise[pipeline]"),
-    ("exact resume on NCCL, fp32 / fp16 / bf16 tables, CUDA RNG restored (2 GPUs)",
+    ("TrainPipelineSparseDist on CUDA streams == plain steps, one rank", 1,
+     TESTS + "test_one_gpu_pipeline_equals_plain_steps"),
+    ("exact resume on NCCL, fp32 / fp16 / bf16 tables, CUDA RNG restored", 2,
      TESTS + "test_nccl_resume_is_exact"),
-    ("export of a GPU-trained checkpoint (2 GPUs)",
-     TESTS + "test_export_of_a_gpu_trained_checkpoint"),
-    ("Ray Train worker killed, restart from its checkpoint on NCCL (2 GPUs)",
+    ("exact resume with FBGEMM's embedding Adam (step counter restored)", 2,
+     TESTS + "test_nccl_resume_is_exact_with_embedding_adam"),
+    ("exact resume on one rank, row-wise Adagrad and embedding Adam", 1,
+     TESTS + "test_one_gpu_resume_is_exact"),
+    ("export of a GPU-trained checkpoint", 2, TESTS + "test_export_of_a_gpu_trained_checkpoint"),
+    ("export of a one-GPU checkpoint", 1, TESTS + "test_export_of_a_one_gpu_checkpoint"),
+    ("Ray Train worker killed, restart from its checkpoint on NCCL", 2,
      TESTS + "test_killed_gpu_worker_restarts_from_last_checkpoint"),
-    ("the planner is told this GPU's memory (1 GPU)", TESTS + "test_the_planner_sees_this_gpu"),
+    ("Ray Train worker killed on one GPU, restart from its checkpoint", 1,
+     TESTS + "test_killed_worker_on_one_gpu_restarts_from_last_checkpoint"),
+    ("the planner is told this GPU's memory", 1, TESTS + "test_the_planner_sees_this_gpu"),
+    ("2-trial smoke sweep with --gpus", 1, "smoke"),
 ]  # fmt: skip
+
+
+def verdict(results: list[tuple[str, int]], gpus: int) -> tuple[str, int]:
+    """The summary line and exit status of ``(status, gpus needed)`` per item run or not."""
+    statuses = [s for s, _ in results]
+    passed, failed, skipped = (statuses.count(k) for k in ("PASS", "FAIL", "SKIP"))
+    counts = f"{passed} passed, {failed} failed, {skipped} not run, on {gpus} GPU(s)"
+    if failed or not results:
+        return f"gpu-check: FAILED: {counts}", 1
+    if skipped:
+        need = max(n for s, n in results if s == "SKIP")
+        return f"gpu-check: INCOMPLETE: {counts}; the rest needs {need} GPUs", 3
+    return f"gpu-check: passed: {counts}", 0
 
 
 def run_pytest(node: str) -> tuple[str, str]:
@@ -69,20 +95,22 @@ def main(argv: list[str]) -> int:
         print("gpu-check: torch sees no GPU; nothing was run", file=sys.stderr)
         return 1
     wanted = [a.lower() for a in argv]
-    items: list[tuple[str, object]] = [(name, node) for name, node in ITEMS]
-    items.append((f"2-trial smoke sweep with --gpus ({gpus} GPU(s) here)", smoke_sweep))
-    results = []
-    for name, what in items:
+    results: list[tuple[str, int]] = []
+    for name, need, what in ITEMS:
         if wanted and not any(w in name.lower() for w in wanted):
             continue
         t0 = time.time()
-        status, detail = smoke_sweep(gpus) if callable(what) else run_pytest(str(what))
-        results.append(status)
-        print(f"{status}  {name}  [{time.time() - t0:.0f}s]  {detail}", flush=True)
-    failed = results.count("FAIL")
-    print(f"gpu-check: {results.count('PASS')} passed, {failed} failed, "
-          f"{results.count('SKIP')} skipped on {gpus} GPU(s)")  # fmt: skip
-    return 1 if failed or not results else 0
+        if need > gpus:
+            status, detail = "SKIP", f"needs {need} GPUs, this machine has {gpus}"
+        elif what == "smoke":
+            status, detail = smoke_sweep(gpus)
+        else:
+            status, detail = run_pytest(what)
+        results.append((status, need))
+        print(f"{status}  {name} ({need} GPU)  [{time.time() - t0:.0f}s]  {detail}", flush=True)
+    line, code = verdict(results, gpus)
+    print(line)
+    return code
 
 
 if __name__ == "__main__":

@@ -11,6 +11,13 @@
 #                   cu128); torch and fbgemm-gpu both come from
 #                   https://download.pytorch.org/whl/$RECSYS_CUDA, as FBGEMM's install docs ask,
 #                   so their CUDA builds match
+#   RECSYS_TORCH    pinned | preinstalled | a supported version such as 2.11 (default pinned:
+#                   torch 2.13.0). preinstalled keeps the torch that $RECSYS_PYTHON already has (a
+#                   cluster image's): the venv sees it (--system-site-packages) and gets the
+#                   torchrec and FBGEMM that pair with it. recsys/stack.py holds the pairs; any
+#                   other torch is refused before anything is installed.
+#   RECSYS_WHEELHOUSE  a folder of wheels (scripts/wheelhouse.sh builds one): everything is
+#                   installed from it alone (pip --no-index), no network
 #
 # Why the dance with FBGEMM: torchrec declares the CUDA build `fbgemm-gpu`, which fails to import on a
 # host whose torch has no CUDA (libtorch_cuda.so missing). There `fbgemm-gpu-cpu` must be installed in
@@ -23,20 +30,37 @@ venv=${RECSYS_VENV:-$root/.venv}
 python=${RECSYS_PYTHON:-python3}
 want=${RECSYS_FBGEMM:-auto}
 cuda=${RECSYS_CUDA:-cu128}
+torch_choice=${RECSYS_TORCH:-pinned}
+wheelhouse=${RECSYS_WHEELHOUSE:-}
 stamp=$venv/.recsys-setup-stamp
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 fingerprint() {
-    cat "$root/pyproject.toml" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1
+    cat "$root/pyproject.toml" "$root/scripts/setup.sh" "$root/recsys/stack.py" | sha256sum | cut -d' ' -f1
 }
+
+settings() { echo "$want-$cuda-$torch_choice-${wheelhouse:+wheelhouse}"; }
 
 ensure_venv() {
     if [[ ! -x $venv/bin/python ]]; then
-        log "creating virtual environment at $venv"
-        "$python" -m venv "$venv"
-        "$venv/bin/python" -m pip install --quiet --upgrade pip
+        local shared=()
+        [[ $torch_choice == preinstalled ]] && shared=(--system-site-packages)
+        log "creating virtual environment at $venv ${shared[*]}"
+        "$python" -m venv "${shared[@]}" "$venv"
+        [[ -n $wheelhouse ]] || "$venv/bin/python" -m pip install --quiet --upgrade pip
     fi
+}
+
+torch_version() {
+    # The torch version to build on: the preinstalled one, the pinned one, or the one asked for.
+    case $torch_choice in
+        pinned) echo 2.13.0 ;;
+        preinstalled)
+            "$python" -W ignore -c 'import torch; print(torch.__version__)' 2>/dev/null || {
+                log "RECSYS_TORCH=preinstalled, but $python cannot import torch"; return 1; } ;;
+        *) echo "$torch_choice" ;;
+    esac
 }
 
 host_variant() {
@@ -49,55 +73,71 @@ host_variant() {
 }
 
 project_requirements() {
-    # Every requirement of the project (core + the given extras) except torchrec itself.
+    # Every requirement of the project (core + the given extras) except torch, torchrec and
+    # FBGEMM, whose versions depend on the torch (recsys/stack.py).
     "$venv/bin/python" - "$root/pyproject.toml" "$@" <<'PY'
 import sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
 reqs = list(project["dependencies"])
 for extra in sys.argv[2:]:
     reqs += project["optional-dependencies"][extra]
-print("\n".join(r for r in reqs if not r.lower().startswith("torchrec")))
+skip = ("torchrec", "torch=", "fbgemm-gpu")  # installed by install_stack, pinned per pair
+print("\n".join(r for r in reqs if not r.lower().replace(" ", "").startswith(skip)))
 PY
 }
 
 quiet_pip() {
-    # pip install, minus the noise of mirror folders that lack a package.
-    "$venv/bin/python" -m pip install --quiet "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+    # pip install (from the wheelhouse alone when there is one), minus the noise of mirror
+    # folders that lack a package.
+    local source=()
+    [[ -n $wheelhouse ]] && source=(--no-index --find-links "$wheelhouse")
+    "$venv/bin/python" -m pip install --quiet "${source[@]}" "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+}
+
+resolve_pair() {
+    # Sets tv, torch_pin, torchrec_pin, fbgemm_pin; refuses an unsupported torch before anything
+    # is created or installed.
+    local pins
+    tv=$(torch_version) || exit 1
+    pins=$("$python" "$root/recsys/stack.py" pair "$tv") || exit 1
+    read -r torch_pin torchrec_pin fbgemm_pin <<< "$pins"
+    fbgemm_pin=${fbgemm_pin#fbgemm==}
 }
 
 install_stack() {
-    local pip=(quiet_pip)
     local variant=$want
     [[ $variant == auto ]] && variant=$(host_variant)
-    log "FBGEMM variant: $variant"
+    log "torch $tv ($torch_choice): $torchrec_pin, FBGEMM $fbgemm_pin ($variant)${wheelhouse:+, from $wheelhouse}"
+    local index=() other=fbgemm-gpu fbgemm=fbgemm-gpu-cpu
     if [[ $variant == cuda ]]; then
-        local index=https://download.pytorch.org/whl/$cuda
-        log "installing torch==2.13.0 and fbgemm-gpu==1.8.0 from $index"
-        "$venv/bin/python" -m pip uninstall --quiet -y fbgemm-gpu-cpu 2>/dev/null || true
-        # a CPU torch (2.13.0+cpu) satisfies ==2.13.0 and would stay: remove it first
-        if "$venv/bin/python" -W ignore -c 'import sys, torch; sys.exit(bool(torch.version.cuda))' 2>/dev/null; then
+        other=fbgemm-gpu-cpu fbgemm=fbgemm-gpu
+        [[ -z $wheelhouse ]] && index=(--index-url "https://download.pytorch.org/whl/$cuda")
+    fi
+    "$venv/bin/python" -m pip uninstall --quiet -y "$other" 2>/dev/null || true
+    if [[ $torch_choice != preinstalled ]]; then
+        # a CPU torch satisfies ==X.Y.Z and would stay where a CUDA one is wanted: remove it first
+        if [[ $variant == cuda ]] && "$venv/bin/python" -W ignore -c 'import sys, torch; sys.exit(bool(torch.version.cuda))' 2>/dev/null; then
             "$venv/bin/python" -m pip uninstall --quiet -y torch
         fi
-        "${pip[@]}" torch==2.13.0 fbgemm-gpu==1.8.0 --index-url "$index"
-        "${pip[@]}" -e "$root[cuda,dev]"
-    else
-        log "installing torch==2.13.0"
-        "${pip[@]}" torch==2.13.0
-        "$venv/bin/python" -m pip uninstall --quiet -y fbgemm-gpu 2>/dev/null || true
-        project_requirements cpu dev > "$venv/requirements-cpu.txt"
-        "${pip[@]}" -r "$venv/requirements-cpu.txt"
-        "${pip[@]}" --no-deps torchrec==1.8.0
-        "${pip[@]}" --no-deps -e "$root"
+        quiet_pip "$torch_pin" "${index[@]}"
     fi
+    quiet_pip "$fbgemm==$fbgemm_pin" "${index[@]}"
+    # torchrec declares the CUDA fbgemm-gpu and the project pins the default pair: both go in
+    # without dependencies, and everything else they need comes from pyproject.toml
+    project_requirements dev > "$venv/requirements.txt"
+    quiet_pip -r "$venv/requirements.txt"
+    quiet_pip --no-deps "$torchrec_pin"
+    quiet_pip --no-deps -e "$root"
 }
 
 main() {
+    resolve_pair
     ensure_venv
-    if [[ -f $stamp && $(cat "$stamp") == "$(fingerprint)-$want-$cuda" ]]; then
+    if [[ -f $stamp && $(cat "$stamp") == "$(fingerprint)-$(settings)" ]]; then
         log "environment up to date ($venv)"
     else
         install_stack
-        fingerprint | sed "s/\$/-$want-$cuda/" > "$stamp.tmp"
+        echo "$(fingerprint)-$(settings)" > "$stamp.tmp"
     fi
     # Prove the result: torchrec imports and one FBGEMM op runs.
     "$venv/bin/python" -m recsys.env_check

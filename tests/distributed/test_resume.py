@@ -21,6 +21,8 @@ OPTIMIZERS = {
     "adagrad": {},  # row-wise Adagrad on the tables, Adagrad on the rest (the defaults)
     "adam": {"optim.dense_optimizer": "adam"},  # FBGEMM's CPU kernels have no embedding Adam
     "sgd": {"optim.embedding_optimizer": "exact_sgd", "optim.dense_optimizer": "sgd"},
+    # FBGEMM's fused Adam on the tables (its step counter restored by set_optimizer_step): GPU only
+    "embedding_adam": {"optim.embedding_optimizer": "adam", "optim.dense_optimizer": "adam"},
 }
 
 
@@ -120,3 +122,19 @@ def test_prefetching_batches_changes_nothing(tmp_path):
         assert a["metrics"]["loss"] == b["metrics"]["loss"]
         for name, tensor in a["weights"].items():
             torch.testing.assert_close(tensor, b["weights"][name], atol=0, rtol=0)
+
+
+def test_pipelined_steps_equal_plain_steps(tmp_path):
+    """One rank: TrainPipelineSparseDist trains the same model as plain steps (the 1-GPU check in
+    ``tests/gpu`` runs this with NCCL and CUDA streams)."""
+    check_pipeline_equals_plain(tmp_path, atol=1e-6)
+
+
+def check_pipeline_equals_plain(tmp_path, atol, use_gpu=False, backend="gloo"):
+    plain, piped = (
+        run_ranks(_train, str(tmp_path / p), K, p, use_gpu, backend=backend, world_size=1)[0]
+        for p in ("off", "on")
+    )
+    assert piped["metrics"]["loss"] == pytest.approx(plain["metrics"]["loss"], abs=atol)
+    for name, tensor in plain["weights"].items():
+        torch.testing.assert_close(piped["weights"][name], tensor, atol=atol, rtol=0)

@@ -38,6 +38,55 @@ def test_nccl_resume_is_exact(tmp_path, dtype):
     )
 
 
+def test_nccl_resume_is_exact_with_embedding_adam(tmp_path):
+    """FBGEMM's fused Adam on the tables: its moments in the checkpoint, its step counter (kept
+    outside the optimizer state) restored with ``set_optimizer_step``; dense Adam beside it."""
+    test_resume.check_resume_is_exact(
+        tmp_path, "on", atol=1e-6, use_gpu=True, backend="nccl", optim="embedding_adam"
+    )
+
+
+@pytest.mark.gpu(gpus=1)
+@pytest.mark.parametrize("optim", ["adagrad", "embedding_adam"])
+def test_one_gpu_resume_is_exact(tmp_path, optim):
+    """The resume item on one GPU (NCCL with one rank: DCP, the agree collective, CUDA RNG)."""
+    test_resume.check_resume_is_exact(
+        tmp_path, "on", atol=1e-6, use_gpu=True, backend="nccl", world_size=1, optim=optim
+    )
+
+
+@pytest.mark.gpu(gpus=1)
+def test_one_gpu_pipeline_equals_plain_steps(tmp_path):
+    """TrainPipelineSparseDist on CUDA streams trains the same model as plain steps (1 rank)."""
+    test_resume.check_pipeline_equals_plain(tmp_path, GPU_ATOL, use_gpu=True, backend="nccl")
+
+
+@pytest.mark.gpu(gpus=1)
+def test_export_of_a_one_gpu_checkpoint(tmp_path):
+    from recsys.export import export
+
+    run_ranks(test_export._train, str(tmp_path / "ckpt"), True, backend="nccl", world_size=1)
+    report = export(test_export.cfg(), str(tmp_path / "ckpt" / "step_00000030"),
+                    str(tmp_path / "out"), "int8")  # fmt: skip
+    assert report.max_prob_diff < test_export.INT8_MAX_PROB_DIFF, report
+
+
+@pytest.mark.gpu(gpus=1)
+@pytest.mark.ray
+def test_killed_worker_on_one_gpu_restarts_from_last_checkpoint(tmp_path):
+    import ray
+
+    from recsys.cluster import connect
+    from recsys.train.ray_trainer import Resources
+    from tests.ray.test_trainer import fit_killed_once
+
+    connect(None, log_to_driver=False)
+    try:
+        fit_killed_once(tmp_path, Resources(1, True, 1.0))
+    finally:
+        ray.shutdown()
+
+
 def test_export_of_a_gpu_trained_checkpoint(tmp_path):
     from recsys.export import export
 

@@ -3,9 +3,9 @@ check is covered by ``./run.sh gpu-check`` (tests marked ``gpu``)."""
 
 from __future__ import annotations
 
-import os
 import ast
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest

@@ -1,0 +1,152 @@
+"""The torch / torchrec / FBGEMM versions that go together, and which one a host gets.
+
+Standard library only: ``scripts/setup.sh`` runs this file with the host's Python before anything
+is installed (``python3 recsys/stack.py pair 2.11.0+cu130``), and ``recsys/__init__.py`` reads it.
+
+    python3 recsys/stack.py pair 2.11.0+cu130   # torch==2.11.0 torchrec==1.6.1 fbgemm==1.6.0
+    python3 recsys/stack.py pair 2.9.1          # exit 2: unsupported, naming the supported ones
+    python3 recsys/stack.py table               # the README's table of pairs
+
+Only the first two numbers of a torch version choose the pair; the local part (``+cu130``,
+``+cpu``) is the host's build of it. FBGEMM's compiled operators are built against one torch
+minor version: against another they fail to load (undefined symbols) or load and misbehave, so
+anything else is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One supported combination and how it is tested."""
+
+    torch: str
+    torchrec: str
+    fbgemm: str
+    tested: str  # where this pair's CPU suite runs
+    note: str = ""
+
+
+PINNED = "2.13"
+STACKS = {
+    "2.13": Stack("2.13.0", "1.8.0", "1.8.0", "CI, every run (`./run.sh test`)"),
+    "2.11": Stack(
+        "2.11.0",
+        "1.6.1",
+        "1.6.0",
+        "`./run.sh test-compat 2.11` (not in CI)",
+        "vendor images with CUDA 13 (torch 2.11.0+cu130); there is no torchrec 1.6.0",
+    ),
+}
+
+
+class UnsupportedTorch(ValueError):
+    """A torch version no supported stack pairs with."""
+
+
+def minor(version: str) -> str:
+    """``2.11`` of ``2.11.0+cu130``."""
+    m = re.match(r"^(\d+)\.(\d+)", version.strip())
+    if not m:
+        raise UnsupportedTorch(f"cannot read a torch version from {version!r}")
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+def pair_for(torch_version: str) -> Stack:
+    """The stack for a torch version (any patch or local build of a supported minor)."""
+    key = minor(torch_version)
+    if key not in STACKS:
+        known = ", ".join(f"torch {s.torch}" for s in STACKS.values())
+        raise UnsupportedTorch(
+            f"torch {torch_version} is not supported: FBGEMM's operators are built for one torch "
+            f"version each and the supported pairs are {known}. Install one of them, or let "
+            "setup install the pinned one (RECSYS_TORCH=pinned)"
+        )
+    return STACKS[key]
+
+
+def is_supported(torch_version: str, fbgemm_version: str) -> bool:
+    """Whether this torch and FBGEMM are one of the supported pairs."""
+    try:
+        stack = pair_for(torch_version)
+    except UnsupportedTorch:
+        return False
+    return fbgemm_version.split("+")[0] == stack.fbgemm
+
+
+def installed_versions() -> tuple[str, str]:
+    """The installed torch's and FBGEMM's versions ('' where missing)."""
+    found = []
+    for names in (("torch",), ("fbgemm-gpu", "fbgemm-gpu-cpu")):
+        version = ""
+        for name in names:
+            try:
+                version = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+        found.append(version)
+    return found[0], found[1]
+
+
+class CompatNoticeFilter(logging.Filter):
+    """FBGEMM 1.4+ logs "_fbgemm_torch_compat_table has no entry for <version>" on the root
+    logger once per library it loads (14 lines per process for 1.6.0): its table stops at 1.3.
+    For a pair this project supports (tested here) the notice says nothing, so it is dropped;
+    for any other pair it stays."""
+
+    NOTICE = "_fbgemm_torch_compat_table has no entry for"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._supported: bool | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.NOTICE not in str(record.msg):
+            return True
+        if self._supported is None:
+            self._supported = is_supported(*installed_versions())
+        return not self._supported
+
+
+def quiet_fbgemm_compat_notice() -> None:
+    """Install ``CompatNoticeFilter`` on the root logger, once (before FBGEMM is imported)."""
+    root = logging.getLogger()
+    if not any(isinstance(f, CompatNoticeFilter) for f in root.filters):
+        root.addFilter(CompatNoticeFilter())
+
+
+def table() -> str:
+    """The supported pairs as a Markdown table."""
+    rows = ["| torch | torchrec | fbgemm-gpu / fbgemm-gpu-cpu | tested by | note |",
+            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for key, s in STACKS.items():
+        note = s.note or ("the pinned stack" if key == PINNED else "")
+        rows.append(f"| {s.torch} | {s.torchrec} | {s.fbgemm} | {s.tested} | {note} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["table"]:
+        print(table())
+        return 0
+    if len(argv) == 2 and argv[0] == "pair":
+        try:
+            s = pair_for(argv[1])
+        except UnsupportedTorch as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"torch=={s.torch} torchrec=={s.torchrec} fbgemm=={s.fbgemm}")
+        return 0
+    print("usage: stack.py pair TORCH_VERSION | table", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,43 @@
+"""gpu-check's verdict is honest on a host with fewer GPUs than some items need, and every item
+names a GPU test that exists (collected here, on CPU, where they are skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+spec = importlib.util.spec_from_file_location(
+    "gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py")
+)
+assert spec and spec.loader
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+
+
+def test_items_needing_more_gpus_make_the_verdict_incomplete_not_passed():
+    line, code = gpu_check.verdict([("PASS", 1), ("SKIP", 2), ("PASS", 1)], gpus=1)
+    assert code == 3 and line.startswith("gpu-check: INCOMPLETE: 2 passed, 0 failed, 1 not run")
+    assert "needs 2 GPUs" in line
+    line, code = gpu_check.verdict([("PASS", 1), ("SKIP", 2), ("FAIL", 1)], gpus=1)
+    assert code == 1 and line.startswith("gpu-check: FAILED")
+    assert gpu_check.verdict([("PASS", 1), ("PASS", 2)], gpus=2) == (
+        "gpu-check: passed: 2 passed, 0 failed, 0 not run, on 2 GPU(s)", 0)  # fmt: skip
+    assert gpu_check.verdict([], gpus=1)[1] == 1
+
+
+def test_one_gpu_has_a_variant_of_every_kind_of_item():
+    one = " ".join(name for name, need, _ in gpu_check.ITEMS if need == 1)
+    for kind in ("resume", "export", "Pipeline", "killed", "smoke sweep"):
+        assert kind in one, kind
+
+
+def test_every_item_names_a_test_that_exists():
+    nodes = [what for _, _, what in gpu_check.ITEMS if what != "smoke"]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", *nodes],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "no tests ran" not in out.stdout and "ERROR" not in out.stdout
