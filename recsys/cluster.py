@@ -36,26 +36,55 @@ def connect(
     log_to_driver: bool = True,
     object_store_memory: int | None = None,
 ) -> dict[str, Any]:
-    """``ray.init`` an existing cluster (``address``) or a local one; returns its resources.
+    """``ray.init`` an existing cluster (``address``) or a new local one; returns its resources.
 
     The dashboard, when installed, binds to 127.0.0.1 (pass ``RAY_DASHBOARD_HOST`` to change).
     ``object_store_memory``: the local object store's cap in MiB (a cluster keeps its own).
+
+    A local Ray is always a new one of this process (``address="local"``), and every process of it
+    is told its own dashboard (``RAY_API_SERVER_ADDRESS``): Ray's State API, which Ray Train's
+    placement-group cleaner queries, otherwise looks for "the" local Ray and fails with "Found
+    multiple active Ray instances" when another sweep or training runs on the same machine.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
     if not ray.is_initialized():
+        host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
         kwargs: dict[str, Any] = {
-            "dashboard_host": os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1"),
+            "dashboard_host": host,
             "log_to_driver": log_to_driver,
             "runtime_env": runtime_env(),
         }
+        if os.environ.get(API_ENV) == _ours.get(API_ENV):  # not the user's: ours, or unset
+            os.environ.pop(API_ENV, None)
         if address:
             ray.init(address=address, **kwargs)
         else:
             mb = object_store_memory
-            ray.init(num_cpus=num_cpus, object_store_memory=mb * 2**20 if mb else None, **kwargs)
+            port = _free_port(host)
+            api = os.environ.get(API_ENV) or f"http://{_url_host(host)}:{port}"
+            kwargs["runtime_env"]["env_vars"][API_ENV] = api
+            ray.init(address="local", num_cpus=num_cpus, dashboard_port=port,
+                     object_store_memory=mb * 2**20 if mb else None, **kwargs)  # fmt: skip
+            os.environ[API_ENV] = _ours[API_ENV] = api  # this process's own State API calls
     return ray.cluster_resources()
+
+
+API_ENV = "RAY_API_SERVER_ADDRESS"
+_ours: dict[str, str] = {}  # what connect() set in os.environ, to undo for another cluster
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host if host != "0.0.0.0" else "", 0))
+        return int(s.getsockname()[1])
+
+
+def _url_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
 
 
 def node_slots(nodes: list[dict[str, float]], cpus: float, gpus: float) -> list[int]:

@@ -1,5 +1,6 @@
 """The default space's smoke sweep through the command line (a local Ray of its own): its whole
-console output, and everything read back from MLflow with ``MlflowClient``."""
+console output, and everything read back from MLflow with ``MlflowClient``. A ``recsys-train``
+runs beside it with a local Ray of its own: neither console shows the other's instance."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ NOISE = [
     "│",
     "autograd kernel was not registered",
     "step 10/",  # per-step loss lines of the workers
+    "multiple active Ray instances",  # Ray tools that found the other process's Ray
+    "Traceback",
 ]
 
 
@@ -31,7 +34,15 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--smoke-test",
            "--name", "t2", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri,
            "--num-workers", "1", "--cpus-per-worker", "1.5"]  # fmt: skip
+    train = [sys.executable, os.path.join(ROOT, "experiments", "train.py"), "--num-workers", "1",
+             "--cpus-per-worker", "0.5", "--storage", str(tmp_path / "beside"),
+             "--set", "train.steps=60", "--set", "train.checkpoint_every=20"]  # fmt: skip
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "cwd": tmp_path}
+    beside = subprocess.Popen(train, **pipe)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    beside_out = beside.communicate(timeout=600)[0]
+    assert beside.returncode == 0, beside_out[-3000:]
+    assert [n for n in NOISE if n in beside_out] == [], beside_out
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     lines = [line for line in out.splitlines() if line.strip()]
