@@ -1,7 +1,11 @@
-"""The sweep's console: a line when a trial starts and when it ends, and a compact table of every
-trial (status, its sampled params, step, the metric now and its best so far, embedding MB,
-samples/s): redrawn in place in a terminal, printed every ``every_s`` seconds in a log. Ray Tune's
-own per-trial output is off (``verbose=0``)."""
+"""The sweep's console: a line when a trial starts and when it ends, and a compact table (status,
+sampled params, step, the metric now and its best so far, embedding MB, samples/s): redrawn in
+place in a terminal, printed every ``every_s`` seconds in a log. Ray Tune's own per-trial output
+is off (``verbose=0``).
+
+The table stays readable at hundreds of trials: a summary line (trials by status, and an ETA from
+the finished trials' durations), then the running trials and the ``top`` best ones, never more.
+"""
 
 from __future__ import annotations
 
@@ -31,13 +35,31 @@ def status_of(result: dict[str, Any], done: bool, steps: int) -> str:
     return "done" if status == "finished" else status
 
 
+def clock(seconds: float) -> str:
+    """``1h05m``, ``4m10s``."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
 class Progress(Callback):  # type: ignore[misc]
     """Prints the progress of the trials of a sweep scored by ``metric``."""
 
-    def __init__(self, metric: str, steps: int, every_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        metric: str,
+        steps: int,
+        every_s: float = 300.0,
+        mode: str = "max",
+        total: int = 0,
+        top: int = 10,
+    ) -> None:
         self.metric, self.steps, self.every_s = metric, steps, every_s  # (pickled by Tune)
+        self.mode, self.total, self.top = mode, total, top
         self.t0 = time.time()
         self.rows: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, float] = {}  # trial id -> when it started
+        self.durations: list[float] = []  # of the trials that ended
         self.drawn, self.last_table = 0, time.time()
 
     @property
@@ -72,9 +94,45 @@ class Progress(Callback):  # type: ignore[misc]
         })  # fmt: skip
         return row
 
+    def summary(self, now: float | None = None) -> str:
+        """``12 trials of 200: 2 running, 9 done, 1 infeasible; ETA 1h05m``."""
+        counts: dict[str, int] = {}
+        for row in self.rows.values():
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        total = max(self.total, len(self.rows))
+        parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        text = f"{len(self.rows)} trials of {total}: {parts}"
+        running = counts.get("running", 0)
+        left = total - len(self.rows) + running
+        if self.durations and left and running:
+            now = time.time() if now is None else now
+            mean = sum(self.durations) / len(self.durations)
+            busy = [now - self.started[t] for t, r in self.rows.items()
+                    if r["status"] == "running" and t in self.started]  # fmt: skip
+            ahead = sum(max(mean - b, 0.0) for b in busy) + (left - running) * mean
+            text += f"; ETA {clock(ahead / running)}"
+        return text
+
+    def shown(self) -> list[dict[str, Any]]:
+        """The running trials, then the ``top`` best of the others (by their best score)."""
+        rows = list(self.rows.values())
+        running = [r for r in rows if r["status"] == "running"]
+        others = [r for r in rows if r["status"] != "running"]
+        sign = -1.0 if self.mode == "max" else 1.0
+
+        def key(r: dict[str, Any]) -> float:
+            best = r.get("best", math.nan)
+            return math.inf if not isinstance(best, float) or math.isnan(best) else sign * best
+
+        return running + sorted(others, key=key)[: self.top]
+
     def table(self) -> str:
-        frame = pd.DataFrame(list(self.rows.values()))
-        return frame.map(fmt).to_string(index=False) if len(frame) else ""
+        if not self.rows:
+            return ""
+        frame = pd.DataFrame(self.shown())
+        hidden = len(self.rows) - len(frame)
+        more = f"\n({hidden} more not shown; all in the final table)" if hidden else ""
+        return self.summary() + "\n" + frame.map(fmt).to_string(index=False) + more
 
     def _erase(self) -> None:
         if self.tty and self.drawn:
@@ -92,6 +150,7 @@ class Progress(Callback):  # type: ignore[misc]
             self.last_table = time.time()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.started.setdefault(trial.trial_id, time.time())
         row = self._row(trial)
         params = " ".join(f"{k}={fmt(v)}" for k, v in row.items() if k not in ("trial", "status"))
         self._say(f"trial {row['trial']} started: {params}")
@@ -104,6 +163,8 @@ class Progress(Callback):  # type: ignore[misc]
         self._draw()
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.trial_id in self.started:
+            self.durations.append(time.time() - self.started[trial.trial_id])
         row = self._update(trial, trial.last_result or {}, done=True)
         detail = trial.last_result.get("status_detail", "") if trial.last_result else ""
         score = (

@@ -30,6 +30,8 @@ the discrete options (up to ``MAX_COMBINATIONS``), so a bad space fails here, no
 
 from __future__ import annotations
 
+import math
+
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -128,6 +130,10 @@ class SearchSpace:
 
     def param_space(self) -> dict[str, Any]:
         return {d.key: d.tune() for d in self.dimensions}
+
+    def num_trials(self, num_samples: int) -> int:
+        """Trials a sweep of ``num_samples`` runs: each sample covers every grid combination."""
+        return num_samples * math.prod(len(d.values) for d in self.dimensions if d.kind == "grid")
 
     def config_for(self, params: dict[str, Any]) -> ExperimentConfig:
         return self.base.with_overrides(params)

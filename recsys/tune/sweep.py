@@ -92,7 +92,8 @@ def build_tuner(
     from recsys.tune.progress import Progress
 
     path = sweep_dir(opts)
-    progress = Progress(space.metric, space.base.train.steps)
+    total = space.num_trials(opts.num_samples)
+    progress = Progress(space.metric, space.base.train.steps, mode=space.mode, total=total)
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=_trainable(opts, spec), resume_unfinished=True, resume_errored=True
