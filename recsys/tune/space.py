@@ -30,9 +30,8 @@ the discrete options (up to ``MAX_COMBINATIONS``), so a bad space fails here, no
 
 from __future__ import annotations
 
-import math
-
 import itertools
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
