@@ -10,6 +10,7 @@ BENCHMARKS.md with the machine, versions, date and command.
     .venv/bin/python -m benchmarks scale preprocess    # rows/s: reference, 1 process, Ray 1 and 2
     .venv/bin/python -m benchmarks scale collisions    # hash mod rows vs vocabularies (Kaggle)
     .venv/bin/python -m benchmarks sweeps              # time to a FIFO sweep's best: ASHA, Optuna
+    .venv/bin/python -m benchmarks store               # MLflow rows and bytes per trial-step
 
 They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
 Ray/MLflow drivers here are measuring tools, not part of the library.
@@ -72,6 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o.add_argument("--cap-mb", type=int, default=1536, help="memory: the cap the run is given")
     o.add_argument("--steps", type=int, default=50, help="multihot: timed steps")
     o.add_argument("--mean-len", type=float, default=20.0, help="multihot: mean bag length")
+    sub.add_parser("store", help="MLflow rows and bytes per trial-step of a smoke sweep")
     return p.parse_args(argv)
 
 
@@ -88,6 +90,10 @@ def run(args: argparse.Namespace) -> str:
         if args.what == "prefetch":
             return own_data.prefetch_step(args.rows, args.batch, args.steps)
         return own_data.multihot_step(args.steps, args.mean_len)
+    if args.bench == "store":
+        from benchmarks import store
+
+        return store.run()
     if args.bench == "step":
         from benchmarks import step
 

@@ -117,6 +117,10 @@ def quiet_libraries() -> None:
     # on 2 gloo ranks), so the warning says nothing to the user.
     warnings.filterwarnings("ignore", message=".*dense_embedding_codegen_lookup_function.*")
     warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
+    # torchrec 1.6.1 (the torch 2.11 pair) asks torch for a process group's default device,
+    # which torch 2.11 has deprecated: a notice per build, nothing for the user to do
+    warnings.filterwarnings("ignore", message=".*_get_pg_default_device.*")
+    warnings.filterwarnings("ignore", message="Multiple backends are registered with this")
 
 
 def train_func(config: dict[str, Any]) -> None:

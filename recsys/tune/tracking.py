@@ -50,6 +50,8 @@ class Tag:
 
 
 NOT_LOGGED = {"loss_history", "checkpoint_path", "ckpt_score", "step"}
+# a run's constants (its tables' sizes, per-rank bytes): logged when they change, not every report
+CONSTANT_PREFIXES = ("emb_",)
 
 
 RACES = ("duplicate column", "already exists", "database is locked", "out-of-date database schema")
@@ -92,6 +94,7 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=uri)
         self._pending: dict[str, list[Metric]] = {}
         self._last_step: dict[str, int] = {}
+        self._constants: dict[str, dict[str, float]] = {}  # run -> constants as last logged
 
     def check_reachable(self) -> None:
         """Fail fast, naming the URI, when the store cannot be reached."""
@@ -147,6 +150,7 @@ class Tracker:
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
             self._last_step[found.info.run_id] = int(found.data.metrics.get("step", 0))
+            self._constants[found.info.run_id] = dict(found.data.metrics)
             return str(found.info.run_id)
         run = self.client.create_run(
             experiment_id,
@@ -164,10 +168,12 @@ class Tracker:
         if run_id not in self._last_step:
             run = self.client.get_run(run_id)
             self._last_step[run_id] = int(run.data.metrics.get("step", 0))
+            self._constants.setdefault(run_id, dict(run.data.metrics))
         return self._last_step[run_id]
 
     def log_report(self, run_id: str, metrics: dict[str, Any]) -> None:
-        """Log one report: the loss history at its steps, the rest at the report's step."""
+        """Log one report: the loss history at its steps, the rest at the report's step (a run's
+        constants, ``CONSTANT_PREFIXES``, only when they differ from what the run has)."""
         step = int(metrics.get("step", 0))
         last = self.last_step(run_id)
         now = int(time.time() * 1000)
@@ -177,11 +183,15 @@ class Tracker:
             if int(s) > last
         ]
         if step > last:
-            batch += [
-                Metric(k, float(v), now, step)
-                for k, v in metrics.items()
-                if k not in NOT_LOGGED and isinstance(v, (int, float)) and v == v
-            ]
+            known = self._constants.setdefault(run_id, {})
+            for k, v in metrics.items():
+                if k in NOT_LOGGED or not isinstance(v, (int, float)) or v != v:
+                    continue
+                if k.startswith(CONSTANT_PREFIXES):
+                    if known.get(k) == float(v):
+                        continue
+                    known[k] = float(v)
+                batch.append(Metric(k, float(v), now, step))
             batch.append(Metric("step", float(step), now, step))
         self._pending.setdefault(run_id, []).extend(batch)
         self._flush(run_id)

@@ -53,6 +53,21 @@ def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
     assert "resume_note" not in data.metrics and data.metrics["val_auc"] == 0.7
 
 
+def test_a_runs_constants_are_logged_when_they_change_not_every_report(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    sizes = {"emb_bytes": 4096.0, "emb_bytes_rank0": 2048.0}
+    t.log_report(run, {**report(10, 0.6), **sizes})
+    Tracker(uri).log_report(run, {**report(20, 0.7), **sizes})  # another process, as in Train
+    t.log_report(run, {**report(30, 0.7), **sizes, "emb_bytes_rank0": 1024.0})  # resharded
+    client = MlflowClient(uri)
+    assert [m.step for m in client.get_metric_history(run, "emb_bytes")] == [10]
+    assert [m.value for m in client.get_metric_history(run, "emb_bytes_rank0")] == [2048, 1024]
+    assert [m.step for m in client.get_metric_history(run, "val_auc")] == [10, 20, 30]
+
+
 def test_unreachable_store_is_a_clear_error_before_launch():
     port = free_port()
     t0 = time.time()
