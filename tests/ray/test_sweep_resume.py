@@ -39,6 +39,17 @@ def sweep_cmd(space: str, tmp, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def start_sweep(space: str, tmp, **env: str) -> subprocess.Popen:
+    """The sweep in a session of its own (so the test can kill it and its Ray), output dropped."""
+    return subprocess.Popen(
+        sweep_cmd(space, tmp),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, **env},
+    )
+
+
 def trial_runs(client: MlflowClient) -> list:
     exp = client.get_experiment_by_name("kill")
     if exp is None:
@@ -67,12 +78,7 @@ def test_killed_driver_resumes(tmp_path):
     text = text.replace("train.log_every: 5", f"train.log_every: {LOG_EVERY}")
     space.write_text(text.replace("{choice: [null, 500]}", "{choice: [500]}"))
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    first = subprocess.Popen(
-        sweep_cmd(str(space), tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    first = start_sweep(str(space), tmp_path)
     try:
         wait_for_mid_run(client, first)
         first_finished = trial_runs(client)[0]
@@ -113,13 +119,7 @@ def test_killed_after_the_last_checkpoint_resumes(tmp_path):
     text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 20")
     space.write_text(text.replace("{grid: [fp32, fp16]}", "{grid: [fp32]}"))
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    first = subprocess.Popen(
-        sweep_cmd(str(space), tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, HOLD_ENV: "600"},
-    )
+    first = start_sweep(str(space), tmp_path, **{HOLD_ENV: "600"})
     try:
         deadline = time.time() + 400
         while not (runs := trial_runs(client)) or runs[0].data.metrics.get("step") != steps:
