@@ -56,23 +56,25 @@ def connect(
             "log_to_driver": log_to_driver,
             "runtime_env": runtime_env(),
         }
-        if os.environ.get(API_ENV) == _ours.get(API_ENV):  # not the user's: ours, or unset
-            os.environ.pop(API_ENV, None)
+        if os.environ.get(API_ENV) and os.environ.get(API_ENV) == os.environ.get(OURS_ENV):
+            del os.environ[API_ENV]  # set by an earlier connect (here or in a parent): stale
         if address:
             ray.init(address=address, **kwargs)
         else:
             mb = object_store_memory
             port = _free_port(host)
-            api = os.environ.get(API_ENV) or f"http://{_url_host(host)}:{port}"
+            api = f"http://{_url_host(host)}:{port}"
             kwargs["runtime_env"]["env_vars"][API_ENV] = api
             ray.init(address="local", num_cpus=num_cpus, dashboard_port=port,
                      object_store_memory=mb * 2**20 if mb else None, **kwargs)  # fmt: skip
-            os.environ[API_ENV] = _ours[API_ENV] = api  # this process's own State API calls
+            os.environ[API_ENV] = os.environ[OURS_ENV] = api  # this process's own State API calls
     return ray.cluster_resources()
 
 
 API_ENV = "RAY_API_SERVER_ADDRESS"
-_ours: dict[str, str] = {}  # what connect() set in os.environ, to undo for another cluster
+# the value connect() gave API_ENV: processes started from here inherit both, and a later connect
+# (here or in them) knows the address is a stale one of ours, not the user's
+OURS_ENV = "RECSYS_LOCAL_RAY_API_SERVER"
 
 
 def _free_port(host: str) -> int:

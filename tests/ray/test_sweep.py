@@ -37,9 +37,13 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     train = [sys.executable, os.path.join(ROOT, "experiments", "train.py"), "--num-workers", "1",
              "--cpus-per-worker", "0.5", "--storage", str(tmp_path / "beside"),
              "--set", "train.steps=60", "--set", "train.checkpoint_every=20"]  # fmt: skip
+    # both inherit a dead local Ray's dashboard address, as from an earlier connect in a parent
+    # (this test process's other Ray tests): each must use its own
+    stale = "http://127.0.0.1:9"
+    env = {**os.environ, "RAY_API_SERVER_ADDRESS": stale, "RECSYS_LOCAL_RAY_API_SERVER": stale}
     pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "cwd": tmp_path}
-    beside = subprocess.Popen(train, **pipe)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    beside = subprocess.Popen(train, env=env, **pipe)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     beside_out = beside.communicate(timeout=600)[0]
     assert beside.returncode == 0, beside_out[-3000:]
     assert [n for n in NOISE if n in beside_out] == [], beside_out
