@@ -103,6 +103,14 @@ class Tracker:
         try:
             self.client.search_experiments(max_results=1)
         except Exception as e:
+            if any(
+                word in str(e) for word in ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")
+            ):
+                raise ConnectionError(
+                    f"MLflow tracking store {self.uri} refused the credentials (set "
+                    f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
+                    f"MLFLOW_TRACKING_TOKEN): {str(e)[:300]}"
+                ) from None
             raise ConnectionError(f"MLflow tracking store {self.uri} is unreachable: {e}") from None
         finally:
             if saved is None:

@@ -76,6 +76,33 @@ def test_unreachable_store_is_a_clear_error_before_launch():
     assert time.time() - t0 < 30  # no minutes of retries
 
 
+def test_refused_credentials_are_named_before_launch():
+    """A server that answers 401 (a tracking server behind auth, wrong or no credentials)."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"You are not authenticated.")
+
+        do_GET = do_POST = _refuse
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(ConnectionError, match=f"{uri} refused the credentials"):
+            Tracker(uri).check_reachable()
+    finally:
+        server.shutdown()
+
+
 def start_server(db: str, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", db]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
