@@ -49,7 +49,20 @@ ensure_venv() {
         log "creating virtual environment at $venv ${shared[*]}"
         "$python" -m venv "${shared[@]}" "$venv"
         [[ -n $wheelhouse ]] || "$venv/bin/python" -m pip install --quiet --upgrade pip
+        [[ $torch_choice == preinstalled ]] && see_host_packages
     fi
+}
+
+see_host_packages() {
+    # --system-site-packages reaches the base interpreter's packages; where $python is itself a
+    # venv's (the image's torch lives in that venv), a .pth file adds its site-packages after ours
+    if "$python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+        local purelib
+        purelib=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        "$python" -c 'import site; print("\n".join(site.getsitepackages()))' > "$purelib/recsys-host.pth"
+        log "the venv also sees $python's packages ($purelib/recsys-host.pth)"
+    fi
+    return 0
 }
 
 torch_version() {
