@@ -49,8 +49,9 @@ ensure_venv() {
         log "creating virtual environment at $venv ${shared[*]}"
         "$python" -m venv "${shared[@]}" "$venv"
         [[ -n $wheelhouse ]] || "$venv/bin/python" -m pip install --quiet --upgrade pip
-        [[ $torch_choice == preinstalled ]] && see_host_packages
+        if [[ $torch_choice == preinstalled ]]; then see_host_packages; fi
     fi
+    return 0
 }
 
 see_host_packages() {

@@ -81,3 +81,15 @@ def test_a_damaged_or_missing_part_unpacks_nothing(tmp_path):
     assert not (tmp_path / "joined").exists() and not (tmp_path / "joined.partial").exists()
     (parts_dir / "wheels.tar.part001").unlink()
     assert join(parts_dir, tmp_path / "joined").returncode == 1
+
+
+def test_a_new_venv_is_made_and_set_up_past_its_creation(tmp_path):
+    """Setup reaches the install after creating the venv (a failing test in a shell function's
+    last line once ended it there, exit 1, silently). With an empty wheelhouse the install stops
+    at the first package it lacks, naming it: everything before it ran."""
+    house = tmp_path / "house"
+    house.mkdir()
+    out = setup(tmp_path, RECSYS_WHEELHOUSE=str(house), RECSYS_FBGEMM="cpu")
+    assert (tmp_path / "venv" / "bin" / "python").exists()
+    assert "torch 2.13.0 (pinned): torchrec==1.8.0, FBGEMM 1.8.0 (cpu)" in out.stderr
+    assert out.returncode != 0 and "No matching distribution found for" in out.stderr
