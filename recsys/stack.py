@@ -6,6 +6,7 @@ is installed (``python3 recsys/stack.py pair 2.11.0+cu130``), and ``recsys/__ini
     python3 recsys/stack.py pair 2.11.0+cu130   # torch==2.11.0 torchrec==1.6.1 fbgemm==1.6.0
     python3 recsys/stack.py pair 2.9.1          # exit 2: unsupported, naming the supported ones
     python3 recsys/stack.py table               # the README's table of pairs
+    python3 recsys/stack.py requirements dev    # pyproject's requirements but the paired three
 
 Only the first two numbers of a torch version choose the pair; the local part (``+cu130``,
 ``+cpu``) is the host's build of it. FBGEMM's compiled operators are built against one torch
@@ -16,8 +17,10 @@ anything else is refused rather than guessed.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
+import tomllib
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -122,6 +125,25 @@ def quiet_fbgemm_compat_notice() -> None:
         root.addFilter(CompatNoticeFilter())
 
 
+PAIRED = ("torch=", "torchrec", "fbgemm-gpu")  # chosen per torch, not taken from pyproject.toml
+
+
+def project_requirements(extras: list[str], build: bool = False) -> list[str]:
+    """The project's requirements (core, the given extras, and with ``build`` its build system's)
+    except torch, torchrec and FBGEMM, whose versions follow the torch (``pair_for``)."""
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"
+    )
+    with open(path, "rb") as f:
+        pyproject = tomllib.load(f)
+    reqs = list(pyproject["project"]["dependencies"])
+    for extra in extras:
+        reqs += pyproject["project"]["optional-dependencies"][extra]
+    if build:
+        reqs += pyproject["build-system"]["requires"]  # an editable install, offline
+    return [r for r in reqs if not r.lower().replace(" ", "").startswith(PAIRED)]
+
+
 def table() -> str:
     """The supported pairs as a Markdown table."""
     rows = ["| torch | torchrec | fbgemm-gpu / fbgemm-gpu-cpu | tested by | note |",
@@ -144,7 +166,12 @@ def main(argv: list[str]) -> int:
             return 2
         print(f"torch=={s.torch} torchrec=={s.torchrec} fbgemm=={s.fbgemm}")
         return 0
-    print("usage: stack.py pair TORCH_VERSION | table", file=sys.stderr)
+    if argv[:1] == ["requirements"]:
+        extras = [a for a in argv[1:] if a != "--build"]
+        print("\n".join(project_requirements(extras, build="--build" in argv)))
+        return 0
+    print("usage: stack.py pair TORCH_VERSION | table | requirements [--build] EXTRA...",
+          file=sys.stderr)  # fmt: skip
     return 2
 
 

@@ -86,19 +86,6 @@ host_variant() {
     fi
 }
 
-project_requirements() {
-    # Every requirement of the project (core + the given extras) except torch, torchrec and
-    # FBGEMM, whose versions depend on the torch (recsys/stack.py).
-    "$venv/bin/python" - "$root/pyproject.toml" "$@" <<'PY'
-import sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-reqs = list(project["dependencies"])
-for extra in sys.argv[2:]:
-    reqs += project["optional-dependencies"][extra]
-skip = ("torchrec", "torch=", "fbgemm-gpu")  # installed by install_stack, pinned per pair
-print("\n".join(r for r in reqs if not r.lower().replace(" ", "").startswith(skip)))
-PY
-}
 
 quiet_pip() {
     # pip install (from the wheelhouse alone when there is one), minus the noise of mirror
@@ -138,7 +125,7 @@ install_stack() {
     quiet_pip "$fbgemm==$fbgemm_pin" "${index[@]}"
     # torchrec declares the CUDA fbgemm-gpu and the project pins the default pair: both go in
     # without dependencies, and everything else they need comes from pyproject.toml
-    project_requirements dev > "$venv/requirements.txt"
+    "$venv/bin/python" "$root/recsys/stack.py" requirements dev > "$venv/requirements.txt"
     quiet_pip -r "$venv/requirements.txt"
     quiet_pip --no-deps "$torchrec_pin"
     quiet_pip --no-deps -e "$root"

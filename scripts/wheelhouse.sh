@@ -75,14 +75,7 @@ index=()
 [[ $variant == cuda ]] && index=(--index-url "https://download.pytorch.org/whl/$cuda")
 
 log "target: Python $pyver, torch $tv ($torch_choice), $torchrec_pin, $fbgemm_pin, $platform"
-python3 - "$root/pyproject.toml" > "$out.partial/requirements.txt" <<'PY'
-import sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-reqs = list(project["dependencies"]) + project["optional-dependencies"]["dev"]
-reqs += tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]  # pip install -e, offline
-skip = ("torchrec", "torch=", "fbgemm-gpu")
-print("\n".join(r for r in reqs if not r.lower().replace(" ", "").startswith(skip)))
-PY
+python3 "$root/recsys/stack.py" requirements --build dev > "$out.partial/requirements.txt"
 # pip resolves the dependencies of every requirement (torchmetrics needs a torch: with a
 # preinstalled torch, the torch and CUDA wheels it brings are removed afterwards)
 if [[ $torch_choice != preinstalled ]]; then
@@ -94,7 +87,6 @@ fi
 if [[ $torch_choice == preinstalled ]]; then
     rm -f "$out.partial"/wheels/torch-* "$out.partial"/wheels/nvidia_* "$out.partial"/wheels/triton-*
 fi
-cp "$root/recsys/stack.py" "$out.partial/"
 rm -rf "$out" && mv "$out.partial" "$out"
 log "$(ls "$out/wheels" | wc -l) wheels, $(du -sh "$out/wheels" | cut -f1), in $out/wheels"
 

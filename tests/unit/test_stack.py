@@ -81,3 +81,13 @@ def test_fbgemms_compat_notice_is_dropped_for_a_supported_pair_only(monkeypatch)
     monkeypatch.setattr(filt, "_supported", None)
     monkeypatch.setattr(stack, "installed_versions", lambda: ("2.12.0", "1.6.0"))
     assert emit(notice) == [notice]
+
+
+def test_project_requirements_leave_the_paired_three_to_the_pair():
+    out = subprocess.run([sys.executable, STACK_PY, "requirements", "--build", "dev"],
+                         capture_output=True, text=True)  # fmt: skip
+    reqs = out.stdout.split()
+    assert out.returncode == 0 and "torchmetrics==1.0.3" in reqs and "mlflow==3.17.2" in reqs
+    assert "pytest>=8" in reqs and "setuptools>=77" in reqs  # the extra, the build system
+    assert not [r for r in reqs if r.startswith(("torch=", "torchrec", "fbgemm"))], reqs
+    assert "setuptools>=77" not in stack.project_requirements(["dev"])
