@@ -108,17 +108,24 @@ def save(
         raise CheckpointError(f"cannot write checkpoint to {folder}: {reason}") from e
 
 
+def _read_worker(folder: str, rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s worker file, or ``CheckpointError`` naming it."""
+    try:
+        return dict(torch.load(_worker_file(folder, rank), weights_only=True))
+    except Exception as e:
+        raise CheckpointError(f"{folder}: worker_{rank}.pt unreadable ({e})") from None
+
+
 def saved_world_size(folder: str) -> int:
     """How many workers wrote the checkpoint in ``folder`` (from rank 0's worker file)."""
-    extra = torch.load(_worker_file(folder, 0), weights_only=True)
-    return int(extra["world_size"])
+    return int(_read_worker(folder, 0).get("world_size", 0))
 
 
-def verify(folder: str) -> int:
+def verify(folder: str) -> None:
     """Raise ``CheckpointError`` naming what is wrong unless ``folder`` is a complete checkpoint:
     metadata readable, every shard file at least as long as the metadata says, the worker file of
     every rank that saved it loadable and agreeing on their number. Every rank reaches the same
-    verdict from the same files. Returns the number of ranks that saved it."""
+    verdict from the same files."""
     if not os.path.isdir(folder):
         raise CheckpointError(f"{folder}: no such checkpoint folder")
     try:
@@ -136,20 +143,15 @@ def verify(folder: str) -> int:
         if have < size:
             what = "is missing" if have < 0 else f"is truncated ({have} of {size} bytes)"
             raise CheckpointError(f"{folder}: shard {name} {what}")
-    saved, rank = None, 0
-    while saved is None or rank < saved:
-        try:
-            extra = torch.load(_worker_file(folder, rank), weights_only=True)
-        except Exception as e:
-            raise CheckpointError(f"{folder}: worker_{rank}.pt unreadable ({e})") from None
-        saved = int(extra.get("world_size", 0)) if saved is None else saved
-        if extra.get("world_size") != saved or saved < 1:
+    saved = saved_world_size(folder)
+    if saved < 1:
+        raise CheckpointError(f"{folder}: worker_0.pt names no number of workers ({saved})")
+    for rank in range(1, saved):
+        said = _read_worker(folder, rank).get("world_size")
+        if said != saved:
             raise CheckpointError(
-                f"{folder}: worker_{rank}.pt says {extra.get('world_size')} workers saved it, "
-                f"worker_0.pt says {saved}"
+                f"{folder}: worker_{rank}.pt says {said} workers saved it, worker_0.pt says {saved}"
             )
-        rank += 1
-    return saved
 
 
 def load(
@@ -157,14 +159,13 @@ def load(
     model: nn.Module,
     optimizer: Any,
     rank: int,
-    world_size: int,
     device: torch.device = CPU,
 ) -> TrainState:
     """Restore model, optimizer and this rank's state in place (collective), whatever the number
     of workers that saved it (the module docstring has the rule). Callers run ``verify`` first
     and agree on the verdict across ranks (``recsys.train.resume.restore``)."""
     saved = saved_world_size(folder)
-    extra = torch.load(_worker_file(folder, min(rank, saved - 1)), weights_only=True)
+    extra = _read_worker(folder, min(rank, saved - 1))
     init_lazy_state(optimizer)
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
     if not has_optimizer_state(folder):  # stateless optimizers (SGD): DCP wrote no "optim"

@@ -31,9 +31,7 @@ def restore(
             except checkpoint.CheckpointError as e:
                 reason = str(e)
             if collectives.all_agree(not reason, env.device):
-                state = checkpoint.load(
-                    folder, model, optimizer, env.rank, env.world_size, env.device
-                )
+                state = checkpoint.load(folder, model, optimizer, env.rank, env.device)
                 log(f"[rank {env.rank}] resumed from step {state.step} ({folder})")
                 return state
             why = reason or "unusable on another rank"
