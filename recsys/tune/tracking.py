@@ -157,8 +157,7 @@ class Tracker:
         found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
-            self._last_step[found.info.run_id] = int(found.data.metrics.get("step", 0))
-            self._constants[found.info.run_id] = dict(found.data.metrics)
+            self._attach(found.info.run_id, found.data.metrics)
             return str(found.info.run_id)
         run = self.client.create_run(
             experiment_id,
@@ -169,15 +168,18 @@ class Tracker:
         items = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i : i + 100])
-        self._last_step[run_id] = 0
+        self._attach(run_id, {})
         return run_id
 
     def last_step(self, run_id: str) -> int:
         if run_id not in self._last_step:
-            run = self.client.get_run(run_id)
-            self._last_step[run_id] = int(run.data.metrics.get("step", 0))
-            self._constants.setdefault(run_id, dict(run.data.metrics))
+            self._attach(run_id, self.client.get_run(run_id).data.metrics)
         return self._last_step[run_id]
+
+    def _attach(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Start from what an existing run has: its last step and its constants' values."""
+        self._last_step[run_id] = int(metrics.get("step", 0))
+        self._constants[run_id] = dict(metrics)
 
     def log_report(self, run_id: str, metrics: dict[str, Any]) -> None:
         """Log one report: the loss history at its steps, the rest at the report's step (a run's
@@ -191,7 +193,7 @@ class Tracker:
             if int(s) > last
         ]
         if step > last:
-            known = self._constants.setdefault(run_id, {})
+            known = self._constants[run_id]  # (last_step attached the run)
             for k, v in metrics.items():
                 if k in NOT_LOGGED or not isinstance(v, (int, float)) or v != v:
                     continue
