@@ -3,7 +3,7 @@
 Runs the default space's smoke sweep (2 trials, SQLite store) and reads the store back: metric rows
 per trial, per report and per training step, and the store's bytes per trial-step. The cadence
 that sets these is ``train.log_every`` (one loss row every that many steps) and
-``train.checkpoint_every`` (one report, ~45 metric rows, every that many steps; in a sweep every
+``train.checkpoint_every`` (one report, ~30 metric rows, every that many steps; in a sweep every
 report also evaluates)."""
 
 from __future__ import annotations
@@ -31,14 +31,12 @@ def run() -> str:
         ).fetchall()
         ids = [t[0] for t in trials]
         marks = ",".join("?" * len(ids))
-        rows = con.execute(f"select count(*) from metrics where run_uuid in ({marks})", ids)
-        n_rows = rows.fetchone()[0]
-        loss = con.execute(
-            f"select count(*) from metrics where key = 'loss' and run_uuid in ({marks})", ids
-        ).fetchone()[0]
-        reports = con.execute(
-            f"select count(*) from metrics where key = 'step' and run_uuid in ({marks})", ids
-        ).fetchone()[0]
+
+        def count(where: str) -> int:
+            sql = f"select count(*) from metrics where {where} run_uuid in ({marks})"
+            return int(con.execute(sql, ids).fetchone()[0])
+
+        n_rows, loss, reports = count(""), count("key = 'loss' and"), count("key = 'step' and")
         steps = con.execute(
             f"select sum(m) from (select max(step) m from metrics where run_uuid in ({marks}) "
             "group by run_uuid)",
