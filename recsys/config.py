@@ -12,6 +12,7 @@ Search spaces address fields by dotted keys (``embeddings.qr.threshold``); see
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from recsys.configlib import (
     to_dict,
 )
 
+Arch = Literal["dlrm", "lr", "fm"]
 Interaction = Literal["dot", "cat", "sum", "dcn"]
 QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
@@ -212,9 +214,13 @@ def md_dims(rows: list[int], dim: int, alpha: float, min_dim: int = 4) -> list[i
 
 @dataclass
 class ModelConfig:
-    """DLRM architecture.
+    """The model: DLRM, or a reference model (``recsys.models.reference``).
 
     Attributes:
+        arch: ``dlrm``; or a reference built from the same TorchRec tables: ``lr`` (logistic
+            regression: a weight per id and per dense feature) or ``fm`` (a factorization
+            machine: those linear terms plus the pairwise dot products of ``embeddings.dim``-wide
+            factors). The fields below this one are DLRM's; the references ignore them.
         num_dense: dense (integer) features per sample, ``I``.
         bottom_mlp: hidden widths of the bottom MLP; its output layer has width
             ``embeddings.dim`` appended automatically, so dims can be swept freely.
@@ -225,6 +231,7 @@ class ModelConfig:
         dcn_layers / dcn_low_rank: depth and rank of the ``dcn`` low-rank cross network.
     """
 
+    arch: Arch = "dlrm"
     num_dense: int = 13
     bottom_mlp: list[int] = field(default_factory=lambda: [64, 32])
     top_mlp: list[int] = field(default_factory=lambda: [64, 32])
@@ -241,6 +248,33 @@ class ModelConfig:
                 check(w >= 1, f"model.{name}[{i}]", w, "layer widths must be >= 1")
         check(self.dcn_layers >= 1, "model.dcn_layers", self.dcn_layers, "must be >= 1")
         check(self.dcn_low_rank >= 1, "model.dcn_low_rank", self.dcn_low_rank, "must be >= 1")
+
+
+LINEAR_WIDTH = 4  # a reference model's weight of an id for a task: the sum of a row's 4 columns
+
+
+def check_reference(arch: str, emb: EmbeddingConfig) -> None:
+    """What a reference model (``lr``, ``fm``) cannot build: mixed dims (it has one table width)
+    and QR ``concat`` (it splits a row's columns between two tables)."""
+    why = f"model.arch={arch!r} has one table width; mixed dims are DLRM's"
+    check(emb.dims is None, "embeddings.dims", emb.dims, why)
+    check(emb.md_alpha is None, "embeddings.md_alpha", emb.md_alpha, why)
+    if emb.qr.enabled:
+        op, why = emb.qr.operation, f"model.arch={arch!r} reads whole rows: use mult or add"
+        check(op != "concat", "embeddings.qr.operation", op, why)
+
+
+def model_tables(model: ModelConfig, emb: EmbeddingConfig, num_tasks: int) -> EmbeddingConfig:
+    """The tables a model builds: ``emb`` for DLRM. A reference model has one table per feature
+    as DLRM does (same rows, QR, dtype, pooling, names) but its own width: ``lr``
+    ``LINEAR_WIDTH * T`` (FBGEMM needs widths in multiples of 4: an id's weight for task ``t`` is
+    the sum of the columns ``4t..4t+3``), ``fm`` ``D + LINEAR_WIDTH * T`` (``D`` factor columns,
+    then the linear ones)."""
+    if model.arch == "dlrm":
+        return emb
+    linear = LINEAR_WIDTH * num_tasks
+    width = linear if model.arch == "lr" else emb.dim + linear
+    return dataclasses.replace(emb, dim=width, dims=None, md_alpha=None)
 
 
 @dataclass
@@ -566,6 +600,13 @@ class ExperimentConfig:
             check(n == 26, "embeddings.num_embeddings", f"{n} tables", "Criteo has 26 features")
             cols = [t.label_column for t in self.loss.tasks]
             check(cols == [0], "loss.tasks", cols, "Criteo has one label column (0)")
+        if self.model.arch != "dlrm":
+            check_reference(self.model.arch, self.embeddings)
+
+    @property
+    def tables(self) -> EmbeddingConfig:
+        """The embedding tables this experiment's model builds (``model_tables``)."""
+        return model_tables(self.model, self.embeddings, len(self.loss.tasks))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:

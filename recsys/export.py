@@ -34,7 +34,7 @@ from recsys.config import ExperimentConfig, SparseLayout
 from recsys.data import RowSource, load_splits
 from recsys.data.loader import to_batch
 from recsys.distributed.checkpoint import load_model_unsharded
-from recsys.models import DLRM, ModelAndLoss
+from recsys.models import ModelAndLoss, build_model
 from recsys.models.dlrm import WithRawIds
 from recsys.serving import META_FILE, MODEL_FILE
 from recsys.train.metrics import binary_metrics, sigmoid
@@ -88,10 +88,10 @@ class ExportReport:
 
 
 def load_fp32(cfg: ExperimentConfig, checkpoint_dir: str) -> nn.Module:
-    """The trained DLRM, unsharded, on CPU, in eval mode, its tables loaded into FP32 whatever
+    """The trained model, unsharded, on CPU, in eval mode, its tables loaded into FP32 whatever
     their trained dtype (DCP converts on load), taking raw ids: ``model(dense, raw_kjt)``."""
     fp32 = dataclasses.replace(cfg.embeddings, dtype="fp32")
-    wrapper = ModelAndLoss(DLRM(cfg.model, fp32, len(cfg.loss.tasks)), cfg.loss)
+    wrapper = ModelAndLoss(build_model(cfg.model, fp32, len(cfg.loss.tasks)), cfg.loss)
     model = load_model_unsharded(checkpoint_dir, wrapper).model
     assert isinstance(model, nn.Module)
     return WithRawIds(model, cfg.embeddings.layout().qr).eval()

@@ -46,6 +46,11 @@ class TrainState:
     stale: int = 0
     shard_rows: int = 0  # rows of the data shard that data_position counts in (0: not known)
     saved_world_size: int = 0  # workers of the run whose checkpoint this came from (0: fresh)
+    # what the run cost up to this checkpoint, over all its attempts and worker counts: wall
+    # seconds, seconds times workers (GPU-seconds on GPU workers), training samples (all ranks)
+    wall_s: float = 0.0
+    worker_s: float = 0.0
+    samples_seen: int = 0
 
 
 def _worker_file(folder: str, rank: int) -> str:
@@ -99,6 +104,9 @@ def save(
                 "stale": state.stale,
                 "shard_rows": state.shard_rows,
                 "world_size": world_size,
+                "wall_s": state.wall_s,
+                "worker_s": state.worker_s,
+                "samples_seen": state.samples_seen,
                 **rng_states(device),
             },
             _worker_file(folder, rank),
@@ -188,6 +196,9 @@ def load(
         stale=int(extra.get("stale", 0)),
         shard_rows=int(extra.get("shard_rows", 0)),
         saved_world_size=saved,
+        wall_s=float(extra.get("wall_s", 0.0)),
+        worker_s=float(extra.get("worker_s", 0.0)),
+        samples_seen=int(extra.get("samples_seen", 0)),
     )
 
 

@@ -17,7 +17,7 @@ from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
 from recsys.distributed.env import WorkerEnv
 from recsys.distributed.sharding import init_tables, plan_summary, shard
-from recsys.models import DLRM, ModelAndLoss
+from recsys.models import ModelAndLoss, build_model
 from recsys.models.accounting import BYTES_PER_ELEMENT
 from recsys.models.embeddings import init_ranges, table_specs
 from recsys.train.optim import combined_optimizer
@@ -59,13 +59,13 @@ def build(cfg: ExperimentConfig, env: WorkerEnv) -> Built:
     check_dtype(cfg, env)
     torch.manual_seed(cfg.train.seed)
     seed = cfg.train.seed
-    dlrm = DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), "meta", init_seed=seed)
-    model = ModelAndLoss(dlrm, cfg.loss)
-    specs = table_specs(cfg.embeddings)
+    net = build_model(cfg.model, cfg.embeddings, len(cfg.loss.tasks), "meta", init_seed=seed)
+    model = ModelAndLoss(net, cfg.loss)
+    specs = table_specs(cfg.tables)
     half = cfg.embeddings.dtype != "fp32"
     names = [s.name for s in specs]
     dmp, estimate = shard(model, env, cfg.sharding, cfg.optim, names, cfg.train.batch_size, half)
-    init_tables(dmp, init_ranges(cfg.embeddings, seed))  # the same tables whatever the plan
+    init_tables(dmp, init_ranges(cfg.tables, seed))  # the same tables whatever the plan
     summary = plan_summary(
         dmp.plan,
         {s.name: (s.rows, s.dim) for s in specs},

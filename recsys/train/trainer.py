@@ -127,11 +127,12 @@ class Trainer:
         self.policy = LRPolicy(built.optimizer, cfg.optim)
         per_rank = self.plan["embedding_bytes_per_rank"]
         self.static = {
-            **embedding_report(cfg.embeddings).as_metrics(),
+            **embedding_report(cfg.tables).as_metrics(),
             **{f"emb_bytes_rank{r}": b for r, b in per_rank.items()},
             "setup_s": time.perf_counter() - t_start,
         }
         self.history: list[tuple[int, float]] = []  # (step, loss) since the last report
+        self.cost_mark = t_start  # the run's cost is counted up to here (``_cost``)
         self.scorer = Scorer.of(cfg.train)
         self.stopped_early = False
 
@@ -198,6 +199,7 @@ class Trainer:
             loss_n += 1
             self.state.step += 1
             self.state.data_position += tc.batch_size
+            self.state.samples_seen += tc.batch_size * self.env.world_size
             if due(self.state.step, tc.log_every, tc.steps):
                 loss = collectives.mean_over_ranks(loss_sum / loss_n)
                 loss_sum.zero_()
@@ -234,6 +236,24 @@ class Trainer:
             "lr_factor": lr_factor,
         }
 
+    def _cost(self, advance: bool = True) -> dict[str, float]:
+        """What the run has cost so far, over all its attempts (kept in the checkpoint): wall
+        seconds since the first worker started (setup, training, evaluation, checkpoints; time
+        an attempt lost after its last checkpoint is not counted), those seconds times the
+        workers (GPU-seconds on GPU workers) and the training samples seen by all ranks.
+        ``advance``: count the time since the last call (not for a report without a
+        checkpoint, whose time no checkpoint keeps)."""
+        now = time.perf_counter()
+        elapsed, self.cost_mark = now - self.cost_mark, now
+        if advance:
+            self.state.wall_s += elapsed
+            self.state.worker_s += elapsed * self.env.world_size
+        return {
+            "wall_s": self.state.wall_s,
+            "worker_s": self.state.worker_s,
+            "samples_seen": float(self.state.samples_seen),
+        }
+
     def _take_note(self) -> dict[str, str]:
         """The resume notice, in the first report after the resume only."""
         note, self.resume_note = self.resume_note, ""
@@ -257,6 +277,7 @@ class Trainer:
             t1 = time.perf_counter()
             self.clock.eval_s += t1 - t0
             metrics.update(self.clock.as_metrics())
+            metrics.update(self._cost())
             folder = self._save(model)
             self.reporter.report({**metrics, "loss_history": self.history}, folder, step)
             self.clock.ckpt_s += time.perf_counter() - t1
@@ -291,6 +312,7 @@ class Trainer:
             "step": self.state.step,
             "epoch": self.epoch,
             "loss_history": [],
+            **self._cost(advance=False),
             **self.scorer.update(self.state, {}),
         }
         if self.env.is_main:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from recsys.config import ExperimentConfig
 from recsys.distributed.sharding import Machine, planner, sharders
-from recsys.models import DLRM, ModelAndLoss, embedding_report
+from recsys.models import ModelAndLoss, build_model, embedding_report
 from recsys.models.embeddings import table_specs
 from recsys.tune.space import CONSTRAINTS
 
@@ -34,7 +34,7 @@ def _gib(n: float) -> str:
 
 
 def check_budget(cfg: ExperimentConfig, constraints: dict[str, float]) -> Verdict:
-    report = embedding_report(cfg.embeddings)
+    report = embedding_report(cfg.tables)
     numbers = {"emb_bytes": float(report.bytes), "emb_params": float(report.params)}
     for name, limit in constraints.items():
         value = numbers[CONSTRAINTS[name]]
@@ -50,8 +50,9 @@ def check_plan(
     """A dry run of the planner (tables on ``meta``: nothing allocated)."""
     from torchrec.distributed.planner.types import PlannerError
 
-    model = ModelAndLoss(DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks), "meta"), cfg.loss)
-    names = [s.name for s in table_specs(cfg.embeddings)]
+    net = build_model(cfg.model, cfg.embeddings, len(cfg.loss.tasks), "meta")
+    model = ModelAndLoss(net, cfg.loss)
+    names = [s.name for s in table_specs(cfg.tables)]
     half = cfg.embeddings.dtype != "fp32"
     capacity = machine.hbm if machine.device == "cuda" and machine.hbm else machine.ddr
     numbers = {"device_bytes_per_worker": float(capacity)}

@@ -57,6 +57,7 @@ def _train(
     del extra["torch_rng"]
     assert ("cuda_rng" in extra) == use_gpu  # a GPU worker saves its device's generator too
     extra.pop("cuda_rng", None)
+    cost = {k: extra.pop(k) for k in ("wall_s", "worker_s")}  # times differ between runs
     model = build(cfg, env).model
     state = {"model": model.state_dict()}
     dcp.load(state, checkpoint_id=folder)
@@ -65,7 +66,9 @@ def _train(
         for k, v in state["model"].items()
     }
     history = [h for r in reporter.reports for h in r["loss_history"]]
-    return {"metrics": metrics, "extra": extra, "weights": tensors, "history": history}
+    return {
+        "metrics": metrics, "extra": extra, "cost": cost, "weights": tensors, "history": history
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("pipeline", ["off", "on"])
@@ -99,10 +102,15 @@ def check_resume_is_exact(
         return run_ranks(_train, *args, backend=backend, world_size=world_size)
 
     straight = train("a", 2 * K)
-    train("b", K)
+    first = train("b", K)
     resumed = train("b", 2 * K)
-    for s, r in zip(straight, resumed, strict=True):
+    for s, f, r in zip(straight, first, resumed, strict=True):
         assert s["extra"] == r["extra"] == {**s["extra"], "step": 2 * K}
+        # the cost goes on from the checkpoint: samples of every rank, seconds of both attempts
+        assert r["extra"]["samples_seen"] == 2 * K * world_size * 32
+        assert r["cost"]["wall_s"] > f["cost"]["wall_s"] > 0
+        assert r["cost"]["worker_s"] == pytest.approx(world_size * r["cost"]["wall_s"])
+        assert r["metrics"]["wall_s"] == r["cost"]["wall_s"]
         assert s["metrics"]["loss"] == pytest.approx(r["metrics"]["loss"], abs=atol)
         assert s["metrics"]["val_auc"] == pytest.approx(r["metrics"]["val_auc"], abs=atol)
         for name, tensor in s["weights"].items():

@@ -1,0 +1,97 @@
+"""Reference models a sweep's winner is compared with: logistic regression and a factorization
+machine, built from the same TorchRec tables as DLRM (one per feature, QR as configured), so they
+are sharded, trained, checkpointed and exported by the same code.
+
+Published CTR benchmarks (BARS / FuxiCTR, arXiv 2009.05794) found tuned deep models close to these
+on small data; a sweep that lists them as ``baselines`` shows by how much its best DLRM beats them.
+
+FBGEMM needs table widths in multiples of 4, so an id's weight for task ``t`` is the sum of its
+row's columns ``4t..4t+3`` (``LINEAR_WIDTH``): a linear model all the same (the four columns get
+equal gradients, so it is one weight learning at four times the table's learning rate).
+
+Shapes: ``B`` batch, ``I`` dense features, ``F`` sparse features, ``D`` factor dim, ``T`` tasks.
+Plain ``nn.Module`` code, as ``recsys.models.dlrm``.
+"""
+
+import torch
+from torch import nn
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from recsys.config import LINEAR_WIDTH, EmbeddingConfig, ModelConfig, model_tables
+from recsys.models.embeddings import SparseArch
+
+
+def linear_terms(rows: torch.Tensor, num_tasks: int) -> torch.Tensor:
+    """``rows: [B, F, LINEAR_WIDTH * T]`` pooled linear columns -> ``[B, T]``: each task's sum over
+    the features and its four columns."""
+    return rows.sum(1).reshape(-1, num_tasks, LINEAR_WIDTH).sum(-1)
+
+
+class LogisticRegression(nn.Module):
+    """``logit_t = b_t + <w_t, dense> + sum_f w_t(id_f)``.
+
+    Args: as ``DLRM`` (``model.num_dense``; the tables' rows, QR and dtype from ``embeddings``).
+
+    Example::
+
+        model = LogisticRegression(ModelConfig(arch="lr", num_dense=13), EmbeddingConfig(...))
+        logits = model(dense, kjt)  # dense: [B, 13] -> logits: [B, 1]
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        embeddings: EmbeddingConfig,
+        num_tasks: int = 1,
+        embedding_device: torch.device | str | None = None,
+        init_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.num_tasks = num_tasks
+        tables = model_tables(model, embeddings, num_tasks)
+        self.sparse_arch = SparseArch(tables, device=embedding_device, init_seed=init_seed)
+        self.dense_linear = nn.Linear(model.num_dense, num_tasks)
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        """``dense: [B, I]``, ``sparse``: the layout's KJT -> logits ``[B, T]``."""
+        rows = torch.stack(self.sparse_arch(sparse), dim=1)  # [B, F, 4T]
+        return self.dense_linear(dense) + linear_terms(rows, self.num_tasks)
+
+
+class FactorizationMachine(nn.Module):
+    """Rendle's FM over the dense and sparse features: the LR terms plus
+    ``sum_{i<j} <v_i, v_j>`` over the ``I + F`` fields, where a sparse field's factor ``v_f`` is
+    its id's ``D`` factor columns and a dense field's is its value times a learned ``[D]`` vector.
+    The second-order term is shared by the ``T`` tasks; each has its own linear terms and bias.
+
+    Args: as ``DLRM``; ``embeddings.dim`` is ``D``.
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        embeddings: EmbeddingConfig,
+        num_tasks: int = 1,
+        embedding_device: torch.device | str | None = None,
+        init_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.num_tasks, self.dim = num_tasks, embeddings.dim
+        tables = model_tables(model, embeddings, num_tasks)
+        self.sparse_arch = SparseArch(tables, device=embedding_device, init_seed=init_seed)
+        self.dense_linear = nn.Linear(model.num_dense, num_tasks)
+        bound = (1.0 / model.num_dense) ** 0.5 / embeddings.dim
+        self.dense_factors = nn.Parameter(
+            torch.empty(model.num_dense, embeddings.dim).uniform_(-bound, bound)
+        )
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        """``dense: [B, I]``, ``sparse``: the layout's KJT -> logits ``[B, T]``."""
+        rows = torch.stack(self.sparse_arch(sparse), dim=1)  # [B, F, D + 4T]
+        factors = torch.cat(
+            [dense.unsqueeze(2) * self.dense_factors, rows[:, :, : self.dim]], dim=1
+        )  # [B, I + F, D]
+        total = factors.sum(1)
+        pairs = 0.5 * (total * total - (factors * factors).sum(1)).sum(1, keepdim=True)  # [B, 1]
+        linear = linear_terms(rows[:, :, self.dim :], self.num_tasks)
+        return self.dense_linear(dense) + linear + pairs
