@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 from benchmarks.common import table
 from recsys.cluster import connect
 from recsys.tune import space as spaces
+from recsys.tune.space import Confirm
 from recsys.tune.sweep import SweepOptions, legacy_tune_output, run_sweep
 from recsys.tune.tracking import Tracker
 
@@ -69,7 +70,8 @@ def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dic
 
 def ours(trials: int, steps: int, space: str, tmp: str) -> tuple[list[dict[str, float]], float]:
     loaded = spaces.load(space, smoke=True)
-    loaded = dataclasses.replace(loaded, base=loaded.base.with_overrides({"train.steps": steps}))
+    base = loaded.base.with_overrides({"train.steps": steps})
+    loaded = dataclasses.replace(loaded, base=base, baselines=[], confirm=Confirm(0, 0))  # search
     uri = f"sqlite:///{tmp}/mlflow.db"
     opts = SweepOptions(name="bench", storage=f"{tmp}/runs", tracking_uri=uri, num_samples=trials)
     t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """MLflow store growth: rows and bytes per trial-step of a sweep's tracking store.
 
-Runs the default space's smoke sweep (2 trials, SQLite store) and reads the store back: metric rows
+Runs the default space's smoke sweep (2 trials, 2 baselines and 2 seed-check runs: 6 runs that
+train, SQLite store) and reads the store back: metric rows
 per trial, per report and per training step, and the store's bytes per trial-step. The cadence
 that sets these is ``train.log_every`` (one loss row every that many steps) and
 ``train.checkpoint_every`` (one report, ~30 metric rows, every that many steps; in a sweep every
@@ -27,7 +28,8 @@ def run() -> str:
         subprocess.run(cmd, check=True, capture_output=True, cwd=tmp)
         con = sqlite3.connect(db)
         trials = con.execute(
-            "select run_uuid from tags where key = 'recsys.kind' and value = 'trial'"
+            "select run_uuid from tags where key = 'recsys.kind' "
+            "and value in ('trial', 'baseline', 'confirm')"
         ).fetchall()
         ids = [t[0] for t in trials]
         marks = ",".join("?" * len(ids))
@@ -45,7 +47,7 @@ def run() -> str:
         con.close()
         size = os.path.getsize(db)
     return "\n".join([
-        "| trials | trial-steps | reports | metric rows | of which loss | rows / report "
+        "| trained runs | trial-steps | reports | metric rows | of which loss | rows / report "
         "| rows / trial-step | store bytes / trial-step |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| {len(ids)} | {steps} | {reports} | {n_rows} | {loss} | "

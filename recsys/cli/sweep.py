@@ -4,6 +4,7 @@
     recsys-sweep --space criteo --address auto --gpus --num-workers 8 \\
         --storage /shared/sweeps --tracking-uri http://mlflow:5000
     recsys-sweep --name default --resume   # pick a killed sweep up again
+    recsys-sweep --confirm 3 --seeds 5     # then re-train the 3 best with 5 new seeds each
     mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1   # compare the runs
 
 (``python experiments/sweep.py`` is the same command.) Re-running with the same --name resumes
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from recsys.cli import positive
 from recsys.configlib import ConfigError
@@ -51,12 +53,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--confirm", type=int, metavar="K",
+        help="after the search, re-train the K best with --seeds new seeds each (0: no seed "
+        "check; default: the space's confirm section)",
+    )  # fmt: skip
+    p.add_argument(
+        "--seeds", type=int, metavar="N",
+        help="new seeds per confirmed configuration (default: the space's, else 3)",
+    )  # fmt: skip
+    p.add_argument(
         "--export",
         choices=["int8", "int4", "fp16"],
         help="at the end, export the best trial for serving (see recsys-export)",
     )
     p.add_argument("--register", help="with --export: register the MLflow model under this name")
     return p.parse_args(argv)
+
+
+def with_confirm(space: Any, top: int | None, seeds: int | None) -> Any:
+    """The space with ``--confirm K --seeds N`` applied (``--confirm 0``: no seed check)."""
+    import dataclasses
+
+    from recsys.tune.space import Confirm, confirm_of
+
+    if top is None and seeds is None:
+        return space
+    if top == 0:
+        return dataclasses.replace(space, confirm=Confirm(0, 0))
+    top = top if top is not None else space.confirm.top
+    if not top:
+        raise ConfigError("--seeds needs --confirm K (the space has no confirm section)")
+    seeds = seeds if seeds is not None else (space.confirm.seeds or 3)
+    return dataclasses.replace(space, confirm=confirm_of(top, seeds, "--confirm/--seeds"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
+        space = with_confirm(space, args.confirm, args.seeds)
         from recsys.tune.state import SweepOptions, check_resume, default_tracking_uri
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None

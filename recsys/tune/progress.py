@@ -53,9 +53,11 @@ class Progress(Callback):  # type: ignore[misc]
         mode: str = "max",
         total: int = 0,
         top: int = 10,
+        label: str = "trial",
     ) -> None:
         self.metric, self.steps, self.every_s = metric, steps, every_s  # (pickled by Tune)
         self.mode, self.total, self.top = mode, total, top
+        self.label = label  # "trial", "baseline", "confirm": the phase's trials
         self.t0 = time.time()
         self.rows: dict[str, dict[str, Any]] = {}
         self.started: dict[str, float] = {}  # trial id -> when it started
@@ -79,7 +81,8 @@ class Progress(Callback):  # type: ignore[misc]
         if trial.trial_id not in self.rows:
             params = (trial.config or {}).get("params", {})
             row = {"trial": trial.trial_id.split("_")[-1], "status": "running"}
-            self.rows[trial.trial_id] = {**row, **{short(k): v for k, v in params.items()}}
+            shown = {short(k.lstrip("_")): v for k, v in params.items()}  # (_confirms: a phase's)
+            self.rows[trial.trial_id] = {**row, **shown}
         return self.rows[trial.trial_id]
 
     def _update(self, trial: Any, result: dict[str, Any], done: bool) -> dict[str, Any]:
@@ -101,7 +104,7 @@ class Progress(Callback):  # type: ignore[misc]
             counts[row["status"]] = counts.get(row["status"], 0) + 1
         total = max(self.total, len(self.rows))
         parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        text = f"{len(self.rows)} trials of {total}: {parts}"
+        text = f"{len(self.rows)} {self.label}s of {total}: {parts}"
         running = counts.get("running", 0)
         left = total - len(self.rows) + running
         if self.durations and left and running:
@@ -153,7 +156,7 @@ class Progress(Callback):  # type: ignore[misc]
         self.started.setdefault(trial.trial_id, time.time())
         row = self._row(trial)
         params = " ".join(f"{k}={fmt(v)}" for k, v in row.items() if k not in ("trial", "status"))
-        self._say(f"trial {row['trial']} started: {params}")
+        self._say(f"{self.label} {row['trial']} started: {params}")
         self._draw()
 
     def on_trial_result(
@@ -170,13 +173,13 @@ class Progress(Callback):  # type: ignore[misc]
         score = (
             f"best {self.metric} {fmt(row['best'])}" if row["status"] != "infeasible" else detail
         )
-        self._say(f"trial {row['trial']} {row['status']}: step {row['step']}, {score}")
+        self._say(f"{self.label} {row['trial']} {row['status']}: step {row['step']}, {score}")
         self._draw()
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         row = self._row(trial)
         row["status"] = "error"
-        self._say(f"trial {row['trial']} failed: see {trial.local_path or trial.path}")
+        self._say(f"{self.label} {row['trial']} failed: see {trial.local_path or trial.path}")
         self._draw()
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any
@@ -27,24 +28,28 @@ from recsys.serving import (
 from recsys.tune.tracking import Tag, Tracker
 
 
-def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str]:
-    """The metric and mode that score the sweep's trials (tags of its parent run)."""
+def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str, list[str]]:
+    """The metric and mode that score the sweep's trials, and its trials by confirmed mean
+    (empty without a seed check): tags of its parent run."""
     parents = tracker.runs(sweep, f"tags.`{Tag.KIND}` = 'sweep:{sweep}'")
     if not parents:
         if not tracker.has_experiment(sweep):
             raise ValueError(f"no sweep named {sweep!r} in {tracker.uri}")
-        return "val_auc", "max"
+        return "val_auc", "max", []
     tags = parents[0].data.tags
-    return tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max")
+    order = json.loads(tags.get(Tag.CONFIRMED_ORDER, "[]"))
+    return tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max"), order
 
 
 def best_trial(
     tracker: Tracker, sweep: str, max_emb_bytes: float | None = None
 ) -> tuple[str, str, Any]:
-    """The sweep's best trial (finished, or stopped early by patience or ASHA) by its best report
-    of the sweep's metric, among those whose tables fit ``max_emb_bytes``: its run id, best
+    """The sweep's best trial (finished, or stopped early by patience or ASHA), among those whose
+    tables fit ``max_emb_bytes``: by confirmed mean when the sweep ran a seed check (the
+    confirmed trials first, ``recsys.tune.confirm`` says why the mean), else by its best report
+    of the sweep's metric. Baselines and seed-check runs are never picked. Its run id, best
     checkpoint, config."""
-    metric, mode = scored_by(tracker, sweep)
+    metric, mode, confirmed = scored_by(tracker, sweep)
     where = f"tags.`{Tag.KIND}` = 'trial'"
     if max_emb_bytes is not None:
         where += f" and metrics.emb_bytes <= {max_emb_bytes}"
@@ -59,7 +64,8 @@ def best_trial(
     if not runs:
         budget = f" with tables under {max_emb_bytes / 2**20:.4g} MB" if max_emb_bytes else ""
         raise ValueError(f"sweep {sweep!r} has no finished trial{budget}")
-    run = runs[0]
+    rank = {trial: i for i, trial in enumerate(confirmed)}
+    run = min(runs, key=lambda r: rank.get(r.data.tags.get(Tag.TRIAL, ""), len(rank)))
     with tempfile.TemporaryDirectory() as tmp:
         path = tracker.download(run.info.run_id, "config.yaml", tmp)
         with open(path) as f:

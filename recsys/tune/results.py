@@ -22,6 +22,7 @@ from recsys.tune.search import INFEASIBLE
 from recsys.tune.space import Objective, SearchSpace
 
 METRICS = ["val_auc", "val_log_loss", "val_ne"]  # shown from the best report
+COST = ["wall_s", "worker_s", "samples_seen"]  # what the trial cost, from its last report
 
 
 STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
@@ -74,12 +75,14 @@ def front_objectives(space: SearchSpace) -> list[Objective]:
     return [space.objectives[0], Objective("emb_bytes", "min")]
 
 
-def _row(result: Any, space: SearchSpace) -> dict[str, Any]:
+def _row(result: Any, space: SearchSpace, role: str) -> dict[str, Any]:
     last = result.metrics or {}
     best = best_report(result, space.objectives[0])
     params = dict((result.config or {}).get("params", {}))
     row: dict[str, Any] = {
         "trial": last.get("trial_id", ""),
+        "role": role,
+        "arch": params.get("model.arch", space.base.model.arch),
         "status": status(result, last, space.base.train.steps),
     }
     row.update(params)
@@ -90,6 +93,7 @@ def _row(result: Any, space: SearchSpace) -> dict[str, Any]:
     row.update({m: best.get(m, math.nan) for m in METRICS + task_aucs(space)})
     row["emb_bytes"] = last.get("emb_bytes", math.nan)
     row["samples_per_s"] = last.get("samples_per_s", math.nan)
+    row.update({c: last.get(c, math.nan) for c in COST})
     row["checkpoint"] = best.get("checkpoint_path", "")
     row["worker_nodes"] = last.get("worker_nodes", "")
     row["status_detail"] = last.get("status_detail", "")
@@ -102,9 +106,10 @@ def task_aucs(space: SearchSpace) -> list[str]:
     return [f"val_auc/{t}" for t in names] if len(names) > 1 else []
 
 
-def trial_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
-    """One row per trial (its params, status, score, best report), best first."""
-    frame = pd.DataFrame([_row(r, space) for r in result_grid])
+def trial_frame(result_grid: Any, space: SearchSpace, role: str = "trial") -> pd.DataFrame:
+    """One row per trial (its params, status, score, best report, cost), best first. ``role``:
+    the phase the trials ran in (``trial``: the search, whose rows get ``pareto``)."""
+    frame = pd.DataFrame([_row(r, space, role) for r in result_grid])
     if frame.empty:
         return frame
     objectives = front_objectives(space)
@@ -112,10 +117,24 @@ def trial_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
         if o.key not in frame:
             frame[o.key] = math.nan
     points = frame[[o.key for o in objectives]].to_numpy(dtype=float)
-    frame["pareto"] = non_dominated(points, [o.mode for o in objectives])
+    frame["pareto"] = non_dominated(points, [o.mode for o in objectives]) & (role == "trial")
+    return ranked(frame, space)
+
+
+def ranked(frame: pd.DataFrame, space: SearchSpace) -> pd.DataFrame:
+    """Rows by the space's score, best first (rows without one last)."""
     score = space.objectives[0]
     frame = frame.sort_values(score.key, ascending=score.mode == "min", na_position="last")
     return frame.reset_index(drop=True)
+
+
+def with_baselines(
+    trials: pd.DataFrame, baselines: pd.DataFrame, space: SearchSpace
+) -> pd.DataFrame:
+    """The search's rows and the baselines' (``role == "baseline"``) in one ranking."""
+    if baselines.empty:
+        return trials
+    return ranked(pd.concat([trials, baselines], ignore_index=True), space)
 
 
 def short(key: str) -> str:
@@ -126,23 +145,35 @@ def short(key: str) -> str:
 
 
 def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10) -> str:
-    """The best ``top`` trials: params, status, score, step, metrics of the best report, MB."""
+    """The best ``top`` search trials and every baseline, in one ranking: model, params, status,
+    score, step, metrics of the best report, MB, cost (worker-seconds)."""
     if frame.empty:
         return "(no trials)"
     params = [d.key for d in space.dimensions if d.key in frame]
-    shown = frame.head(top).copy()
+    role = frame["role"] if "role" in frame else pd.Series("trial", index=frame.index)
+    keep = (role == "trial").cumsum().le(top) & (role == "trial") | (role != "trial")
+    shown = frame[keep].copy()
     shown["emb MB"] = shown["emb_bytes"] / 2**20
     shown["pareto"] = shown["pareto"].map({True: "*", False: ""})
+    models = []
+    if (role != "trial").any():
+        ref = role[keep] != "trial"
+        shown["model"] = shown["arch"].where(~ref, shown["arch"] + " (ref)")
+        models = ["model"]
+        for p in params:  # a reference's row shows no searched value
+            shown[p] = shown[p].astype(object).where(~ref, "")
     scores = [o.key for o in space.objectives if o.key != "emb_bytes"]
     metrics = [m for m in METRICS + task_aucs(space) if m != space.metric]
-    columns = ["trial", "status", *params, *scores, "best_step", *metrics, "emb MB",
-               "samples_per_s", "pareto"]  # fmt: skip
+    cost = [c for c in ("worker_s",) if c in shown and c not in scores]
+    columns = ["trial", *models, "status", *params, *scores, "best_step", *metrics, "emb MB",
+               "samples_per_s", *cost, "pareto"]  # fmt: skip
     out = shown[columns].rename(columns={p: short(p) for p in params})
     return out.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
 
 
-def pareto_plot(frame: pd.DataFrame, space: SearchSpace, path: str) -> None:
-    """The score against embedding memory, one point per trial, the non-dominated ones marked."""
+def pareto_plot(frame: pd.DataFrame, space: SearchSpace, path: str) -> list[str]:
+    """The score against embedding memory, one point per trial, the non-dominated ones marked,
+    the baselines apart. Returns the legend's labels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,9 +181,16 @@ def pareto_plot(frame: pd.DataFrame, space: SearchSpace, path: str) -> None:
 
     score = space.objectives[0]
     ok = frame[frame[score.key].notna() & frame["emb_bytes"].notna()]
+    refs = ok[ok["role"] == "baseline"] if "role" in ok else ok.iloc[:0]
+    ok = ok[ok["role"] == "trial"] if "role" in ok else ok
     x, y = ok["emb_bytes"] / 2**20, ok[score.key]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.scatter(x, y, c="tab:blue", label="trials")
+    if not refs.empty:
+        rx, ry = refs["emb_bytes"] / 2**20, refs[score.key]
+        ax.scatter(rx, ry, c="black", marker="s", label="baselines (references)")
+        for arch, xi, yi in zip(refs["arch"], rx, ry, strict=True):
+            ax.annotate(f"{arch} (ref)", (xi, yi), fontsize=8)
     front = ok[ok["pareto"]].sort_values("emb_bytes")
     ax.plot(front["emb_bytes"] / 2**20, front[score.key], "o-", c="tab:red", label="non-dominated")
     for trial, xi, yi in zip(ok["trial"], x, y, strict=True):
@@ -160,7 +198,8 @@ def pareto_plot(frame: pd.DataFrame, space: SearchSpace, path: str) -> None:
     ax.set_xlabel("embedding memory (MB)")
     ax.set_ylabel(f"{score.metric}, best report ({score.mode})")
     ax.set_title(f"{space.name}: each trial's best {score.metric} against embedding memory")
-    ax.legend()
+    labels = [t.get_text() for t in ax.legend().get_texts()]
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return labels

@@ -15,6 +15,11 @@ A space file::
     mode: max
     num_samples: 8                   # trials (``--num-samples`` overrides)
     smoke: {num_samples: 2, overrides: {train.steps: 20}}   # the --smoke-test variant
+    baselines: [lr, fm]              # reference models trained once, with the base config
+    confirm: {top: 2, seeds: 3}      # after the search: the 2 best re-trained with 3 new seeds
+
+``baselines`` and ``confirm`` are the sweep's later phases (``recsys.tune.phases``); ``smoke`` may
+set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
 
 Several objectives search for a trade-off rather than a maximum (``--search optuna`` runs Optuna's
 multi-objective TPE; the results mark the non-dominated trials)::
@@ -46,8 +51,10 @@ PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
 SECTIONS = (
     "description", "base", "num_samples", "overrides", "space", "metric", "mode", "smoke",
-    "constraints",
+    "constraints", "baselines", "confirm",
 )  # fmt: skip
+SMOKE_SECTIONS = ("num_samples", "overrides", "baselines", "confirm")
+BASELINES = ("lr", "fm")  # model.arch values a sweep can train as references
 VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
 
 
@@ -60,7 +67,9 @@ def is_validation(metric: str) -> bool:
     return True
 
 
-STATIC = ("emb_bytes", "emb_params")  # known before training: further objectives
+STATIC = ("emb_bytes", "emb_params")  # known before training
+COST = ("worker_s", "wall_s")  # what a trial cost (its last report)
+FURTHER = STATIC + COST  # the objectives after the first
 CONSTRAINTS = {"emb_bytes_max": "emb_bytes", "emb_params_max": "emb_params"}  # -> what it bounds
 
 
@@ -108,6 +117,19 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class Confirm:
+    """The seed check: the ``top`` best configurations re-trained with ``seeds`` new seeds each
+    (``top == 0``: none)."""
+
+    top: int
+    seeds: int
+
+    @property
+    def trials(self) -> int:
+        return self.top * self.seeds
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     name: str
     source: str
@@ -117,6 +139,8 @@ class SearchSpace:
     constraints: dict[str, float] = field(default_factory=dict)
     smoke: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    baselines: list[str] = field(default_factory=list)
+    confirm: Confirm = field(default_factory=lambda: Confirm(0, 0))
 
     @property
     def metric(self) -> str:
@@ -136,6 +160,16 @@ class SearchSpace:
 
     def config_for(self, params: dict[str, Any]) -> ExperimentConfig:
         return self.base.with_overrides(params)
+
+    def baseline_params(self, arch: str) -> dict[str, Any]:
+        """A reference trial's params: the base config as ``arch`` (its mixed dims dropped: a
+        reference has one table width)."""
+        params: dict[str, Any] = {"model.arch": arch}
+        if self.base.embeddings.dims is not None:
+            params["embeddings.dims"] = None
+        if self.base.embeddings.md_alpha is not None:
+            params["embeddings.md_alpha"] = None
+        return params
 
 
 def _fail(source: str, where: str, msg: str) -> ConfigError:
@@ -205,8 +239,9 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     base_ref = raw.get("base", "debug")
     base = named(base_ref) if base_ref in EXPERIMENTS else from_file(_relative(path, base_ref))
     overrides = dict(raw.get("overrides") or {})
+    smoke_raw = _smoke(path, raw.get("smoke") or {})
     if smoke:
-        overrides.update((raw.get("smoke") or {}).get("overrides") or {})
+        overrides.update(smoke_raw.get("overrides") or {})
     if data:
         overrides.update({"data.source": source_for(data), "data.paths": [os.path.abspath(data)]})
     elif isinstance(overrides.get("data.paths"), list):  # relative to where the sweep starts
@@ -222,6 +257,10 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     dims = [_dimension(path, k, v, valid) for k, v in space.items()]
     _check_builds(path, base, dims)
     objectives = _objectives(path, raw)
+    own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
+    phases = {**raw, **own}  # the smoke variant's own phases, if it has them
+    baselines = _baselines(path, phases.get("baselines") or [], base)
+    confirm = _confirm(path, phases.get("confirm"))
     return SearchSpace(
         name=os.path.splitext(os.path.basename(path))[0],
         source=path,
@@ -229,9 +268,64 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         dimensions=dims,
         objectives=objectives,
         constraints=_constraints(path, raw.get("constraints") or {}),
-        smoke=raw.get("smoke") or {},
+        smoke=smoke_raw,
         raw=raw,
+        baselines=baselines,
+        confirm=confirm,
     )
+
+
+def _smoke(path: str, smoke: Any) -> dict[str, Any]:
+    if not isinstance(smoke, dict):
+        raise ConfigError(f"{path}: smoke: expected a mapping, got {smoke!r}")
+    for key in smoke:
+        if key not in SMOKE_SECTIONS:
+            raise ConfigError(
+                f"{path}: smoke: unknown section {key!r}{nearest(str(key), SMOKE_SECTIONS)}"
+            )
+    return smoke
+
+
+def _baselines(path: str, value: Any, base: ExperimentConfig) -> list[str]:
+    """``baselines: [lr, fm]``: each a reference ``model.arch`` that builds from the base."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: baselines: a list of {list(BASELINES)}, got {value!r}")
+    for arch in value:
+        if arch not in BASELINES:
+            raise ConfigError(
+                f"{path}: baselines: {arch!r} is not a reference model; one of "
+                f"{list(BASELINES)}{nearest(str(arch), BASELINES)}"
+            )
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{path}: baselines: {value} lists a model twice")
+    space = SearchSpace("", path, base, [])
+    for arch in value:
+        try:
+            base.with_overrides(space.baseline_params(arch))
+        except ConfigError as e:
+            why = f"{path}: baselines: {arch} cannot build from the base: {e}"
+            raise ConfigError(why) from None
+    return list(value)
+
+
+def _confirm(path: str, value: Any) -> Confirm:
+    """``confirm: {top: K, seeds: N}``: K >= 1 configurations, N >= 2 seeds (a spread needs two)."""
+    if value is None:
+        return Confirm(0, 0)
+    if not isinstance(value, dict) or set(value) != {"top", "seeds"}:
+        raise ConfigError(f"{path}: confirm: expected {{top: K, seeds: N}}, got {value!r}")
+    return confirm_of(value["top"], value["seeds"], f"{path}: confirm")
+
+
+def confirm_of(top: Any, seeds: Any, where: str) -> Confirm:
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise ConfigError(f"{where}: top={top!r}: the configurations to confirm, an integer >= 1")
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 2:
+        raise ConfigError(
+            f"{where}: seeds={seeds!r}: new seeds per configuration, an integer >= 2 "
+            "(a confidence interval needs two values)"
+        )
+    return Confirm(top, seeds)
 
 
 def _listed(value: Any) -> list[Any]:
@@ -254,8 +348,8 @@ def _objectives(path: str, raw: dict[str, Any]) -> list[Objective]:
             f"{nearest(str(metrics[0]), VALIDATION)}"
         )
     for m in metrics[1:]:
-        if m not in STATIC:
-            raise ConfigError(f"{path}: metric={m!r}: further objectives are one of {STATIC}")
+        if m not in FURTHER:
+            raise ConfigError(f"{path}: metric={m!r}: further objectives are one of {FURTHER}")
     return [Objective(m, d) for m, d in zip(metrics, modes, strict=True)]
 
 

@@ -1,7 +1,8 @@
 """Run (or resume) a sweep: Ray Tune over a search space, one Ray Train job per trial, MLflow runs.
 
 The sweep's folder ``<storage>/<name>`` holds Tune's state, ``sweep.json`` (the space and options
-it was started with) and ``train/trial_<id>`` (each trial's Train run and checkpoints).
+it was started with), ``train/trial_<id>`` (each trial's Train run and checkpoints) and the Tune
+state of the later phases, ``baselines/`` and ``confirm/`` (``recsys.tune.phases``).
 
 Trials are scored by their best validation report (``best_<metric>``, reported by the workers):
 Tune's searcher and scheduler compare that, Ray Train keeps each trial's best checkpoints by it,
@@ -11,6 +12,7 @@ and the results (``recsys.tune.results``), MLflow and the export use it.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -22,11 +24,20 @@ import pandas as pd
 import yaml
 
 from recsys.configlib import ConfigError
-from recsys.tune.results import METRICS, format_table, pareto_plot, trial_frame
+from recsys.tune import confirm
+from recsys.tune.phases import (
+    baseline_points,
+    confirm_frame,
+    confirm_points,
+    phase_tuner,
+    spreads,
+    trainable,
+)
+from recsys.tune.results import METRICS, format_table, pareto_plot, trial_frame, with_baselines
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir, worker_change
 from recsys.tune.tracking import Tag, Tracker
-from recsys.tune.trial import FinishStoppedTrials, TrialSpec, run_trial
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec
 
 
 def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
@@ -75,13 +86,6 @@ def _searcher(opts: SweepOptions, space: SearchSpace) -> Any:
     return ConcurrencyLimiter(searcher, max_concurrent=opts.max_concurrent)
 
 
-def _trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
-    from ray import tune
-
-    trainable = tune.with_parameters(run_trial, spec=spec.to_dict())
-    return tune.with_resources(trainable, {"CPU": opts.driver_cpus})
-
-
 def build_tuner(
     space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool, stop: Any = None
 ) -> Any:
@@ -96,12 +100,12 @@ def build_tuner(
     progress = Progress(space.metric, space.base.train.steps, mode=space.mode, total=total)
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
-            path, trainable=_trainable(opts, spec), resume_unfinished=True, resume_errored=True
+            path, trainable=trainable(opts, spec), resume_unfinished=True, resume_errored=True
         )  # (Tune restores its run config, the progress callback included)
     score = space.objectives[0]
     single = len(space.objectives) == 1 or opts.search == "random"
     return tune.Tuner(
-        _trainable(opts, spec),
+        trainable(opts, spec),
         param_space={"params": space.param_space()},
         tune_config=tune.TuneConfig(
             metric=score.key if single else None,  # several objectives: the searcher's
@@ -120,17 +124,89 @@ def build_tuner(
     )
 
 
+class Outcome:
+    """What a sweep's phases found: the search's and baselines' rows in one ranking (``frame``),
+    the seed runs (``seeds``), each confirmed configuration's spread, best mean first, and the
+    best search trial (by confirmed mean when the seed check ran)."""
+
+    def __init__(self, frame: pd.DataFrame, seeds: pd.DataFrame, space: SearchSpace) -> None:
+        self.frame, self.seeds, self.space = frame, seeds, space
+        found, self.short = spreads(seeds, space)
+        self.spreads = confirm.ranked(found, space.mode)
+        trials = frame[frame["role"] == "trial"] if not frame.empty else frame
+        self.best = trials.iloc[0] if not trials.empty else None
+        if self.spreads:
+            self.best = trials[trials["trial"] == self.spreads[0].trial].iloc[0]
+
+    @property
+    def baselines(self) -> pd.DataFrame:
+        return self.frame[self.frame["role"] == "baseline"] if not self.frame.empty else self.frame
+
+    def best_value(self) -> tuple[float, str]:
+        """The best search trial's score and what it is (its confirmed mean when checked)."""
+        assert self.best is not None
+        if self.spreads:
+            return self.spreads[0].mean, f"confirmed mean of {self.spreads[0].n} seeds"
+        return float(self.best[self.space.objectives[0].key]), "its best report"
+
+    def leads(self) -> dict[str, float]:
+        """The best trial's lead over each baseline (positive: better), by the space's mode."""
+        if self.best is None:
+            return {}
+        value, _ = self.best_value()
+        sign = 1.0 if self.space.mode == "max" else -1.0
+        key = self.space.objectives[0].key
+        return {
+            str(row["arch"]): sign * (value - float(row[key]))
+            for _, row in self.baselines.iterrows()
+            if math.isfinite(float(row[key]))
+        }
+
+    def lines(self) -> str:
+        """The summary below the table: the seed check's verdict, then the baselines."""
+        out = []
+        metric = self.space.metric
+        if self.spreads or self.short:
+            out.append(
+                f"\nseed check ({metric} of the new seeds' runs; the search's run left out):"
+            )
+            out += [confirm.verdict(self.spreads, self.space.mode, metric)] if self.spreads else []
+            out += self.short
+        if self.best is not None and not self.baselines.empty:
+            value, what = self.best_value()
+            key = self.space.objectives[0].key
+            out.append(f"\nagainst the baselines (best trial {self.best['trial']}, {what}: "
+                       f"{value:.4f}):")  # fmt: skip
+            for _, row in self.baselines.iterrows():
+                lead = self.leads().get(str(row["arch"]))
+                ref = f"{row['arch']} (trial {row['trial']}) {metric} {float(row[key]):.4f}"
+                if lead is None:
+                    out.append(f"  {ref}: no score ({row['status']})")
+                elif lead > 0:
+                    out.append(f"  beats {ref} by {lead:+.4f}")
+                else:
+                    out.append(f"  does NOT beat {ref}: {lead:+.4f}")
+            if self.spreads:
+                std = self.spreads[0].std
+                out.append(f"  (a baseline is one run; the best's seed std is {std:.4f})")
+        return "\n".join(out)
+
+
 def log_sweep_summary(
-    tracker: Tracker, parent: str, space: SearchSpace, frame: pd.DataFrame
+    tracker: Tracker, parent: str, experiment_id: str, space: SearchSpace, result: Outcome
 ) -> None:
-    """On the parent run: the space, all trials as CSV (best reports), the best trial's params,
-    config and score, and the score-against-memory plot."""
+    """On the parent run: the space, all trials and baselines as CSV (best reports, cost, role),
+    the seed check (``confirm.csv``: one row per seed run; ``confirmed.csv``: each
+    configuration's mean and interval), the best trial's params, config and score, its lead over
+    each baseline, and the score-against-memory plot."""
     with open(space.source) as f:
         tracker.log_text(parent, f.read(), "search_space.yaml")
-    if frame.empty:
+    frame = result.frame
+    if frame.empty or result.best is None:
         return
     tracker.log_text(parent, frame.drop(columns="params").to_csv(index=False), "trials.csv")
-    best = frame.iloc[0]
+    log_confirmation(tracker, parent, experiment_id, result)
+    best = result.best
     params = best["params"]
     tracker.log_text(parent, yaml.safe_dump(params), "best_params.yaml")
     tracker.log_text(parent, yaml.safe_dump(space.config_for(params).to_dict()), "best_config.yaml")
@@ -140,12 +216,41 @@ def log_sweep_summary(
         for k in dict.fromkeys(keys)
         if k in best and isinstance(best[k], float) and math.isfinite(best[k])
     }
+    values.update({f"lead_over_{arch}": lead for arch, lead in result.leads().items()})
     tracker.log_values(parent, values)
     tracker.set_tags(parent, {Tag.BEST_TRIAL: str(best["trial"])})
     with tempfile.TemporaryDirectory() as tmp:
         plot = os.path.join(tmp, "auc_vs_memory.png")
         pareto_plot(frame, space, plot)
         tracker.log_file(parent, plot)
+
+
+def log_confirmation(tracker: Tracker, parent: str, experiment_id: str, result: Outcome) -> None:
+    """The seed check on the parent run (CSVs, the order by confirmed mean, whether the top two
+    are separable) and on each confirmed trial's run (its mean, std and interval)."""
+    if result.seeds.empty:
+        return
+    tracker.log_text(parent, result.seeds.to_csv(index=False), "confirm.csv")
+    if not result.spreads:
+        return
+    table = pd.DataFrame(
+        [{"trial": s.trial, "n": s.n, "mean": s.mean, "std": s.std, "low": s.low, "high": s.high}
+         for s in result.spreads]
+    )  # fmt: skip
+    tracker.log_text(parent, table.to_csv(index=False), "confirmed.csv")
+    tags = {Tag.CONFIRMED_ORDER: json.dumps([s.trial for s in result.spreads])}
+    if len(result.spreads) >= 2:
+        sep = confirm.separation(result.spreads[0], result.spreads[1], result.space.mode)
+        tags["recsys.separable"] = "yes" if sep.separable else "no"
+        tracker.log_values(parent, {"confirmed_lead": sep.lead, "confirmed_lead_low": sep.low})
+    tracker.set_tags(parent, tags)
+    metric = result.space.metric
+    for s in result.spreads:
+        run = tracker.find_trial_run(experiment_id, s.trial)
+        if run is not None:
+            stats = {"mean": s.mean, "std": s.std, "low": s.low, "high": s.high}
+            values = {f"confirmed_{k}_{metric}": v for k, v in stats.items()}
+            tracker.log_values(run.info.run_id, values)
 
 
 @contextlib.contextmanager
@@ -276,11 +381,27 @@ def run_sweep(
     verb = "resuming" if restore else "starting"
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by {scores}")
-    with legacy_tune_output():
-        results = build_tuner(space, opts, spec, restore).fit()
-    frame = trial_frame(results, space)
-    log_sweep_summary(tracker, parent, space, frame)
+    result = run_phases(space, opts, spec, restore)
+    log_sweep_summary(tracker, parent, experiment_id, space, result)
     tracker.finish(parent)
     print(f"\nbest trials (each by its best {space.metric} report):")
-    print(format_table(frame, space))
-    return list(frame.to_dict("records"))
+    print(format_table(result.frame, space))
+    print(result.lines())
+    return list(result.frame.to_dict("records"))
+
+
+def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Outcome:
+    """Baselines (if the space lists any), the search, the seed check (if asked)."""
+    baselines = seeds = pd.DataFrame()
+    with legacy_tune_output():
+        if points := baseline_points(space):
+            print(f"baselines: {', '.join(space.baselines)}, trained once with the base config")
+            grid = phase_tuner("baseline", points, space, opts, spec, restore).fit()
+            baselines = trial_frame(grid, space, role="baseline")
+        trials = trial_frame(build_tuner(space, opts, spec, restore).fit(), space)
+        if space.confirm.top and (points := confirm_points(trials, space)):
+            top, n = len(points) // space.confirm.seeds, space.confirm.seeds
+            print(f"seed check: the {top} best trials, {n} new seeds each")
+            grid = phase_tuner("confirm", points, space, opts, spec, restore).fit()
+            seeds = confirm_frame(grid, space)
+    return Outcome(with_baselines(trials, baselines, space), seeds, space)

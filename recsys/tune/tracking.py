@@ -36,7 +36,9 @@ class Tag:
 
     SWEEP = "recsys.sweep"  # the sweep a run belongs to
     TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
-    KIND = "recsys.kind"  # "trial", or "sweep:<name>" on a sweep's parent run
+    KIND = "recsys.kind"  # "trial", "baseline", "confirm"; "sweep:<name>" on a sweep's parent
+    CONFIRMS = "recsys.confirms"  # a seed-check run: the trial whose configuration it re-trains
+    CONFIRMED_ORDER = "recsys.confirmed_order"  # on the parent: trial ids by confirmed mean, JSON
     STATUS = "recsys.status"  # finished, early_stopped, stopped, diverged, infeasible
     STATUS_DETAIL = "recsys.status_detail"  # why (an infeasible trial's numbers)
     METRIC = "recsys.metric"  # on a sweep's parent run: the metric that scores its trials
@@ -150,10 +152,20 @@ class Tracker:
         return str(run.info.run_id)
 
     def trial_run(
-        self, experiment_id: str, parent_id: str, sweep: str, trial_id: str, params: dict[str, str]
+        self,
+        experiment_id: str,
+        parent_id: str,
+        sweep: str,
+        trial_id: str,
+        params: dict[str, str],
+        kind: str = "trial",
+        name: str = "",
+        tags: dict[str, str] | None = None,
     ) -> str:
         """The trial's run: the existing one (a restored trial, or one left RUNNING by a killed
-        driver) or a new child of the sweep's run with every resolved config value as a param."""
+        driver) or a new child of ``parent_id`` (the sweep's run; a seed check's: the run of the
+        trial it confirms) with every resolved config value as a param. ``kind``: the trial's
+        role (``Tag.KIND``); ``name``: the run's name (default: the trial id)."""
         found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
@@ -161,8 +173,14 @@ class Tracker:
             return str(found.info.run_id)
         run = self.client.create_run(
             experiment_id,
-            run_name=trial_id,
-            tags={Tag.PARENT: parent_id, Tag.TRIAL: trial_id, Tag.SWEEP: sweep, Tag.KIND: "trial"},
+            run_name=name or trial_id,
+            tags={
+                **(tags or {}),
+                Tag.PARENT: parent_id,
+                Tag.TRIAL: trial_id,
+                Tag.SWEEP: sweep,
+                Tag.KIND: kind,
+            },
         )
         run_id = str(run.info.run_id)
         items = [Param(k, v) for k, v in params.items()]

@@ -57,16 +57,22 @@ class TrialSpec:
     mode: str = "max"
     constraints: dict[str, float] | None = None
     machine: dict[str, Any] | None = None  # Machine fields, and "local_world_size"
+    role: str = "trial"  # the phase: "trial" (the search), "baseline" or "confirm"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+CONFIRMS = "_confirms"  # in a seed-check trial's params: the id of the trial it re-trains
+
+
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
-    """The trial's config. In a sweep every report carries validation metrics (schedulers and
-    searchers compare trials on them), so evaluation runs at every checkpoint; the sweep's metric
-    scores the trial; the workers print no per-step lines (the sweep's table shows progress)."""
-    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(params)
+    """The trial's config, from ``params`` without the keys that start with ``_`` (the phases'
+    own). In a sweep every report carries validation metrics (schedulers and searchers compare
+    trials on them), so evaluation runs at every checkpoint; the sweep's metric scores the trial;
+    the workers print no per-step lines (the sweep's table shows progress)."""
+    searched = {k: v for k, v in params.items() if not k.startswith("_")}
+    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(searched)
     every = cfg.train.checkpoint_every or cfg.train.steps
     return cfg.with_overrides(
         {
@@ -77,6 +83,29 @@ def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
             "train.quiet": True,
         }
     )
+
+
+def open_run(
+    tracker: Tracker, spec: TrialSpec, trial_id: str, cfg: ExperimentConfig, params: dict[str, Any]
+) -> str:
+    """The trial's MLflow run, by its role: a search trial or a baseline under the sweep's run,
+    a seed-check trial under the run of the trial it re-trains."""
+    parent, tags, name = spec.parent_run_id, {}, ""
+    if spec.role == "baseline":
+        name = f"{cfg.model.arch} (baseline)"
+    if spec.role == "confirm":
+        origin = str(params[CONFIRMS])
+        found = tracker.find_trial_run(spec.experiment_id, origin)
+        parent = found.info.run_id if found is not None else parent
+        tags = {Tag.CONFIRMS: origin}
+        name = f"{origin} seed {cfg.train.seed}"
+    run_id = tracker.trial_run(
+        spec.experiment_id, parent, spec.sweep, trial_id, flat_params(cfg.to_dict()),
+        kind=spec.role, name=name, tags=tags,
+    )  # fmt: skip
+    searched = {k: v for k, v in params.items() if not k.startswith("_")}
+    tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched, default=str)})
+    return run_id
 
 
 def check_feasible(cfg: ExperimentConfig, spec: TrialSpec) -> feasibility.Verdict:
@@ -108,14 +137,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     cfg = trial_config(spec, params)
     trial_id = tune.get_context().get_trial_id()
     tracker = Tracker(spec.tracking_uri)
-    run_id = tracker.trial_run(
-        spec.experiment_id,
-        spec.parent_run_id,
-        spec.sweep,
-        trial_id,
-        flat_params(cfg.to_dict()),
-    )
-    tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(params, default=str)})
+    run_id = open_run(tracker, spec, trial_id, cfg, params)
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
     verdict = check_feasible(cfg, spec)
     if not verdict.ok:

@@ -1,6 +1,7 @@
 """The default space's smoke sweep through the command line (a local Ray of its own): its whole
-console output, and everything read back from MLflow with ``MlflowClient``. A ``recsys-train``
-runs beside it with a local Ray of its own: neither console shows the other's instance."""
+console output, and everything read back from MLflow with ``MlflowClient``: the search's trials
+and the smoke variant's baseline (lr) marked as a reference. A ``recsys-train`` runs beside it
+with a local Ray of its own: neither console shows the other's instance."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from mlflow.tracking import MlflowClient
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# fixed lines (Ray's start, the sweep's header, the table's header, where to look) + per trial a
-# start line, an end line and a table row: the default sweep's 8 trials stay well under 100
-LINES_FIXED, LINES_PER_TRIAL = 14, 3
+# fixed lines (Ray's start, the sweep's and phases' headers, the table's header, the summary, where
+# to look) + per trial (and baseline) a start line, an end line and a table row
+LINES_FIXED, LINES_PER_TRIAL = 18, 3
 NOISE = [
     "Failed to query",  # Train's PlacementGroupCleaner without the State API
     "Sharding spec not found",  # TorchRec on data-parallel tables
@@ -50,9 +51,13 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     lines = [line for line in out.splitlines() if line.strip()]
-    assert len(lines) <= LINES_FIXED + LINES_PER_TRIAL * 2, out
+    assert len(lines) <= LINES_FIXED + LINES_PER_TRIAL * (2 + 1), out
     assert [n for n in NOISE if n in out] == [], out
-    assert sum("started:" in line for line in lines) == 2
+    assert sum("trial " in line and "started:" in line for line in lines) == 2
+    assert sum("baseline " in line and "started:" in line for line in lines) == 1
+    table = out[out.index("best trials") : out.index("against the baselines")]
+    assert "lr (ref)" in table and "worker_s" in table
+    assert "beats lr (trial" in out or "does NOT beat lr (trial" in out
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
 
@@ -67,6 +72,7 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "auc_vs_memory.png", "best_config.yaml", "search_space.yaml"} <= artifacts
     assert parent.data.tags["recsys.metric"] == "val_auc" and "best_val_auc" in parent.data.metrics
+    check_baselines(client, runs, parent, tmp_path)
     for r in trials:  # embedding precision is a sweep dimension; the bytes follow the dtype
         width = {"fp32": 4, "fp16": 2}[r.data.params["embeddings.dtype"]]
         assert r.data.metrics["emb_bytes"] == r.data.metrics["emb_params"] * width
@@ -93,6 +99,26 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
 
     # the MLflow UI server, on loopback, lists the sweep's runs over its REST API
     assert_server_lists_runs(uri, exp.experiment_id, {r.info.run_id for r in runs})
+
+
+def check_baselines(client, runs, parent, tmp_path) -> None:
+    """lr: one finished run under the sweep's run, marked in MLflow and trials.csv, its lead on
+    the parent."""
+    import pandas as pd
+
+    baselines = {r.data.params["model.arch"]: r for r in runs
+                 if r.data.tags.get("recsys.kind") == "baseline"}  # fmt: skip
+    assert set(baselines) == {"lr"}
+    for arch, run in baselines.items():
+        assert run.info.status == "FINISHED" and run.info.run_name == f"{arch} (baseline)"
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.tags["recsys.status"] == "finished"
+        lead = parent.data.metrics[f"lead_over_{arch}"]
+        assert lead != 0.0 and abs(lead) < 1.0
+    csv = pd.read_csv(client.download_artifacts(parent.info.run_id, "trials.csv", str(tmp_path)))
+    assert sorted(csv["role"]) == ["baseline", "trial", "trial"]
+    assert set(csv.loc[csv["role"] == "baseline", "arch"]) == {"lr"}
+    assert (csv["worker_s"] > 0).all() and (csv["samples_seen"] == 20 * 64).all()
 
 
 def assert_server_lists_runs(uri: str, experiment_id: str, run_ids: set[str]) -> None:

@@ -2,7 +2,8 @@
 
 Trial 1 is not re-run, trial 2 continues from its checkpoint, every trial ends, and MLflow has
 exactly one run per trial with a continuous, duplicate-free step axis. A second case kills the
-sweep exactly after a trial's last checkpoint and before Tune recorded the trial as done.
+sweep exactly after a trial's last checkpoint and before Tune recorded the trial as done, then
+kills its resume during the seed check.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -39,12 +42,13 @@ def sweep_cmd(space: str, tmp, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def start_sweep(space: str, tmp, **env: str) -> subprocess.Popen:
-    """The sweep in a session of its own (so the test can kill it and its Ray), output dropped."""
+def start_sweep(space: str, tmp, *extra: str, stdout: Any = None, **env: str) -> subprocess.Popen:
+    """The sweep in a session of its own (so the test can kill it and its Ray), its output to
+    ``stdout`` (default: dropped)."""
     return subprocess.Popen(
-        sweep_cmd(space, tmp),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        sweep_cmd(space, tmp, *extra),
+        stdout=stdout or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if stdout else subprocess.DEVNULL,
         start_new_session=True,
         env={**os.environ, **env},
     )
@@ -107,40 +111,91 @@ def test_killed_driver_resumes(tmp_path):
     assert "best trials" in resumed.stdout
 
 
-def test_killed_after_the_last_checkpoint_resumes(tmp_path):
-    """The worker holds after its last report (``RECSYS_TEST_HOLD_AFTER_TRAINING_S``): the
-    checkpoint of the last step is registered and logged, the trial is still running; the whole
-    sweep (driver and its Ray) is killed there. The resumed trial has nothing left to train, so
-    it reports its stored best and finishes, and the resume exits 0."""
+def runs_of(client: MlflowClient, kind: str) -> list:
+    exp = client.get_experiment_by_name("kill")
+    if exp is None:
+        return []
+    return client.search_runs([exp.experiment_id], filter_string=f"tags.`recsys.kind` = '{kind}'")
+
+
+def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], what: str) -> None:
+    """Wait until ``ready()``, then SIGKILL the sweep's whole session (driver and its Ray)."""
+    try:
+        deadline = time.time() + 400
+        while not ready():
+            assert proc.poll() is None and time.time() < deadline, f"never got to: {what}"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_killed_after_the_last_checkpoint_and_during_the_seed_check_resumes(tmp_path):
+    """Two kills of the whole sweep (driver and its Ray), each followed by a resume.
+
+    1. The worker holds after its last report (``RECSYS_TEST_HOLD_AFTER_TRAINING_S``): the
+       checkpoint of the last step is registered and logged, the trial is still running. The
+       resumed trial has nothing left to train, so it reports its stored best and finishes.
+    2. That resume goes on to the seed check (the best trial, 2 new seeds) and is killed when the
+       first seed run has finished. The second resume restores the finished search without
+       re-running it and the seed check's own Tune state: exactly 1 x 2 seed runs in the end,
+       seeds 1 and 2, the first not re-run, both nested under the trial they confirm, and the
+       interval on that trial's run equals numpy's and scipy's on their logged scores."""
     from recsys.train.worker import HOLD_ENV
 
     steps = 40
     space = Path(write_space(tmp_path, steps=steps))
     text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 20")
-    space.write_text(text.replace("{grid: [fp32, fp16]}", "{grid: [fp32]}"))
+    text = text.replace("{grid: [fp32, fp16]}", "{grid: [fp32]}")
+    space.write_text(text + "confirm: {top: 1, seeds: 2}\n")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+    def last_step_logged() -> bool:
+        runs = runs_of(client, "trial")
+        return bool(runs) and runs[0].data.metrics.get("step") == steps
+
     first = start_sweep(str(space), tmp_path, **{HOLD_ENV: "600"})
-    try:
-        deadline = time.time() + 400
-        while not (runs := trial_runs(client)) or runs[0].data.metrics.get("step") != steps:
-            assert first.poll() is None and time.time() < deadline, "no report of the last step"
-            time.sleep(0.3)
-        assert runs[0].info.status == "RUNNING"  # Tune has not recorded the trial as done
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+    kill_when(first, last_step_logged, "a report of the last step")
+    (trial,) = runs_of(client, "trial")
+    assert trial.info.status == "RUNNING"  # Tune had not recorded the trial as done
+
+    log = tmp_path / "resume1.log"
+    with open(log, "w") as out:
+        second = start_sweep(str(space), tmp_path, "--resume", stdout=out)
+        seed_done = lambda: any(r.info.status == "FINISHED" for r in runs_of(client, "confirm"))  # noqa: E731
+        kill_when(second, seed_done, "a finished seed run")
+    assert "nothing left to train" in log.read_text()
+    (trial,) = runs_of(client, "trial")
+    assert trial.info.status == "FINISHED" and trial.data.tags["recsys.status"] == "finished"
+    (done,) = [r for r in runs_of(client, "confirm") if r.info.status == "FINISHED"]
+    history = client.get_metric_history(done.info.run_id, "val_auc")
+
     resumed = subprocess.run(
         sweep_cmd(str(space), tmp_path, "--resume"), capture_output=True, text=True, timeout=600
     )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
-    assert "nothing left to train" in out
-    (run,) = trial_runs(client)
-    assert run.info.status == "FINISHED"
-    # recorded as finished at its last step (without the stored-best report: "stopped", step 20)
-    assert run.data.tags["recsys.status"] == "finished"
-    assert f"done: step {steps}, best val_auc" in resumed.stdout
-    steps_logged = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
-    assert steps_logged == list(range(5, steps + 1, 5))
-    assert "best trials" in resumed.stdout
+    assert "seed check (val_auc" in out and "trial 00000 started" not in out
+    assert [r.info.run_id for r in runs_of(client, "trial")] == [trial.info.run_id]
+    seeds = runs_of(client, "confirm")
+    assert len(seeds) == 2 and all(r.info.status == "FINISHED" for r in seeds)
+    assert sorted(r.data.params["train.seed"] for r in seeds) == ["1", "2"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in seeds} == {trial.info.run_id}
+    assert client.get_metric_history(done.info.run_id, "val_auc") == history  # not re-run
+    assert [m.step for m in history] == [20, 40]
+    check_interval(client, trial, seeds)
+
+
+def check_interval(client: MlflowClient, trial, seeds: list) -> None:
+    import numpy as np
+    from scipy import stats
+
+    values = np.array([r.data.metrics["best_val_auc"] for r in seeds])
+    mean, std = values.mean(), values.std(ddof=1)
+    half = stats.t.ppf(0.975, len(values) - 1) * std / np.sqrt(len(values))
+    got = client.get_run(trial.info.run_id).data.metrics
+    assert got["confirmed_mean_val_auc"] == pytest.approx(mean, abs=1e-12)
+    assert got["confirmed_std_val_auc"] == pytest.approx(std, abs=1e-12)
+    assert got["confirmed_low_val_auc"] == pytest.approx(mean - half, abs=1e-12)
+    assert got["confirmed_high_val_auc"] == pytest.approx(mean + half, abs=1e-12)

@@ -1,0 +1,138 @@
+"""A sweep's phases besides the search: reference baselines, and the seed check of the best.
+
+Each phase is a Tune experiment of its own in the sweep's folder (``baselines/``, ``confirm/``),
+restored like the search on ``--resume``; its trials are ordinary trials (``run_trial``), recorded
+in MLflow with their role (``Tag.KIND``). The order: baselines (the bar to beat), the search, then
+the seed check, whose K x N points come from the search's ranking and are kept in its own Tune
+state, so a resumed check re-trains exactly those.
+
+- **Baselines**: each ``model.arch`` the space lists, trained once with the base config (the
+  space's data and budget), FIFO: no scheduler stops a reference early.
+- **Seed check**: the ``top`` best finished search trials (stopped early by patience or ASHA
+  count too), each re-trained with ``seeds`` new seeds (``train.seed`` + 1 .. + N: init, data
+  order and every random draw; the data itself is the same). Statistics: ``recsys.tune.confirm``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import pandas as pd
+
+from recsys.tune.confirm import Spread, spread
+from recsys.tune.space import SearchSpace
+from recsys.tune.state import SweepOptions, sweep_dir
+from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
+
+PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}
+CONFIRMABLE = ("finished", "early_stopped", "stopped")
+
+
+def trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
+    """The Tune trainable of a phase's trials (``run_trial`` with the phase's spec)."""
+    from ray import tune
+
+    trainable = tune.with_parameters(run_trial, spec=spec.to_dict())
+    return tune.with_resources(trainable, {"CPU": opts.driver_cpus})
+
+
+def baseline_points(space: SearchSpace) -> list[dict[str, Any]]:
+    return [space.baseline_params(arch) for arch in space.baselines]
+
+
+def confirm_points(trials: pd.DataFrame, space: SearchSpace) -> list[dict[str, Any]]:
+    """``top`` x ``seeds`` params: each of the best search trials' params with a new seed and
+    the trial's id (``CONFIRMS``)."""
+    score = space.objectives[0].key
+    if trials.empty:
+        return []
+    done = trials[trials["status"].isin(CONFIRMABLE) & trials[score].notna()]
+    points = []
+    for _, row in done.head(space.confirm.top).iterrows():
+        params = dict(row["params"])
+        seed = space.config_for(params).train.seed
+        points += [
+            {**params, "train.seed": seed + 1 + j, CONFIRMS: str(row["trial"])}
+            for j in range(space.confirm.seeds)
+        ]
+    return points
+
+
+def phase_tuner(
+    role: str,
+    points: list[dict[str, Any]],
+    space: SearchSpace,
+    opts: SweepOptions,
+    spec: TrialSpec,
+    restore: bool,
+) -> Any:
+    """The phase's ``Tuner``: restored from ``<sweep>/<phase>`` if it has state, else a grid over
+    ``points`` (one trial each), FIFO, ``--max-concurrent`` at a time."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from recsys.tune.progress import Progress
+
+    phase_spec = dataclasses.replace(spec, role=role)
+    path = os.path.join(sweep_dir(opts), PHASE_DIRS[role])
+    if restore and tune.Tuner.can_restore(path):
+        return tune.Tuner.restore(
+            path, trainable=trainable(opts, phase_spec), resume_unfinished=True,
+            resume_errored=True,
+        )  # fmt: skip
+    score, steps = space.objectives[0], space.base.train.steps
+    progress = Progress(space.metric, steps, mode=score.mode, total=len(points), label=role)
+    return tune.Tuner(
+        trainable(opts, phase_spec),
+        param_space={"params": tune.grid_search(points)},
+        tune_config=tune.TuneConfig(
+            metric=score.key,
+            mode=score.mode,
+            search_alg=BasicVariantGenerator(max_concurrent=opts.max_concurrent),
+        ),
+        run_config=tune.RunConfig(
+            name=PHASE_DIRS[role],
+            storage_path=sweep_dir(opts),
+            verbose=0,
+            callbacks=[progress, FinishStoppedTrials(phase_spec, steps)],
+        ),
+    )
+
+
+def confirm_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
+    """One row per seed-check trial: the trial it re-trains, its seed, status and score."""
+    from recsys.tune.results import status
+
+    score = space.objectives[0].key
+    rows = []
+    for result in result_grid:
+        last, params = result.metrics or {}, dict((result.config or {}).get("params", {}))
+        rows.append({
+            "trial": last.get("trial_id", ""),
+            "confirms": params.get(CONFIRMS, ""),
+            "seed": params.get("train.seed"),
+            "status": status(result, last, space.base.train.steps),
+            score: last.get(score, float("nan")),
+            "worker_s": last.get("worker_s", float("nan")),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def spreads(seeds: pd.DataFrame, space: SearchSpace) -> tuple[list[Spread], list[str]]:
+    """Each confirmed configuration's ``Spread`` over its finished seed runs, and a line for
+    each one with fewer than two (no interval without two values)."""
+    score = space.objectives[0].key
+    out: list[Spread] = []
+    short: list[str] = []
+    if seeds.empty:
+        return out, short
+    ok = seeds[seeds["status"].isin(CONFIRMABLE) & seeds[score].notna()]
+    for trial in dict.fromkeys(seeds["confirms"]):
+        values = ok.loc[ok["confirms"] == trial, score].astype(float).tolist()
+        if len(values) >= 2:
+            out.append(spread(trial, values))
+        else:
+            short.append(f"  {trial}: {len(values)} seed run(s) finished; no interval")
+    return out, short
