@@ -16,14 +16,18 @@ state, so a resumed check re-trains exactly those.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 from typing import Any
 
 import pandas as pd
 
+from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
+from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
 
 PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}
@@ -136,3 +140,100 @@ def spreads(seeds: pd.DataFrame, space: SearchSpace) -> tuple[list[Spread], list
         else:
             short.append(f"  {trial}: {len(values)} seed run(s) finished; no interval")
     return out, short
+
+
+class Outcome:
+    """What a sweep's phases found: the search's and baselines' rows in one ranking (``frame``),
+    the seed runs (``seeds``), each confirmed configuration's spread, best mean first, and the
+    best search trial (by confirmed mean when the seed check ran)."""
+
+    def __init__(self, frame: pd.DataFrame, seeds: pd.DataFrame, space: SearchSpace) -> None:
+        self.frame, self.seeds, self.space = frame, seeds, space
+        found, self.short = spreads(seeds, space)
+        self.spreads = confirm.ranked(found, space.mode)
+        trials = frame[frame["role"] == "trial"] if not frame.empty else frame
+        self.best = trials.iloc[0] if not trials.empty else None
+        if self.spreads:
+            self.best = trials[trials["trial"] == self.spreads[0].trial].iloc[0]
+
+    @property
+    def baselines(self) -> pd.DataFrame:
+        return self.frame[self.frame["role"] == "baseline"] if not self.frame.empty else self.frame
+
+    def best_value(self) -> tuple[float, str]:
+        """The best search trial's score and what it is (its confirmed mean when checked)."""
+        assert self.best is not None
+        if self.spreads:
+            return self.spreads[0].mean, f"confirmed mean of {self.spreads[0].n} seeds"
+        return float(self.best[self.space.objectives[0].key]), "its best report"
+
+    def leads(self) -> dict[str, float]:
+        """The best trial's lead over each baseline (positive: better), by the space's mode."""
+        if self.best is None:
+            return {}
+        value, _ = self.best_value()
+        sign = 1.0 if self.space.mode == "max" else -1.0
+        key = self.space.objectives[0].key
+        return {
+            str(row["arch"]): sign * (value - float(row[key]))
+            for _, row in self.baselines.iterrows()
+            if math.isfinite(float(row[key]))
+        }
+
+    def lines(self) -> str:
+        """The summary below the table: the seed check's verdict, then the baselines."""
+        out = []
+        metric = self.space.metric
+        if self.spreads or self.short:
+            out.append(
+                f"\nseed check ({metric} of the new seeds' runs; the search's run left out):"
+            )
+            out += [confirm.verdict(self.spreads, self.space.mode, metric)] if self.spreads else []
+            out += self.short
+        if self.best is not None and not self.baselines.empty:
+            value, what = self.best_value()
+            key = self.space.objectives[0].key
+            out.append(f"\nagainst the baselines (best trial {self.best['trial']}, {what}: "
+                       f"{value:.4f}):")  # fmt: skip
+            leads = self.leads()
+            for _, row in self.baselines.iterrows():
+                lead = leads.get(str(row["arch"]))
+                ref = f"{row['arch']} (trial {row['trial']}) {metric} {float(row[key]):.4f}"
+                if lead is None:
+                    out.append(f"  {ref}: no score ({row['status']})")
+                elif lead > 0:
+                    out.append(f"  beats {ref} by {lead:+.4f}")
+                else:
+                    out.append(f"  does NOT beat {ref}: {lead:+.4f}")
+            if self.spreads:
+                std = self.spreads[0].std
+                out.append(f"  (a baseline is one run; the best's seed std is {std:.4f})")
+        return "\n".join(out)
+
+
+def log_confirmation(tracker: Tracker, parent: str, experiment_id: str, result: Outcome) -> None:
+    """The seed check on the parent run (CSVs, the order by confirmed mean, whether the top two
+    are separable) and on each confirmed trial's run (its mean, std and interval)."""
+    if result.seeds.empty:
+        return
+    tracker.log_text(parent, result.seeds.to_csv(index=False), "confirm.csv")
+    if not result.spreads:
+        return
+    table = pd.DataFrame(
+        [{"trial": s.trial, "n": s.n, "mean": s.mean, "std": s.std, "low": s.low, "high": s.high}
+         for s in result.spreads]
+    )  # fmt: skip
+    tracker.log_text(parent, table.to_csv(index=False), "confirmed.csv")
+    tags = {Tag.CONFIRMED_ORDER: json.dumps([s.trial for s in result.spreads])}
+    if len(result.spreads) >= 2:
+        sep = confirm.separation(result.spreads[0], result.spreads[1], result.space.mode)
+        tags[Tag.SEPARABLE] = "yes" if sep.separable else "no"
+        tracker.log_values(parent, {"confirmed_lead": sep.lead, "confirmed_lead_low": sep.low})
+    tracker.set_tags(parent, tags)
+    metric = result.space.metric
+    for s in result.spreads:
+        run = tracker.find_trial_run(experiment_id, s.trial)
+        if run is not None:
+            stats = {"mean": s.mean, "std": s.std, "low": s.low, "high": s.high}
+            values = {f"confirmed_{k}_{metric}": v for k, v in stats.items()}
+            tracker.log_values(run.info.run_id, values)

@@ -39,6 +39,7 @@ class Tag:
     KIND = "recsys.kind"  # "trial", "baseline", "confirm"; "sweep:<name>" on a sweep's parent
     CONFIRMS = "recsys.confirms"  # a seed-check run: the trial whose configuration it re-trains
     CONFIRMED_ORDER = "recsys.confirmed_order"  # on the parent: trial ids by confirmed mean, JSON
+    SEPARABLE = "recsys.separable"  # on the parent: "yes" if the top two's lead exceeds the noise
     STATUS = "recsys.status"  # finished, early_stopped, stopped, diverged, infeasible
     STATUS_DETAIL = "recsys.status_detail"  # why (an infeasible trial's numbers)
     METRIC = "recsys.metric"  # on a sweep's parent run: the metric that scores its trials
