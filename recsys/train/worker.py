@@ -147,16 +147,19 @@ def train_func(config: dict[str, Any]) -> None:
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
     trainer.train()
-    hold_after_training()
+    hold_after_training(cfg.train.seed)
 
 
 HOLD_ENV = "RECSYS_TEST_HOLD_AFTER_TRAINING_S"
+HOLD_SEED_ENV = "RECSYS_TEST_HOLD_SEED"
 
 
-def hold_after_training() -> None:
+def hold_after_training(seed: int) -> None:
     """For the tests only: with ``RECSYS_TEST_HOLD_AFTER_TRAINING_S`` set, a worker waits that
-    long after its last report, so a test can kill the sweep exactly after a trial's last
-    checkpoint and before Tune records the trial as done (``tests/ray/test_sweep_resume.py``)."""
+    long after its last report (only in runs of ``train.seed`` = ``RECSYS_TEST_HOLD_SEED``, when
+    that is set), so a test can kill the sweep exactly after a trial's last checkpoint and before
+    Tune records the trial as done (``tests/ray/test_sweep_resume.py``)."""
     seconds = float(os.environ.get(HOLD_ENV, "0") or 0)
-    if seconds > 0:
+    only = os.environ.get(HOLD_SEED_ENV, "")
+    if seconds > 0 and (not only or int(only) == seed):
         time.sleep(seconds)

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95
 
@@ -39,11 +38,18 @@ class Spread:
         return len(self.values)
 
 
+def _t(q: float, df: float) -> float:
+    """Student's t quantile (scipy.stats loads in about a second: only when a sweep needs it)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
 def spread(trial: str, values: list[float], level: float = LEVEL) -> Spread:
     """``values``: the metric of each seed run (at least 2)."""
     a = np.asarray(values, dtype=float)
     mean, std = float(a.mean()), float(a.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + level / 2, len(a) - 1)) * std / math.sqrt(len(a))
+    half = _t(0.5 + level / 2, len(a) - 1) * std / math.sqrt(len(a))
     return Spread(trial, [float(v) for v in a], mean, std, mean - half, mean + half)
 
 
@@ -74,7 +80,7 @@ def separation(first: Spread, second: Spread, mode: str, level: float = LEVEL) -
     if se == 0.0:
         return Separation(lead, lead, lead)
     df = (v1 + v2) ** 2 / (v1**2 / (first.n - 1) + v2**2 / (second.n - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    half = _t(0.5 + level / 2, df) * se
     return Separation(lead, lead - half, lead + half)
 
 

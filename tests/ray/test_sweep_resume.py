@@ -2,8 +2,8 @@
 
 Trial 1 is not re-run, trial 2 continues from its checkpoint, every trial ends, and MLflow has
 exactly one run per trial with a continuous, duplicate-free step axis. A second case kills the
-sweep exactly after a trial's last checkpoint and before Tune recorded the trial as done, then
-kills its resume during the seed check.
+sweep during its seed check, exactly after a seed run's last checkpoint and before Tune recorded
+that trial as done.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -42,13 +41,12 @@ def sweep_cmd(space: str, tmp, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def start_sweep(space: str, tmp, *extra: str, stdout: Any = None, **env: str) -> subprocess.Popen:
-    """The sweep in a session of its own (so the test can kill it and its Ray), its output to
-    ``stdout`` (default: dropped)."""
+def start_sweep(space: str, tmp, **env: str) -> subprocess.Popen:
+    """The sweep in a session of its own (so the test can kill it and its Ray), output dropped."""
     return subprocess.Popen(
-        sweep_cmd(space, tmp, *extra),
-        stdout=stdout or subprocess.DEVNULL,
-        stderr=subprocess.STDOUT if stdout else subprocess.DEVNULL,
+        sweep_cmd(space, tmp),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
         env={**os.environ, **env},
     )
@@ -131,18 +129,18 @@ def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], what: str) -> N
         proc.wait()
 
 
-def test_killed_after_the_last_checkpoint_and_during_the_seed_check_resumes(tmp_path):
-    """Two kills of the whole sweep (driver and its Ray), each followed by a resume.
+def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
+    """The search (one trial) is done; the seed check's first run (seed 1 of 2) holds after its
+    last report (``RECSYS_TEST_HOLD_AFTER_TRAINING_S``, for seed 1 only): its checkpoint of the
+    last step is registered and logged, Tune still has the trial running. The whole sweep (driver
+    and its Ray) is killed there.
 
-    1. The worker holds after its last report (``RECSYS_TEST_HOLD_AFTER_TRAINING_S``): the
-       checkpoint of the last step is registered and logged, the trial is still running. The
-       resumed trial has nothing left to train, so it reports its stored best and finishes.
-    2. That resume goes on to the seed check (the best trial, 2 new seeds) and is killed when the
-       first seed run has finished. The second resume restores the finished search without
-       re-running it and the seed check's own Tune state: exactly 1 x 2 seed runs in the end,
-       seeds 1 and 2, the first not re-run, both nested under the trial they confirm, and the
-       interval on that trial's run equals numpy's and scipy's on their logged scores."""
-    from recsys.train.worker import HOLD_ENV
+    The resume restores the finished search without re-running it, and the seed check's own Tune
+    state: the held run has nothing left to train, so it reports its stored best and finishes;
+    the second seed runs. In the end exactly 1 x 2 seed runs, seeds 1 and 2, both nested under the
+    trial they confirm, and the interval on that trial's run equals numpy's and scipy's on their
+    logged scores."""
+    from recsys.train.worker import HOLD_ENV, HOLD_SEED_ENV
 
     steps = 40
     space = Path(write_space(tmp_path, steps=steps))
@@ -151,38 +149,33 @@ def test_killed_after_the_last_checkpoint_and_during_the_seed_check_resumes(tmp_
     space.write_text(text + "confirm: {top: 1, seeds: 2}\n")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
 
-    def last_step_logged() -> bool:
-        runs = runs_of(client, "trial")
-        return bool(runs) and runs[0].data.metrics.get("step") == steps
+    def last_step_of_a_seed_run() -> bool:
+        return any(r.data.metrics.get("step") == steps for r in runs_of(client, "confirm"))
 
-    first = start_sweep(str(space), tmp_path, **{HOLD_ENV: "600"})
-    kill_when(first, last_step_logged, "a report of the last step")
+    first = start_sweep(str(space), tmp_path, **{HOLD_ENV: "600", HOLD_SEED_ENV: "1"})
+    kill_when(first, last_step_of_a_seed_run, "a seed run's report of its last step")
     (trial,) = runs_of(client, "trial")
-    assert trial.info.status == "RUNNING"  # Tune had not recorded the trial as done
-
-    log = tmp_path / "resume1.log"
-    with open(log, "w") as out:
-        second = start_sweep(str(space), tmp_path, "--resume", stdout=out)
-        seed_done = lambda: any(r.info.status == "FINISHED" for r in runs_of(client, "confirm"))  # noqa: E731
-        kill_when(second, seed_done, "a finished seed run")
-    assert "nothing left to train" in log.read_text()
-    (trial,) = runs_of(client, "trial")
-    assert trial.info.status == "FINISHED" and trial.data.tags["recsys.status"] == "finished"
-    (done,) = [r for r in runs_of(client, "confirm") if r.info.status == "FINISHED"]
-    history = client.get_metric_history(done.info.run_id, "val_auc")
+    (held,) = runs_of(client, "confirm")
+    assert trial.info.status == "FINISHED" and held.info.status == "RUNNING"
+    assert held.data.params["train.seed"] == "1"
+    history = client.get_metric_history(held.info.run_id, "val_auc")
+    trial_history = client.get_metric_history(trial.info.run_id, "val_auc")
 
     resumed = subprocess.run(
         sweep_cmd(str(space), tmp_path, "--resume"), capture_output=True, text=True, timeout=600
     )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
-    assert "seed check (val_auc" in out and "trial 00000 started" not in out
+    assert "nothing left to train" in out and "seed check (val_auc" in out
+    assert "trial 00000 started" not in out  # the search is not re-run
     assert [r.info.run_id for r in runs_of(client, "trial")] == [trial.info.run_id]
+    assert client.get_metric_history(trial.info.run_id, "val_auc") == trial_history
     seeds = runs_of(client, "confirm")
     assert len(seeds) == 2 and all(r.info.status == "FINISHED" for r in seeds)
+    assert all(r.data.tags["recsys.status"] == "finished" for r in seeds)
     assert sorted(r.data.params["train.seed"] for r in seeds) == ["1", "2"]
     assert {r.data.tags["mlflow.parentRunId"] for r in seeds} == {trial.info.run_id}
-    assert client.get_metric_history(done.info.run_id, "val_auc") == history  # not re-run
+    assert client.get_metric_history(held.info.run_id, "val_auc") == history  # not re-trained
     assert [m.step for m in history] == [20, 40]
     check_interval(client, trial, seeds)
 
