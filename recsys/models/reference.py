@@ -58,13 +58,14 @@ class LogisticRegression(nn.Module):
         return self.dense_linear(dense) + linear_terms(rows, self.num_tasks)
 
 
-class FactorizationMachine(nn.Module):
+class FactorizationMachine(LogisticRegression):
     """Rendle's FM over the dense and sparse features: the LR terms plus
     ``sum_{i<j} <v_i, v_j>`` over the ``I + F`` fields, where a sparse field's factor ``v_f`` is
     its id's ``D`` factor columns and a dense field's is its value times a learned ``[D]`` vector.
     The second-order term is shared by the ``T`` tasks; each has its own linear terms and bias.
 
-    Args: as ``DLRM``; ``embeddings.dim`` is ``D``.
+    Args: as ``DLRM``; ``embeddings.dim`` is ``D`` (the tables are ``D + 4T`` wide:
+    ``model_tables``).
     """
 
     def __init__(
@@ -75,11 +76,8 @@ class FactorizationMachine(nn.Module):
         embedding_device: torch.device | str | None = None,
         init_seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.num_tasks, self.dim = num_tasks, embeddings.dim
-        tables = model_tables(model, embeddings, num_tasks)
-        self.sparse_arch = SparseArch(tables, device=embedding_device, init_seed=init_seed)
-        self.dense_linear = nn.Linear(model.num_dense, num_tasks)
+        super().__init__(model, embeddings, num_tasks, embedding_device, init_seed)
+        self.dim = embeddings.dim
         bound = (1.0 / model.num_dense) ** 0.5 / embeddings.dim
         self.dense_factors = nn.Parameter(
             torch.empty(model.num_dense, embeddings.dim).uniform_(-bound, bound)
