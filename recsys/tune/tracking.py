@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -57,21 +58,46 @@ NOT_LOGGED = {"loss_history", "checkpoint_path", "ckpt_score", "step"}
 CONSTANT_PREFIXES = ("emb_",)
 
 
-RACES = ("duplicate column", "already exists", "database is locked", "out-of-date database schema")
+OLD_SCHEMA = "out-of-date database schema"
+RACES = ("duplicate column", "already exists", "database is locked", OLD_SCHEMA)
+STALE_SCHEMA_S = 2.0  # the same old schema revision this long: an old store, not a migration
+
+
+def old_schema_error(uri: str, error: Exception) -> ConnectionError:
+    """An SQL store (SQLite, PostgreSQL...) made by an older MLflow: its upgrade is the user's
+    step (after a backup); nothing here migrates a store."""
+    import mlflow
+
+    found = re.search(r"found version (\w+), but expected (\w+)", str(error))
+    revisions = f" (schema revision {found[1]}, this MLflow expects {found[2]})" if found else ""
+    return ConnectionError(
+        f"MLflow store {uri} was made by an older MLflow than this one ({mlflow.__version__})"
+        f"{revisions}: back it up, then run `mlflow db upgrade {uri}`; recsys-sweep does not "
+        "migrate a store itself"
+    )
 
 
 def open_store(uri: str, attempts: int = 8) -> None:
-    """Create (or check) the store behind a ``sqlite:`` URI before anything writes to it."""
+    """Create (or check) the store behind a ``sqlite:`` URI before anything writes to it. A
+    store whose schema is older than this MLflow's (and stays so: not a migration in flight in
+    another process) is an error naming ``mlflow db upgrade``."""
     if not uri.startswith("sqlite:"):
         return
     path = os.path.abspath(uri.split(":///", 1)[1])
+    seen: dict[str, float] = {}  # an old schema revision -> when first seen
     with FileLock(path + ".init-lock"):
         for attempt in range(attempts):
             try:
                 MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
                 return
             except Exception as e:
+                if OLD_SCHEMA in str(e):
+                    since = seen.setdefault(str(e), time.monotonic())
+                    if time.monotonic() - since >= STALE_SCHEMA_S:
+                        raise old_schema_error(uri, e) from None
                 if attempt == attempts - 1 or not any(r in str(e) for r in RACES):
+                    if OLD_SCHEMA in str(e):
+                        raise old_schema_error(uri, e) from None
                     raise
                 first = str(e).strip().splitlines()[0][:200]
                 log.warning(
@@ -94,7 +120,12 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         self.uri = uri
         open_store(uri)
-        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            self.client = MlflowClient(tracking_uri=uri)  # (an SQL store is checked here)
+        except Exception as e:
+            if OLD_SCHEMA in str(e):  # an SQL store URI (postgresql://...) of an older MLflow
+                raise old_schema_error(uri, e) from None
+            raise
         self._pending: dict[str, list[Metric]] = {}
         self._last_step: dict[str, int] = {}
         self._constants: dict[str, dict[str, float]] = {}  # run -> constants as last logged
@@ -106,6 +137,8 @@ class Tracker:
         try:
             self.client.search_experiments(max_results=1)
         except Exception as e:
+            if OLD_SCHEMA in str(e):  # an SQL store URI (postgresql://...) made by an older MLflow
+                raise old_schema_error(self.uri, e) from None
             if any(
                 word in str(e) for word in ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")
             ):

@@ -103,6 +103,46 @@ def test_refused_credentials_are_named_before_launch():
         server.shutdown()
 
 
+OPEN = """
+import sys
+from recsys.tune import tracking
+if sys.argv[2] == "sql":  # as for a postgresql:// URI: no SQLite pre-check
+    tracking.open_store = lambda uri: None
+tracking.Tracker(sys.argv[1]).check_reachable()
+"""
+
+
+def test_a_store_older_than_this_mlflow_is_named_and_left_as_it_is(tmp_path):
+    """An SQLite store whose schema revision is older than the installed MLflow's (as one made by
+    an older MLflow): a clear error naming `mlflow db upgrade`, within seconds (not the retries
+    for a migration in flight), and the store is not migrated. The check of any SQL store URI
+    (``check_reachable``) names it the same way. (Each in a new process: MLflow caches a store
+    it has checked.)"""
+    import sqlite3
+
+    db = tmp_path / "m.db"
+    uri = f"sqlite:///{db}"
+    MlflowClient(uri).search_experiments()
+    con = sqlite3.connect(db)
+    (current,) = con.execute("select version_num from alembic_version").fetchone()
+    con.execute("update alembic_version set version_num = '0584bdc529eb'")  # MLflow 2.x's
+    con.commit()
+    con.close()
+    for how in ("sqlite", "sql"):
+        t0 = time.time()
+        done = subprocess.run(
+            [sys.executable, "-c", OPEN, uri, how], capture_output=True, text=True
+        )
+        assert time.time() - t0 < 30 and done.returncode != 0
+        message = done.stderr.strip().splitlines()[-1]
+        assert message.startswith(f"ConnectionError: MLflow store {uri} was made by an older")
+        assert f"mlflow db upgrade {uri}" in message and "does not migrate" in message
+        assert f"schema revision 0584bdc529eb, this MLflow expects {current}" in message
+    con = sqlite3.connect(db)
+    assert con.execute("select version_num from alembic_version").fetchone() == ("0584bdc529eb",)
+    con.close()
+
+
 def start_server(db: str, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", db]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
