@@ -1,8 +1,8 @@
 """MLflow store growth: rows and bytes per trial-step of a sweep's tracking store.
 
 Runs the default space's smoke sweep (1 trial and an lr baseline, SQLite store) and reads the
-store back: metric rows
-per trial, per report and per training step, and the store's bytes per trial-step. The cadence
+store back: metric rows per trained run, per report and per training step, and the store's bytes
+per trial-step. The cadence
 that sets these is ``train.log_every`` (one loss row every that many steps) and
 ``train.checkpoint_every`` (one report, ~30 metric rows, every that many steps; in a sweep every
 report also evaluates)."""

@@ -86,7 +86,6 @@ host_variant() {
     fi
 }
 
-
 quiet_pip() {
     # pip install (from the wheelhouse alone when there is one), minus the noise of mirror
     # folders that lack a package.

@@ -1,12 +1,11 @@
 """DLRM and reference models over TorchRec types. Imports neither Ray nor ``torch.distributed``."""
 
 from recsys.models.accounting import EmbeddingReport, embedding_report
-from recsys.models.build import ARCHS, build_model
+from recsys.models.build import build_model
 from recsys.models.dlrm import DLRM, WithRawIds, materialize
 from recsys.models.loss import Loss, ModelAndLoss
 
 __all__ = [
-    "ARCHS",
     "DLRM",
     "EmbeddingReport",
     "Loss",

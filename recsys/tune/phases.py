@@ -25,6 +25,7 @@ import pandas as pd
 
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
+from recsys.tune.results import status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
@@ -107,8 +108,6 @@ def phase_tuner(
 
 def confirm_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:
     """One row per seed-check trial: the trial it re-trains, its seed, status and score."""
-    from recsys.tune.results import status
-
     score = space.objectives[0].key
     rows = []
     for result in result_grid:

@@ -63,9 +63,14 @@ RACES = ("duplicate column", "already exists", "database is locked", OLD_SCHEMA)
 STALE_SCHEMA_S = 2.0  # the same old schema revision this long: an old store, not a migration
 
 
+def raise_if_old_schema(uri: str, error: Exception) -> None:
+    """An SQL store (SQLite, PostgreSQL...) made by an older MLflow is named with the user's
+    step (a backup, then its upgrade); nothing here migrates a store."""
+    if OLD_SCHEMA in str(error):
+        raise old_schema_error(uri, error) from None
+
+
 def old_schema_error(uri: str, error: Exception) -> ConnectionError:
-    """An SQL store (SQLite, PostgreSQL...) made by an older MLflow: its upgrade is the user's
-    step (after a backup); nothing here migrates a store."""
     import mlflow
 
     found = re.search(r"found version (\w+), but expected (\w+)", str(error))
@@ -84,20 +89,17 @@ def open_store(uri: str, attempts: int = 8) -> None:
     if not uri.startswith("sqlite:"):
         return
     path = os.path.abspath(uri.split(":///", 1)[1])
-    seen: dict[str, float] = {}  # an old schema revision -> when first seen
+    seen: dict[str, float] = {}  # an error's message -> when first seen
     with FileLock(path + ".init-lock"):
         for attempt in range(attempts):
             try:
                 MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
                 return
             except Exception as e:
-                if OLD_SCHEMA in str(e):
-                    since = seen.setdefault(str(e), time.monotonic())
-                    if time.monotonic() - since >= STALE_SCHEMA_S:
-                        raise old_schema_error(uri, e) from None
-                if attempt == attempts - 1 or not any(r in str(e) for r in RACES):
-                    if OLD_SCHEMA in str(e):
-                        raise old_schema_error(uri, e) from None
+                since = seen.setdefault(str(e), time.monotonic())  # (names an old revision)
+                stale = OLD_SCHEMA in str(e) and time.monotonic() - since >= STALE_SCHEMA_S
+                if stale or attempt == attempts - 1 or not any(r in str(e) for r in RACES):
+                    raise_if_old_schema(uri, e)
                     raise
                 first = str(e).strip().splitlines()[0][:200]
                 log.warning(
@@ -123,8 +125,7 @@ class Tracker:
         try:
             self.client = MlflowClient(tracking_uri=uri)  # (an SQL store is checked here)
         except Exception as e:
-            if OLD_SCHEMA in str(e):  # an SQL store URI (postgresql://...) of an older MLflow
-                raise old_schema_error(uri, e) from None
+            raise_if_old_schema(uri, e)  # an SQL store URI (postgresql://...) of an older MLflow
             raise
         self._pending: dict[str, list[Metric]] = {}
         self._last_step: dict[str, int] = {}
@@ -137,8 +138,7 @@ class Tracker:
         try:
             self.client.search_experiments(max_results=1)
         except Exception as e:
-            if OLD_SCHEMA in str(e):  # an SQL store URI (postgresql://...) made by an older MLflow
-                raise old_schema_error(self.uri, e) from None
+            raise_if_old_schema(self.uri, e)
             if any(
                 word in str(e) for word in ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")
             ):

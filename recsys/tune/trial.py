@@ -66,13 +66,17 @@ class TrialSpec:
 CONFIRMS = "_confirms"  # in a seed-check trial's params: the id of the trial it re-trains
 
 
+def searched(params: dict[str, Any]) -> dict[str, Any]:
+    """The config keys of a trial's params (without the phases' own, which start with ``_``)."""
+    return {k: v for k, v in params.items() if not k.startswith("_")}
+
+
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
     """The trial's config, from ``params`` without the keys that start with ``_`` (the phases'
     own). In a sweep every report carries validation metrics (schedulers and searchers compare
     trials on them), so evaluation runs at every checkpoint; the sweep's metric scores the trial;
     the workers print no per-step lines (the sweep's table shows progress)."""
-    searched = {k: v for k, v in params.items() if not k.startswith("_")}
-    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(searched)
+    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(searched(params))
     every = cfg.train.checkpoint_every or cfg.train.steps
     return cfg.with_overrides(
         {
@@ -103,8 +107,7 @@ def open_run(
         spec.experiment_id, parent, spec.sweep, trial_id, flat_params(cfg.to_dict()),
         kind=spec.role, name=name, tags=tags,
     )  # fmt: skip
-    searched = {k: v for k, v in params.items() if not k.startswith("_")}
-    tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched, default=str)})
+    tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched(params), default=str)})
     return run_id
 
 
