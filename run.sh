@@ -26,10 +26,12 @@ case $verb in
         exec "$py" experiments/train.py "$@" ;;
     test)
         bash scripts/setup.sh
+        bash scripts/test_services.sh   # PostgreSQL for the tests' tracking server
         "$py" -m ruff check .
         "$py" -m ruff format --check .
         "$py" -m mypy
-        exec "$py" -m pytest "$@" ;;
+        # the files spread over 2 processes (RECSYS_TEST_PROCS; `-n 0` in the args: one)
+        exec "$py" -m pytest -n "${RECSYS_TEST_PROCS:-2}" --dist loadfile "$@" ;;
     gpu-check)
         if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
             echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi lists none); nothing was run" >&2

@@ -11,6 +11,8 @@ BENCHMARKS.md with the machine, versions, date and command.
     .venv/bin/python -m benchmarks scale collisions    # hash mod rows vs vocabularies (Kaggle)
     .venv/bin/python -m benchmarks sweeps              # time to a FIFO sweep's best: ASHA, Optuna
     .venv/bin/python -m benchmarks store               # MLflow rows and bytes per trial-step
+    .venv/bin/python -m benchmarks soak                # 200 trials, a PostgreSQL-backed server,
+                                                       # driver/server/worker faults mid-flight
 
 They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
 Ray/MLflow drivers here are measuring tools, not part of the library.
@@ -74,6 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o.add_argument("--steps", type=int, default=50, help="multihot: timed steps")
     o.add_argument("--mean-len", type=float, default=20.0, help="multihot: mean bag length")
     sub.add_parser("store", help="MLflow rows and bytes per trial-step of a smoke sweep")
+    k = sub.add_parser("soak", help="hundreds of trials against a tracking server, with faults")
+    k.add_argument("--trials", type=int, default=200)
+    k.add_argument("--small", type=int, default=16, help="trials of the reference sweep")
+    k.add_argument("--seed", type=int, default=0, help="where the faults fall")
     return p.parse_args(argv)
 
 
@@ -90,6 +96,10 @@ def run(args: argparse.Namespace) -> str:
         if args.what == "prefetch":
             return own_data.prefetch_step(args.rows, args.batch, args.steps)
         return own_data.multihot_step(args.steps, args.mean_len)
+    if args.bench == "soak":
+        from benchmarks import soak
+
+        return soak.run(args.trials, args.small, args.seed)
     if args.bench == "store":
         from benchmarks import store
 

@@ -1,16 +1,42 @@
-"""Shared test helpers: tiny seeded inputs; a data cache of the session's own; GPU test skips."""
+"""Shared test helpers: tiny seeded inputs; a data cache of the session's own; GPU test skips;
+the tracking backends (SQLite, a PostgreSQL-backed ``mlflow server``)."""
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from tests import servers
+from tests.servers import Postgres
+
+_databases = itertools.count()
+
+
+# the longest files first: ``./run.sh test`` spreads files over 2 processes (pytest-xdist,
+# ``--dist loadfile``), and a long file started last would run alone at the end
+FIRST = [
+    "tests/ray/test_sweep_resume.py",
+    "tests/ray/test_sweep.py",
+    "tests/ray/",
+    "tests/distributed/",
+]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``gpu`` tests are skipped, not failed, where there are fewer GPUs than they need."""
+    """Long files first (a stable sort: the order within a file is kept); ``gpu`` tests are
+    skipped, not failed, where there are fewer GPUs than they need."""
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return next((i for i, p in enumerate(FIRST) if path.startswith(p)), len(FIRST))
+
+    items.sort(key=rank)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
         marker = item.get_closest_marker("gpu")
@@ -64,3 +90,33 @@ def demo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = str(root / "prepared")
     prepare(DatasetSchema.load(SCHEMA), [str(root / "raw")], out, workers=2, log=lambda s: None)
     return out
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL cluster on loopback for the session (skipped, saying why, where none can be
+    had); stopped and deleted at the end."""
+    why = servers.missing()
+    if why:
+        pytest.skip(why)
+    pg = servers.Postgres().start()
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def tracking_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Where a test's sweep tracks: a fresh SQLite file, or a real tracking server (``mlflow
+    server`` over a fresh PostgreSQL database, artifacts served from the test's folder)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'mlflow.db'}"
+        return
+    pg: Postgres = request.getfixturevalue("postgres")
+    store = pg.database(f"t{next(_databases)}")
+    server = servers.MlflowServer(store, tmp_path / "artifacts").start()
+    try:
+        yield server.uri
+    finally:
+        server.stop()

@@ -46,6 +46,12 @@ def sweep_dir(opts: SweepOptions) -> str:
     return os.path.join(opts.storage, opts.name)
 
 
+def unlogged_dir(storage: str, sweep: str) -> str | None:
+    """Where a sweep keeps the artifacts MLflow could not store: a folder of its own, where its
+    storage is a file system (None for an object store URI: the warning then names the artifact)."""
+    return None if "://" in storage else os.path.join(storage, sweep, "unlogged_artifacts")
+
+
 def _fingerprint(space: SearchSpace) -> dict[str, Any]:
     return {"space": space.raw, "base": space.base.to_dict()}
 

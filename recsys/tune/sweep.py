@@ -34,7 +34,14 @@ from recsys.tune.phases import (
 )
 from recsys.tune.results import METRICS, format_table, pareto_plot, trial_frame, with_baselines
 from recsys.tune.space import SearchSpace
-from recsys.tune.state import SweepOptions, check_resume, save_state, sweep_dir, worker_change
+from recsys.tune.state import (
+    SweepOptions,
+    check_resume,
+    save_state,
+    sweep_dir,
+    unlogged_dir,
+    worker_change,
+)
 from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import FinishStoppedTrials, TrialSpec
 
@@ -230,8 +237,9 @@ def launch(
     restore = check_resume(space, opts)
     if restore and (change := worker_change(opts)):
         print(change)
-    tracker = Tracker(opts.tracking_uri)
+    tracker = Tracker(opts.tracking_uri, keep=unlogged_dir(opts.storage, opts.name))
     tracker.check_reachable()
+    tracker.check_artifact_space(opts.name)
     connect(address)
     gpus = 1.0 if opts.use_gpu else 0.0
     nodes = alive_nodes()
@@ -247,11 +255,21 @@ def launch(
             f"exported the best trial ({run_id}) as {export}: {report.path}; test AUC "
             f"{report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f}); MLflow model {uri}"
         )
-    print(
-        f"compare the runs: mlflow ui --backend-store-uri {opts.tracking_uri} "
-        "--host 127.0.0.1 --port 5000"
-    )
+    if (kept := unlogged_dir(opts.storage, opts.name)) and os.path.isdir(kept):
+        print(
+            f"artifacts MLflow could not store are kept in {kept} (one folder per run; the "
+            "warnings above name each and the command that logs it later)"
+        )
+    print(where_to_compare(opts.tracking_uri, tracker.experiment(opts.name)))
     return table
+
+
+def where_to_compare(uri: str, experiment_id: str) -> str:
+    """The console's last line: a tracking server's page of the sweep's experiment, or the
+    ``mlflow ui`` command that serves a local store."""
+    if uri.startswith(("http://", "https://")):
+        return f"compare the runs: {uri.rstrip('/')}/#/experiments/{experiment_id}"
+    return f"compare the runs: mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
 
 
 def run_sweep(

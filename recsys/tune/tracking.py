@@ -19,9 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
@@ -30,6 +34,7 @@ from mlflow.tracking import MlflowClient
 from recsys.configlib import flatten
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Tag:
@@ -108,18 +113,52 @@ def open_store(uri: str, attempts: int = 8) -> None:
                 time.sleep(0.25 * 2**attempt)
 
 
+WAIT_ENV = "RECSYS_TRACKING_WAIT_S"  # how long a trial waits for an unreachable store (600 s)
+UNREACHABLE = ("Max retries exceeded", "Connection refused", "Connection aborted", "timed out",
+               "failed with exception", "error code 502", "error code 503", "error code 504",
+               "could not connect", "server closed the connection")  # fmt: skip
+
+
+def unreachable(error: Exception) -> bool:
+    """An error of a store that is down or restarting (not of the request itself)."""
+    return isinstance(error, (ConnectionError, TimeoutError)) or any(
+        word in str(error) for word in UNREACHABLE
+    )
+
+
+def _short(error: Exception) -> str:
+    return str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
+
+
 def flat_params(data: dict[str, Any]) -> dict[str, str]:
     """Nested config -> ``{"model.interaction": "dot", ...}`` as MLflow params (strings)."""
     return {k: str(v)[:6000] for k, v in flatten(data).items()}
 
 
-class Tracker:
-    """A thin layer over ``MlflowClient`` for sweeps."""
+MIN_ARTIFACT_FREE = 256 * 2**20  # a local artifact root with less free space is refused at launch
+LOG_LATER = "mlflow artifacts log-artifacts --run-id {run} --local-dir {path}"
 
-    def __init__(self, uri: str) -> None:
+
+def local_path(uri: str) -> str | None:
+    """The folder behind a local artifact location (``file:`` URI or path), else None."""
+    if uri.startswith("file:"):
+        return url2pathname(urlparse(uri).path)
+    return uri if "://" not in uri and ":" not in uri.split("/")[0] else None
+
+
+class Tracker:
+    """A thin layer over ``MlflowClient`` for sweeps.
+
+    ``keep``: a folder where artifacts MLflow could not store (a full artifact disk, a server that
+    went away) are written instead, ``<keep>/<run id>/<name>``, with a warning that names it and
+    the command that logs them later; nothing is dropped."""
+
+    def __init__(self, uri: str, keep: str | None = None) -> None:
         # a tracking outage must not stall training for minutes in MLflow's default backoff
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        # a tracking server's client prints two "View run" lines per ended run: 400 at 200 trials
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.uri = uri
         open_store(uri)
         try:
@@ -127,6 +166,7 @@ class Tracker:
         except Exception as e:
             raise_if_old_schema(uri, e)  # an SQL store URI (postgresql://...) of an older MLflow
             raise
+        self.keep = keep
         self._pending: dict[str, list[Metric]] = {}
         self._last_step: dict[str, int] = {}
         self._constants: dict[str, dict[str, float]] = {}  # run -> constants as last logged
@@ -154,20 +194,67 @@ class Tracker:
             else:
                 os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
 
+    def check_artifact_space(self, name: str) -> None:
+        """Refuse, before launch, a local artifact root (a SQLite store's ``mlartifacts``, a
+        ``file:`` location) with less than ``MIN_ARTIFACT_FREE`` free. A server's own artifact
+        store is not visible from here: a full one costs a warning, the artifact is kept."""
+        exp = self.client.get_experiment_by_name(name)
+        root = exp.artifact_location if exp is not None else self._default_root(name)
+        path = local_path(root) if root else None
+        if path is None:
+            return
+        probe = os.path.abspath(path)
+        while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)
+        free = shutil.disk_usage(probe).free
+        if free < MIN_ARTIFACT_FREE:
+            raise ConnectionError(
+                f"MLflow artifact root {path} has {free / 2**20:.0f} MiB free (a sweep needs at "
+                f"least {MIN_ARTIFACT_FREE / 2**20:.0f} MiB for its configs, plots and best "
+                "checkpoints): free space there, or give the experiment another artifact location"
+            )
+
+    def _default_root(self, name: str) -> str | None:
+        if self.uri.startswith(("sqlite:", "file:")):
+            db = os.path.abspath(self.uri.split(":///", 1)[1])
+            return Path(os.path.dirname(db), "mlartifacts", name).as_uri()
+        return None
+
     def experiment(self, name: str, artifact_root: str | None = None) -> str:
         """The experiment ``name`` (created if new). A local store's artifacts default to
         ``mlartifacts/<name>`` beside its database, not to ``./mlruns`` in the working folder."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
             return str(exp.experiment_id)
-        if artifact_root is None and self.uri.startswith(("sqlite:", "file:")):
-            db = os.path.abspath(self.uri.split(":///", 1)[1])
-            artifact_root = Path(os.path.dirname(db), "mlartifacts", name).as_uri()
+        artifact_root = artifact_root or self._default_root(name)
         return str(self.client.create_experiment(name, artifact_location=artifact_root))
 
+    def _waiting(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, waited out while the store is unreachable (a server restarting), up to
+        ``RECSYS_TRACKING_WAIT_S`` seconds, with one warning: what a trial cannot go on without
+        (its run) waits instead of failing the trial."""
+        deadline = time.monotonic() + float(os.environ.get(WAIT_ENV, "600"))
+        delay, warned = 1.0, False
+        while True:
+            try:
+                return call()
+            except Exception as e:
+                if not unreachable(e) or time.monotonic() + delay > deadline:
+                    raise
+                if not warned:
+                    wait = os.environ.get(WAIT_ENV, "600")
+                    log.warning("MLflow %s unreachable (%s): %s waits for it (up to %s s)",
+                                self.uri, _short(e), what, wait)  # fmt: skip
+                    warned = True
+                time.sleep(delay)
+                delay = min(2 * delay, 10.0)
+
     def _find(self, experiment_id: str, tag: str, value: str) -> Any:
-        runs = self.client.search_runs(
-            [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=5
+        runs = self._waiting(
+            f"finding the run with {tag}={value}",
+            lambda: self.client.search_runs(
+                [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=5
+            ),
         )
         return runs[0] if runs else None
 
@@ -176,6 +263,9 @@ class Tracker:
         return self._find(experiment_id, Tag.TRIAL, trial_id)
 
     def parent_run(self, experiment_id: str, sweep: str) -> str:
+        return self._waiting(f"sweep {sweep}", lambda: self._parent(experiment_id, sweep))
+
+    def _parent(self, experiment_id: str, sweep: str) -> str:
         found = self._find(experiment_id, Tag.KIND, f"sweep:{sweep}")
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
@@ -199,7 +289,26 @@ class Tracker:
         """The trial's run: the existing one (a restored trial, or one left RUNNING by a killed
         driver) or a new child of ``parent_id`` (the sweep's run; a seed check's: the run of the
         trial it confirms) with every resolved config value as a param. ``kind``: the trial's
-        role (``Tag.KIND``); ``name``: the run's name (default: the trial id)."""
+        role (``Tag.KIND``); ``name``: the run's name (default: the trial id). Waits out an
+        unreachable store (a retried creation finds the run it made)."""
+        return self._waiting(
+            f"trial {trial_id}",
+            lambda: self._trial_run(
+                experiment_id, parent_id, sweep, trial_id, params, kind, name, tags or {}
+            ),
+        )
+
+    def _trial_run(
+        self,
+        experiment_id: str,
+        parent_id: str,
+        sweep: str,
+        trial_id: str,
+        params: dict[str, str],
+        kind: str,
+        name: str,
+        tags: dict[str, str],
+    ) -> str:
         found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
@@ -209,7 +318,7 @@ class Tracker:
             experiment_id,
             run_name=name or trial_id,
             tags={
-                **(tags or {}),
+                **tags,
                 Tag.PARENT: parent_id,
                 Tag.TRIAL: trial_id,
                 Tag.SWEEP: sweep,
@@ -225,7 +334,8 @@ class Tracker:
 
     def last_step(self, run_id: str) -> int:
         if run_id not in self._last_step:
-            self._attach(run_id, self.client.get_run(run_id).data.metrics)
+            run = self._waiting(f"run {run_id}", lambda: self.client.get_run(run_id))
+            self._attach(run_id, run.data.metrics)
         return self._last_step[run_id]
 
     def _attach(self, run_id: str, metrics: dict[str, float]) -> None:
@@ -286,20 +396,45 @@ class Tracker:
         try:
             self.client.log_text(run_id, text, name)
         except Exception as e:
-            log.warning("MLflow %s: could not log %s (%s)", self.uri, name, e)
+            self._keep(run_id, name, e, lambda dst: Path(dst).write_text(text))
 
     def log_file(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
         """Log one file as an artifact (under ``artifact_path``)."""
         try:
             self.client.log_artifact(run_id, path, artifact_path)
         except Exception as e:
-            log.warning("MLflow %s: could not log %s (%s)", self.uri, path, e)
+            name = os.path.join(artifact_path or "", os.path.basename(path))
+            self._keep(run_id, name, e, lambda dst: shutil.copyfile(path, dst))
 
     def log_folder(self, run_id: str, folder: str, artifact_path: str) -> None:
+        """Log a folder (a checkpoint, which stays where it is if MLflow cannot take it)."""
         try:
             self.client.log_artifacts(run_id, folder, artifact_path=artifact_path)
         except Exception as e:
-            log.warning("MLflow %s: could not log %s (%s)", self.uri, folder, e)
+            log.warning(
+                "MLflow %s could not store %s of run %s (%s); it stays at %s: log it later with "
+                "`%s --artifact-path %s`", self.uri, artifact_path, run_id, _short(e), folder,
+                LOG_LATER.format(run=run_id, path=folder), artifact_path,
+            )  # fmt: skip
+
+    def _keep(self, run_id: str, name: str, error: Exception, write: Any) -> None:
+        """An artifact MLflow refused: written to ``keep`` and named, never dropped silently."""
+        if self.keep is None:
+            log.warning("MLflow %s: could not log %s (%s)", self.uri, name, _short(error))
+            return
+        folder = os.path.join(self.keep, run_id)
+        dst = os.path.join(folder, name)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            write(dst)
+        except OSError as e:
+            log.warning("MLflow %s: could not log %s (%s), nor keep it at %s (%s)", self.uri,
+                        name, _short(error), dst, e)  # fmt: skip
+            return
+        log.warning(
+            "MLflow %s could not store %s of run %s (%s); kept at %s: log it later with `%s`",
+            self.uri, name, run_id, _short(error), dst, LOG_LATER.format(run=run_id, path=folder),
+        )  # fmt: skip
 
     def has_experiment(self, name: str) -> bool:
         return self.client.get_experiment_by_name(name) is not None

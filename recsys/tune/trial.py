@@ -36,6 +36,7 @@ from recsys.tune import feasibility
 from recsys.tune.report import MlflowReportCallback
 from recsys.tune.results import STOPPED, trial_status
 from recsys.tune.search import INFEASIBLE
+from recsys.tune.state import unlogged_dir
 from recsys.tune.tracking import Tag, Tracker, flat_params
 
 
@@ -139,7 +140,7 @@ def run_trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
 def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     cfg = trial_config(spec, params)
     trial_id = tune.get_context().get_trial_id()
-    tracker = Tracker(spec.tracking_uri)
+    tracker = Tracker(spec.tracking_uri, keep=unlogged_dir(spec.storage, spec.sweep))
     run_id = open_run(tracker, spec, trial_id, cfg, params)
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
     verdict = check_feasible(cfg, spec)

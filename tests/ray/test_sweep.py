@@ -1,6 +1,7 @@
 """The default space's smoke sweep through the command line (a local Ray of its own): its whole
 console output, and everything read back from MLflow with ``MlflowClient``: the search's trials
-and the smoke variant's baseline (lr) marked as a reference. A ``recsys-train`` runs beside it
+and the smoke variant's baseline (lr) marked as a reference; with a SQLite store and with a
+tracking server over PostgreSQL. A ``recsys-train`` runs beside it
 with a local Ray of its own: neither console shows the other's instance."""
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ NOISE = [
     "step 10/",  # per-step loss lines of the workers
     "multiple active Ray instances",  # Ray tools that found the other process's Ray
     "Traceback",
+    "View run",  # MLflow's link per ended run, printed by a tracking server's client
 ]
 
 
-def test_default_smoke_sweep_console_and_mlflow(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_default_smoke_sweep_console_and_mlflow(tmp_path, tracking_uri):
+    uri = tracking_uri
     cmd = [sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--smoke-test",
            "--name", "t2", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri,
            "--num-workers", "1", "--cpus-per-worker", "1.5"]  # fmt: skip
@@ -58,11 +60,13 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
     table = out[out.index("best trials") : out.index("against the baselines")]
     assert "lr (ref)" in table and "worker_s" in table
     assert "beats lr (trial" in out or "does NOT beat lr (trial" in out
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
-
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("t2")
+    last = done.stdout.strip().splitlines()[-1]
+    if uri.startswith("http"):  # a tracking server: its page of the sweep's experiment
+        assert last == f"compare the runs: {uri}/#/experiments/{exp.experiment_id}"
+    else:
+        assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("recsys.kind") == "sweep:t2"]
     trials = [r for r in runs if r.data.tags.get("recsys.kind") == "trial"]
@@ -98,7 +102,7 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path):
         assert run.data.tags["checkpoint.last"].endswith("step_00000020")
 
     # the MLflow UI server, on loopback, lists the sweep's runs over its REST API
-    assert_server_lists_runs(uri, exp.experiment_id, {r.info.run_id for r in runs})
+    assert_server_lists_runs(uri, exp.experiment_id, {r.info.run_id for r in runs}, tmp_path)
 
 
 def check_baselines(client, runs, parent, tmp_path) -> None:
@@ -121,37 +125,25 @@ def check_baselines(client, runs, parent, tmp_path) -> None:
     assert (csv["worker_s"] > 0).all() and (csv["samples_seen"] == 20 * 64).all()
 
 
-def assert_server_lists_runs(uri: str, experiment_id: str, run_ids: set[str]) -> None:
+def assert_server_lists_runs(uri: str, experiment_id: str, run_ids: set[str], tmp_path) -> None:
+    """The MLflow UI's REST API lists the sweep's runs: the tracking server's own, or a server
+    started on loopback over the local store."""
     import json
-    import subprocess
-    import sys
-    import time
     import urllib.request
 
-    from tests.distributed.harness import free_port
+    from tests.servers import MlflowServer
 
-    port = free_port()
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri]
-    server = subprocess.Popen(
-        [*cmd, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+    server = None
+    if not uri.startswith("http"):
+        server = MlflowServer(uri, tmp_path / "served").start()
+        uri = server.uri
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                body = json.dumps({"experiment_ids": [experiment_id]}).encode()
-                req = urllib.request.Request(
-                    f"{base}/runs/search", body, {"Content-Type": "application/json"}
-                )
-                listed = json.load(urllib.request.urlopen(req, timeout=5))["runs"]
-                break
-            except OSError:
-                assert server.poll() is None and time.time() < deadline, "mlflow server down"
-                time.sleep(1)
+        body = json.dumps({"experiment_ids": [experiment_id]}).encode()
+        req = urllib.request.Request(
+            f"{uri}/api/2.0/mlflow/runs/search", body, {"Content-Type": "application/json"}
+        )
+        listed = json.load(urllib.request.urlopen(req, timeout=30))["runs"]
         assert {r["info"]["run_id"] for r in listed} == run_ids
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        if server is not None:
+            server.stop()

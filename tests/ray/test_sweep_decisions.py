@@ -57,20 +57,24 @@ constraints: {emb_bytes_max: 300000}
 )
 
 
-def sweep(tmp_path, body: str, name: str, **opts):
+def sweep(tmp_path, body: str, name: str, uri: str | None = None, **opts):
     path = tmp_path / f"{name}.yaml"
     path.write_text(textwrap.dedent(body))
     space = spaces.load(str(path))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = uri or f"sqlite:///{tmp_path / 'mlflow.db'}"
     o = SweepOptions(name=name, storage=str(tmp_path / "runs"), tracking_uri=uri, **opts)
     return space, uri, o, run_sweep(space, o, Tracker(uri), restore=False)
 
 
-def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(ray_2_cpus, tmp_path):
+def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(
+    ray_2_cpus, tmp_path, tracking_uri
+):
     from recsys.tune.publish import best_trial, export_best
 
     # beside ASHA: both trials are the same run until patience stops one, so ASHA keeps both
-    _, uri, _, table = sweep(tmp_path, EARLY_PEAK, "peak", num_samples=1, scheduler="asha")
+    _, uri, _, table = sweep(
+        tmp_path, EARLY_PEAK, "peak", tracking_uri, num_samples=1, scheduler="asha"
+    )
     rows = {r["params"]["train.patience"]: r for r in table}
     full, stopped = rows[0], rows[3]
     assert full["status"] == "finished" and stopped["status"] == "early_stopped"

@@ -1,4 +1,5 @@
-"""Kill the sweep driver (SIGKILL) after trial 1 finished and while trial 2 is mid-run; resume.
+"""Kill the sweep driver (SIGKILL) after trial 1 finished and while trial 2 is mid-run; resume
+(with a SQLite store and with a tracking server over PostgreSQL).
 
 Trial 1 is not re-run, trial 2 continues from its checkpoint, every trial ends, and MLflow has
 exactly one run per trial with a continuous, duplicate-free step axis. A second case kills the
@@ -27,24 +28,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 STEPS, LOG_EVERY = 600, 50  # trial 2 is killed between its step-200 report and step 600
 
 
-def sweep_cmd(space: str, tmp, *extra: str) -> list[str]:
+def sweep_cmd(space: str, tmp, uri: str, *extra: str) -> list[str]:
     return [
         sys.executable,
         os.path.join(ROOT, "experiments", "sweep.py"),
         "--space", space,
         "--name", "kill",
         "--storage", str(tmp / "runs"),
-        "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}",
+        "--tracking-uri", uri,
         "--num-samples", "1",
         "--num-workers", "1", "--cpus-per-worker", "1.5",  # the driver is what gets killed
         *extra,
     ]  # fmt: skip
 
 
-def start_sweep(space: str, tmp, **env: str) -> subprocess.Popen:
+def start_sweep(space: str, tmp, uri: str, **env: str) -> subprocess.Popen:
     """The sweep in a session of its own (so the test can kill it and its Ray), output dropped."""
     return subprocess.Popen(
-        sweep_cmd(space, tmp),
+        sweep_cmd(space, tmp, uri),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -74,13 +75,13 @@ def wait_for_mid_run(client: MlflowClient, proc: subprocess.Popen, timeout: floa
     raise AssertionError("trial 2 never got mid-run")
 
 
-def test_killed_driver_resumes(tmp_path):
+def test_killed_driver_resumes(tmp_path, tracking_uri):
     space = Path(write_space(tmp_path, steps=STEPS))
     text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 100")
     text = text.replace("train.log_every: 5", f"train.log_every: {LOG_EVERY}")
     space.write_text(text.replace("{choice: [null, 500]}", "{choice: [500]}"))
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    first = start_sweep(str(space), tmp_path)
+    client = MlflowClient(tracking_uri)
+    first = start_sweep(str(space), tmp_path, tracking_uri)
     try:
         wait_for_mid_run(client, first)
         first_finished = trial_runs(client)[0]
@@ -89,7 +90,10 @@ def test_killed_driver_resumes(tmp_path):
         stale = trial_runs(client)[1]
         assert stale.info.status == "RUNNING"
         resumed = subprocess.run(
-            sweep_cmd(str(space), tmp_path, "--resume"), capture_output=True, text=True, timeout=600
+            sweep_cmd(str(space), tmp_path, tracking_uri, "--resume"),
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     finally:
@@ -147,12 +151,13 @@ def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
     text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 20")
     text = text.replace("{grid: [fp32, fp16]}", "{grid: [fp32]}")
     space.write_text(text + "confirm: {top: 1, seeds: 2}\n")
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
 
     def last_step_of_a_seed_run() -> bool:
         return any(r.data.metrics.get("step") == steps for r in runs_of(client, "confirm"))
 
-    first = start_sweep(str(space), tmp_path, **{HOLD_ENV: "600", HOLD_SEED_ENV: "1"})
+    first = start_sweep(str(space), tmp_path, uri, **{HOLD_ENV: "600", HOLD_SEED_ENV: "1"})
     kill_when(first, last_step_of_a_seed_run, "a seed run's report of its last step")
     (trial,) = runs_of(client, "trial")
     (held,) = runs_of(client, "confirm")
@@ -161,9 +166,8 @@ def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
     history = client.get_metric_history(held.info.run_id, "val_auc")
     trial_history = client.get_metric_history(trial.info.run_id, "val_auc")
 
-    resumed = subprocess.run(
-        sweep_cmd(str(space), tmp_path, "--resume"), capture_output=True, text=True, timeout=600
-    )
+    again = sweep_cmd(str(space), tmp_path, uri, "--resume")
+    resumed = subprocess.run(again, capture_output=True, text=True, timeout=600)
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
     assert "nothing left to train" in out and "seed check (val_auc" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -13,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from recsys.tune.tracking import Tracker
 from tests.distributed.harness import free_port
+from tests.servers import MlflowServer
 
 
 def report(step: int, auc: float) -> dict:
@@ -143,46 +145,34 @@ def test_a_store_older_than_this_mlflow_is_named_and_left_as_it_is(tmp_path):
     con.close()
 
 
-def start_server(db: str, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", db]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            return proc
-        except OSError:
-            assert proc.poll() is None, "mlflow server exited"
-            time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("mlflow server did not start")
-
-
 @pytest.mark.slow
 def test_server_outage_buffers_and_retries(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    db, port = f"sqlite:///{tmp_path}/m.db", free_port()
-    server = start_server(db, port)
-    uri = f"http://127.0.0.1:{port}"
+    server = MlflowServer(f"sqlite:///{tmp_path}/m.db", tmp_path / "artifacts").start()
+    uri = server.uri
     t = Tracker(uri)
     exp = t.experiment("s", None)
-    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    parent = t.parent_run(exp, "s")
+    run = t.trial_run(exp, parent, "s", "trial_1", {})
     t.log_report(run, report(10, 0.6))
-    server.terminate()
-    server.wait(timeout=30)
+    server.stop()
     t.log_report(run, report(20, 0.7))  # the server is gone: no exception, kept for retry
     assert "unreachable" in caplog.text and t._pending[run]
-    server = start_server(db, port)
+    # a trial that starts while the server is down waits for it instead of failing
+    back = threading.Timer(3.0, server.start)
+    back.start()
     try:
+        second = t.trial_run(exp, parent, "s", "trial_2", {"a": "1"})
+        assert "recsys.trial_id=trial_2 waits for it (up to 600 s)" in caplog.text
+        assert MlflowClient(uri).get_run(second).data.params == {"a": "1"}
         t.log_report(run, report(30, 0.8))  # back: the kept metrics go out with the new ones
         url = f"{uri}/api/2.0/mlflow/metrics/get-history?run_id={run}&metric_key=val_auc"
         history = json.load(urllib.request.urlopen(url, timeout=10))["metrics"]
         assert sorted(m["step"] for m in history) == [10, 20, 30]
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        back.join()
+        server.stop()
 
 
 def test_diverged_trial_is_recorded_as_such(tmp_path):
@@ -296,3 +286,47 @@ def test_trial_status_names_how_a_trial_ended():
     assert trial_status({"step": 40, "early_stopped": 1.0}, 100) == "early_stopped"
     assert trial_status({"step": 4, "diverged": 1.0}, 100) == "diverged"
     assert trial_status({"step": 0, "infeasible": 1.0}, 100) == "infeasible"
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_an_artifact_a_full_disk_refuses_is_kept_and_named(tmp_path, monkeypatch, caplog):
+    """The artifact store's disk is full: no exception, the text and the file are kept under
+    the sweep's folder, and the warning names where and the command that logs them later."""
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    keep = tmp_path / "unlogged"
+    t = Tracker(f"sqlite:///{tmp_path}/m.db", keep=str(keep))
+    exp = t.experiment("s")
+    run = t.parent_run(exp, "s")
+    monkeypatch.setattr(LocalArtifactRepository, "log_artifact", _disk_full)
+    monkeypatch.setattr(LocalArtifactRepository, "log_artifacts", _disk_full)
+    t.log_text(run, "trial,val_auc\n1,0.8\n", "trials.csv")
+    plot = tmp_path / "plot.png"
+    plot.write_bytes(b"\x89PNG...")
+    t.log_file(run, str(plot), "plots")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    t.log_folder(run, str(ckpt), "checkpoint_best")
+    assert (keep / run / "trials.csv").read_text() == "trial,val_auc\n1,0.8\n"
+    assert (keep / run / "plots" / "plot.png").read_bytes() == b"\x89PNG..."
+    later = f"mlflow artifacts log-artifacts --run-id {run} --local-dir {keep / run}"
+    assert caplog.text.count(later) == 2 and "No space left on device" in caplog.text
+    assert f"it stays at {ckpt}" in caplog.text  # a checkpoint is not copied: it is on disk
+    assert MlflowClient(t.uri).list_artifacts(run) == []
+
+
+def test_a_local_artifact_root_without_space_is_refused_before_launch(tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from recsys.tune import tracking
+
+    t = Tracker(f"sqlite:///{tmp_path}/m.db")
+    t.check_artifact_space("s")  # this machine's disk has room
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(tracking.shutil, "disk_usage", lambda p: usage(1, 1, 10 * 2**20))
+    root = tmp_path / "mlartifacts" / "s"
+    with pytest.raises(ConnectionError, match=f"artifact root {root} has 10 MiB free"):
+        t.check_artifact_space("s")

@@ -1,0 +1,170 @@
+"""A real tracking server on loopback: a PostgreSQL cluster of its own and ``mlflow server`` over
+one of its databases, with a local artifact root served by the server (``mlflow-artifacts:``).
+
+Used by the tests' ``postgresql`` tracking backend (``tests/conftest.py``) and by the soak
+benchmark, which also takes the server down and brings it back. PostgreSQL refuses to run as root:
+as root its programs run as the ``postgres`` user of Debian's package, in a folder of their own.
+``./run.sh test`` installs Debian's ``postgresql`` where it can (``scripts/test_services.sh``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+PG_USER = "postgres"  # Debian's package makes this user; the programs run as it under root
+TEMPLATE = "mlflow_template"  # a database MLflow's schema was created in once, cloned per server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pg_bin() -> str | None:
+    """The folder of PostgreSQL's server programs (initdb, pg_ctl), or None."""
+    found = shutil.which("initdb")
+    if found:
+        return os.path.dirname(os.path.realpath(found))
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
+    return os.path.dirname(versions[-1]) if versions else None
+
+
+def _version(path: str) -> int:
+    part = path.split("/")[-3]
+    return int(part) if part.isdigit() else 0
+
+
+def missing() -> str | None:
+    """Why a PostgreSQL-backed server cannot be had here, or None when it can."""
+    if pg_bin() is None:
+        return (
+            "PostgreSQL not found (no initdb on PATH or in /usr/lib/postgresql/*/bin); "
+            "./run.sh test installs Debian's postgresql where apt-get can run (as root)"
+        )
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam(PG_USER)
+        except KeyError:
+            return f"running as root and there is no '{PG_USER}' user to run PostgreSQL as"
+    try:
+        import psycopg  # noqa: F401  (SQLAlchemy 2.1's driver for postgresql:// stores)
+    except ImportError:
+        return "psycopg is not installed in this environment (./run.sh setup installs it)"
+    return None
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (trust auth, fsync off: test data only)."""
+
+    def __init__(self) -> None:
+        self.bin = pg_bin()
+        assert self.bin, missing()
+        self.root = tempfile.mkdtemp(prefix="recsys-pg-")
+        self.data = os.path.join(self.root, "data")
+        self.port = free_port()
+        if os.geteuid() == 0:
+            user = pwd.getpwnam(PG_USER)
+            os.chmod(self.root, 0o755)
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+
+    def _run(self, program: str, *args: str) -> None:
+        cmd = [os.path.join(self.bin or "", program), *args]
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", PG_USER, "--", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.root)
+        if done.returncode != 0:
+            raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr[-2000:]}")
+
+    def start(self) -> Postgres:
+        self._run("initdb", "-D", self.data, "-U", "mlflow", "--auth=trust", "-E", "UTF8")
+        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        opts += " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        log = os.path.join(self.root, "postgres.log")
+        self._run("pg_ctl", "-D", self.data, "-o", opts, "-l", log, "-w", "start")
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def uri(self, database: str) -> str:
+        return f"postgresql://mlflow@127.0.0.1:{self.port}/{database}"
+
+    def sql(self, statement: str, database: str = "postgres") -> list[tuple]:
+        import psycopg
+
+        # autocommit: CREATE DATABASE runs outside a transaction
+        with psycopg.connect(self.uri(database), autocommit=True) as con:
+            cur = con.execute(statement)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def database(self, name: str) -> str:
+        """A new database with MLflow's schema (cloned from a template migrated once)."""
+        if not self.sql(f"SELECT 1 FROM pg_database WHERE datname = '{TEMPLATE}'"):
+            self.sql(f"CREATE DATABASE {TEMPLATE}")
+            migrate = "from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore as S\n"
+            migrate += f"S({self.uri(TEMPLATE)!r}, 'file:///tmp')"
+            subprocess.run([sys.executable, "-c", migrate], check=True, timeout=300)
+        self.sql(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+        return self.uri(name)
+
+
+class MlflowServer:
+    """``mlflow server`` over a store URI on 127.0.0.1, artifacts served from ``artifacts``."""
+
+    def __init__(self, store: str, artifacts: Path, port: int | None = None) -> None:
+        self.store, self.artifacts = store, artifacts
+        self.port = port or free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log = Path(tempfile.mkstemp(prefix="mlflow-server-", suffix=".log")[1])
+
+    def start(self, timeout: float = 120) -> MlflowServer:
+        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store,
+               "--artifacts-destination", self.artifacts.as_uri(), "--host", "127.0.0.1",
+               "--port", str(self.port), "--workers", "1"]  # fmt: skip
+        # no GenAI job runners (huey consumers that outlive a stopped server); a session of its own,
+        # so that stop() ends the server and every process it started
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        with open(self.log, "a") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"{self.uri}/health", timeout=2)
+                return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
+        self.proc.wait()
+        self.proc = None
