@@ -45,6 +45,7 @@ from benchmarks.common import table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, CHECKPOINT_EVERY, LOG_EVERY = 20, 10, 5
+RETRIES = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 LOGS = Path(tempfile.gettempdir(), "recsys-soak-logs")  # the drivers' consoles, kept after
 FINAL = {"finished", "early_stopped", "stopped", "diverged", "infeasible"}
 SPACE = f"""
@@ -94,6 +95,21 @@ def train_workers() -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def kill_a_worker(rng: random.Random, timeout: float = 120.0) -> int:
+    """SIGKILL one running Ray Train worker (waiting for one while trials are between starts)."""
+    deadline = time.time() + timeout
+    while not (workers := train_workers()):
+        if time.time() > deadline:
+            raise RuntimeError("no Ray Train worker ran for 2 minutes")
+        time.sleep(0.5)
+    time.sleep(3.0)  # into its training, past the worker group's start
+    workers = train_workers() or workers
+    victim = rng.choice(workers)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(victim, signal.SIGKILL)
+    return victim
 
 
 class Probe(threading.Thread):
@@ -154,9 +170,10 @@ class Sweep:
                "--driver-cpus", "0.1", "--seed", "0"]  # fmt: skip
         if self.drivers:
             cmd.append("--resume")
+        env = {k: v for k, v in os.environ.items() if k != RETRIES}  # the drivers: their own
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True, cwd=self.tmp,
+            start_new_session=True, cwd=self.tmp, env=env,
         )  # fmt: skip
         driver = Driver(proc, time.time())
         self.drivers.append(driver)
@@ -334,10 +351,8 @@ def soak(tmp: Path, space: Path, server: Any, trials: int, seed: int) -> dict[st
             server.start()
             events.append(f"tracking server down 30 s at {at} finished trials")
         else:
-            workers = train_workers()
-            if workers:
-                os.kill(rng.choice(workers), signal.SIGKILL)
-            events.append(f"a training worker SIGKILLed at {at} ({len(workers)} running)")
+            victim = kill_a_worker(rng)
+            events.append(f"training worker {victim} SIGKILLed after {at} finished trials")
     sweep.wait(timeout=7200)
     wall = time.time() - start
     checked = check_mlflow(client, "soak", trials, sweep.storage)
@@ -360,6 +375,7 @@ def run(trials: int = 200, small: int = 16, seed: int = 0) -> str:
     if why:
         raise SystemExit(f"soak: {why}")
     LOGS.mkdir(exist_ok=True)
+    os.environ[RETRIES] = "0"  # the probe and the counting fail at once while the server is down
     pg = Postgres().start()
     server = None
     try:
