@@ -291,15 +291,18 @@ def check_mlflow(client: Any, name: str, trials: int, storage: Path) -> dict[str
 
 
 def store_size(pg: Any, database: str) -> dict[str, float]:
-    (rows, metric_bytes, db_bytes, max_steps) = pg.sql(
-        "SELECT (SELECT count(*) FROM metrics), pg_total_relation_size('metrics'), "
-        "pg_database_size(current_database()), "
+    """Metric rows of the trained runs (not the probe's) per trial-step; bytes per row of the
+    whole metrics table (with its indexes); the database's size."""
+    trained = "run_uuid IN (SELECT run_uuid FROM metrics WHERE key = 'loss')"
+    (rows, all_rows, metric_bytes, db_bytes, steps) = pg.sql(
+        f"SELECT (SELECT count(*) FROM metrics WHERE {trained}), (SELECT count(*) FROM metrics), "
+        "pg_total_relation_size('metrics'), pg_database_size(current_database()), "
         "(SELECT sum(m) FROM (SELECT max(step) m FROM metrics WHERE key = 'loss' "
         "GROUP BY run_uuid) s)",
         database,
     )[0]
-    return {"rows": rows, "metric_bytes": metric_bytes, "db_bytes": db_bytes,
-            "trial_steps": max_steps or 0}  # fmt: skip
+    return {"rows": rows, "row_bytes": metric_bytes / max(all_rows, 1), "db_bytes": db_bytes,
+            "trial_steps": steps or 0}  # fmt: skip
 
 
 def overhead(wall: float, slots: int, worker_s: float, trials: int) -> float:
@@ -440,9 +443,10 @@ def report(ref: dict, result: dict, probe: Probe, store: dict, counts: list, tri
          f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms ({len(lat)} writes; "
          f"{probe.failed} failed during the outage)"],
         ["PostgreSQL store", "",
-         f"{store['rows']} metric rows, {store['rows'] / max(store['trial_steps'], 1):.2f} "
-         f"rows/trial-step, {store['metric_bytes'] / max(store['rows'], 1):.0f} B/row (metrics "
-         f"table with indexes), database {store['db_bytes'] / 2**20:.1f} MB"],
+         f"{store['rows']} metric rows of trained runs, "
+         f"{store['rows'] / max(store['trial_steps'], 1):.2f} rows/trial-step; "
+         f"{store['row_bytes']:.0f} B/row (metrics table with indexes); "
+         f"database {store['db_bytes'] / 2**20:.1f} MB"],
     ]  # fmt: skip
     faults = "; ".join(result["events"])
     return table(["", f"{small}-trial sweep", f"soak (faults: {faults})"], rows)

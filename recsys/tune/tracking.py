@@ -312,6 +312,8 @@ class Tracker:
         found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
+            if len(found.data.params) < len(params):  # made, then the store went away
+                self._log_params(found.info.run_id, params)
             self._attach(found.info.run_id, found.data.metrics)
             return str(found.info.run_id)
         run = self.client.create_run(
@@ -326,11 +328,14 @@ class Tracker:
             },
         )
         run_id = str(run.info.run_id)
+        self._log_params(run_id, params)
+        self._attach(run_id, {})
+        return run_id
+
+    def _log_params(self, run_id: str, params: dict[str, str]) -> None:
         items = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i : i + 100])
-        self._attach(run_id, {})
-        return run_id
 
     def last_step(self, run_id: str) -> int:
         if run_id not in self._last_step:

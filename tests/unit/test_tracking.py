@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -143,6 +144,24 @@ def test_a_store_older_than_this_mlflow_is_named_and_left_as_it_is(tmp_path):
     con = sqlite3.connect(db)
     assert con.execute("select version_num from alembic_version").fetchone() == ("0584bdc529eb",)
     con.close()
+
+
+def test_a_postgresql_store_older_than_this_mlflow_is_named_and_left_as_it_is(postgres):
+    """The same for a ``postgresql://`` store (a real PostgreSQL, its schema revision set back to
+    MLflow 2.x's): named with `mlflow db upgrade`, and left as it is."""
+    name = f"old{os.getpid()}"
+    uri = postgres.database(name)
+    ((current,),) = postgres.sql("select version_num from alembic_version", name)
+    postgres.sql("update alembic_version set version_num = '0584bdc529eb'", name)
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN, uri, "sql"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0, done.stderr[-2000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"ConnectionError: MLflow store {uri} was made by an older")
+    assert f"mlflow db upgrade {uri}" in message
+    assert f"schema revision 0584bdc529eb, this MLflow expects {current}" in message
+    assert postgres.sql("select version_num from alembic_version", name) == [("0584bdc529eb",)]
 
 
 @pytest.mark.slow
