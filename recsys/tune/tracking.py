@@ -293,21 +293,15 @@ class Tracker:
         unreachable store (a retried creation finds the run it made)."""
         return self._waiting(
             f"trial {trial_id}",
-            lambda: self._trial_run(
-                experiment_id, parent_id, sweep, trial_id, params, kind, name, tags or {}
+            lambda: self._open_trial_run(
+                experiment_id, trial_id, params, name or trial_id,
+                {**(tags or {}), Tag.PARENT: parent_id, Tag.TRIAL: trial_id, Tag.SWEEP: sweep,
+                 Tag.KIND: kind},
             ),
-        )
+        )  # fmt: skip
 
-    def _trial_run(
-        self,
-        experiment_id: str,
-        parent_id: str,
-        sweep: str,
-        trial_id: str,
-        params: dict[str, str],
-        kind: str,
-        name: str,
-        tags: dict[str, str],
+    def _open_trial_run(
+        self, experiment_id: str, trial_id: str, params: dict[str, str], name: str, tags: dict
     ) -> str:
         found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
@@ -316,17 +310,7 @@ class Tracker:
                 self._log_params(found.info.run_id, params)
             self._attach(found.info.run_id, found.data.metrics)
             return str(found.info.run_id)
-        run = self.client.create_run(
-            experiment_id,
-            run_name=name or trial_id,
-            tags={
-                **tags,
-                Tag.PARENT: parent_id,
-                Tag.TRIAL: trial_id,
-                Tag.SWEEP: sweep,
-                Tag.KIND: kind,
-            },
-        )
+        run = self.client.create_run(experiment_id, run_name=name, tags=tags)
         run_id = str(run.info.run_id)
         self._log_params(run_id, params)
         self._attach(run_id, {})
