@@ -6,6 +6,7 @@ impossible request must be refused up front, with the numbers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Any
@@ -69,6 +70,30 @@ def connect(
                      object_store_memory=mb * 2**20 if mb else None, **kwargs)  # fmt: skip
             os.environ[API_ENV] = os.environ[OURS_ENV] = api  # this process's own State API calls
     return ray.cluster_resources()
+
+
+def start_train_coordinator(timeout_s: float = 300.0) -> None:
+    """Start Ray's AutoscalingCoordinator actor (one per cluster, detached) and wait until it runs,
+    before any Ray Train run asks it for resources.
+
+    Every Train V2 controller sends it a resource request at start and gives the call 5 s
+    (``AUTOSCALING_REQUESTS_GET_TIMEOUT_S``); the first request also creates the actor, which
+    needs a new worker process. On 2 busy cores that took 27 s (2.1 s idle), the request timed out
+    and the controller printed a traceback to the console ("safe to ignore", says its text).
+    Started here, with time to come up, it answers in milliseconds. A Ray without this actor
+    (its module moved) is left as it is: Train then starts it itself, as before."""
+    import ray
+
+    try:
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator,
+        )
+    except ImportError:
+        return
+    actor = get_or_create_autoscaling_coordinator()
+    # still starting after timeout_s: Train's first request may time out and retry, as without this
+    with contextlib.suppress(ray.exceptions.GetTimeoutError):
+        ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
 
 
 API_ENV = "RAY_API_SERVER_ADDRESS"

@@ -65,11 +65,12 @@ def main(argv: list[str] | None = None) -> None:
         cfg = cfg.with_overrides(parse_overrides(args.set))
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
-    from recsys.cluster import alive_nodes, check_fits, connect
+    from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator
     from recsys.train.ray_trainer import Resources, make_trainer
 
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
     connect(args.address)
+    start_train_coordinator()
     try:
         check_fits(args.num_workers, args.cpus_per_worker, 1.0 if args.gpus else 0.0, alive_nodes())
     except ConfigError as e:

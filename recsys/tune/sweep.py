@@ -232,7 +232,7 @@ def launch(
     """Everything ``recsys-sweep`` does: check the request (resume, MLflow, cluster fit) before
     anything launches, connect to Ray, run or resume the sweep, print the best trials and where
     to look, and export the best one if asked. Returns the trials' rows, best first."""
-    from recsys.cluster import alive_nodes, check_fits, connect
+    from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator
 
     restore = check_resume(space, opts)
     if restore and (change := worker_change(opts)):
@@ -241,6 +241,7 @@ def launch(
     tracker.check_reachable()
     tracker.check_artifact_space(opts.name)
     connect(address)
+    start_train_coordinator()
     gpus = 1.0 if opts.use_gpu else 0.0
     nodes = alive_nodes()
     check_fits(opts.num_workers, opts.cpus_per_worker, gpus, nodes, extra_cpus=opts.driver_cpus)

@@ -34,11 +34,18 @@ def config(**overrides) -> ExperimentConfig:
 
 
 def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
+    import ray
+
+    from recsys.cluster import start_train_coordinator
     from recsys.data import load_splits
     from recsys.data.loader import to_batch
     from recsys.distributed.checkpoint import load_model_unsharded
     from recsys.models import DLRM, ModelAndLoss
 
+    # Train's controller asks this actor for resources with 5 s to answer: started and running
+    # before the run (a Ray that moved it fails here, not with a traceback on a busy console)
+    start_train_coordinator()
+    ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
     cfg = config()
     trainer = make_trainer(cfg, Resources(2), name="learn", storage_path=str(tmp_path))
     result = trainer.fit()
