@@ -41,6 +41,19 @@ def test_reattach_and_idempotent_logging(tmp_path):
     assert len(client.search_runs([exp])) == 2
 
 
+def test_a_run_made_without_its_params_gets_them_when_found_again(tmp_path):
+    """A trial's run created, then the store went away before its params were logged: the retried
+    opening finds that run (no second one) and logs the params it lacks."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    parent = t.parent_run(exp, "s")
+    run = t.trial_run(exp, parent, "s", "trial_1", {})  # as far as the creation got
+    assert Tracker(uri).trial_run(exp, parent, "s", "trial_1", {"a": "1", "b": "2"}) == run
+    assert MlflowClient(uri).get_run(run).data.params == {"a": "1", "b": "2"}
+    assert len(MlflowClient(uri).search_runs([exp])) == 2
+
+
 def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
     from recsys.tune.report import MlflowReportCallback
 
@@ -115,6 +128,21 @@ tracking.Tracker(sys.argv[1]).check_reachable()
 """
 
 
+def check_names_old_store(uri: str, how: str, current: str) -> float:
+    """Open ``uri`` (set back to MLflow 2.x's revision 0584bdc529eb) in a new process, ``how`` as
+    in ``OPEN``: the error names the revisions and `mlflow db upgrade`. Returns its seconds."""
+    t0 = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN, uri, how], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0, done.stderr[-2000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"ConnectionError: MLflow store {uri} was made by an older")
+    assert f"mlflow db upgrade {uri}" in message and "does not migrate" in message
+    assert f"schema revision 0584bdc529eb, this MLflow expects {current}" in message
+    return time.time() - t0
+
+
 def test_a_store_older_than_this_mlflow_is_named_and_left_as_it_is(tmp_path):
     """An SQLite store whose schema revision is older than the installed MLflow's (as one made by
     an older MLflow): a clear error naming `mlflow db upgrade`, within seconds (not the retries
@@ -132,15 +160,7 @@ def test_a_store_older_than_this_mlflow_is_named_and_left_as_it_is(tmp_path):
     con.commit()
     con.close()
     for how in ("sqlite", "sql"):
-        t0 = time.time()
-        done = subprocess.run(
-            [sys.executable, "-c", OPEN, uri, how], capture_output=True, text=True
-        )
-        assert time.time() - t0 < 30 and done.returncode != 0
-        message = done.stderr.strip().splitlines()[-1]
-        assert message.startswith(f"ConnectionError: MLflow store {uri} was made by an older")
-        assert f"mlflow db upgrade {uri}" in message and "does not migrate" in message
-        assert f"schema revision 0584bdc529eb, this MLflow expects {current}" in message
+        assert check_names_old_store(uri, how, current) < 30
     con = sqlite3.connect(db)
     assert con.execute("select version_num from alembic_version").fetchone() == ("0584bdc529eb",)
     con.close()
@@ -153,14 +173,7 @@ def test_a_postgresql_store_older_than_this_mlflow_is_named_and_left_as_it_is(po
     uri = postgres.database(name)
     ((current,),) = postgres.sql("select version_num from alembic_version", name)
     postgres.sql("update alembic_version set version_num = '0584bdc529eb'", name)
-    done = subprocess.run(
-        [sys.executable, "-c", OPEN, uri, "sql"], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode != 0, done.stderr[-2000:]
-    message = done.stderr.strip().splitlines()[-1]
-    assert message.startswith(f"ConnectionError: MLflow store {uri} was made by an older")
-    assert f"mlflow db upgrade {uri}" in message
-    assert f"schema revision 0584bdc529eb, this MLflow expects {current}" in message
+    check_names_old_store(uri, "sql", current)
     assert postgres.sql("select version_num from alembic_version", name) == [("0584bdc529eb",)]
 
 
