@@ -105,12 +105,12 @@ class Postgres:
     def uri(self, database: str) -> str:
         return f"postgresql://mlflow@127.0.0.1:{self.port}/{database}"
 
-    def sql(self, statement: str, database: str = "postgres") -> list[tuple]:
+    def sql(self, statement: str, database: str = "postgres", params: tuple = ()) -> list[tuple]:
         import psycopg
 
         # autocommit: CREATE DATABASE runs outside a transaction
         with psycopg.connect(self.uri(database), autocommit=True) as con:
-            cur = con.execute(statement)  # type: ignore[arg-type]
+            cur = con.execute(statement, params or None)  # type: ignore[arg-type]
             return cur.fetchall() if cur.description else []
 
     def database(self, name: str) -> str:
