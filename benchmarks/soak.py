@@ -21,7 +21,10 @@ sweep's own writes; the outage's failed writes counted apart), trials per hour, 
 trial against the 16-trial sweep's, and the PostgreSQL store's rows and bytes.
 
 Overhead per trial = (wall time x 2 slots - the trials' own ``wall_s``) / trials: the slot-seconds
-a trial costs beyond its workers' own time (Ray's worker start, Tune, the driver, MLflow).
+a trial costs beyond its workers' own time (Ray's worker start, Tune, the driver, MLflow). The
+wall per 50 finished trials shows whether anything grows with the count. The benchmark follows the
+count (when to inject a fault, memory by count) with one SQL count in the store's database every
+2 s, not MLflow searches, whose cost grows with the runs and would load the trials' cores.
 """
 
 from __future__ import annotations
