@@ -222,7 +222,7 @@ class Sweep:
             raise RuntimeError(f"sweep {self.name} exited {code}:\n{tail}")
 
 
-def finished(pg: Any, database: str, experiment: str) -> int:
+def finished(pg: Any, experiment: str) -> int:
     """Trials MLflow's store has as finished (-1 while it cannot be read).
 
     Read in the database with one count: an MLflow ``search_runs`` of every run costs ~0.9 s of
@@ -234,16 +234,18 @@ def finished(pg: Any, database: str, experiment: str) -> int:
             "SELECT count(*) FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
             "JOIN tags t ON t.run_uuid = r.run_uuid WHERE e.name = %s AND r.status = 'FINISHED' "
             "AND r.lifecycle_stage = 'active' AND t.key = 'recsys.kind' AND t.value = 'trial'",
-            database, (experiment,),
+            DATABASE, (experiment,),
         )[0][0])  # fmt: skip
     except Exception:
         return -1
 
 
-def wait_for(pg: Any, name: str, count: int, sweep: Sweep, timeout: float = 7200) -> None:
+def wait_for(counts: list[tuple[float, int]], count: int, sweep: Sweep,
+             timeout: float = 7200) -> None:  # fmt: skip
+    """Until ``count`` trials are finished, by the counter thread's latest count (``_count``)."""
     deadline = time.time() + timeout
     while True:
-        n = finished(pg, DATABASE, name)
+        n = counts[-1][1] if counts else 0
         if n >= count:
             return
         code = sweep.drivers[-1].proc.poll()
@@ -331,7 +333,9 @@ def reference(tmp: Path, space: Path, uri: str, trials: int) -> dict[str, Any]:
             "overhead": overhead(wall, 2, checked["worker_s"], trials)}  # fmt: skip
 
 
-def soak(tmp: Path, space: Path, server: Any, pg: Any, trials: int, seed: int) -> dict[str, Any]:
+def soak(
+    tmp: Path, space: Path, server: Any, counts: list[tuple[float, int]], trials: int, seed: int
+) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
     rng = random.Random(seed)
@@ -346,7 +350,7 @@ def soak(tmp: Path, space: Path, server: Any, pg: Any, trials: int, seed: int) -
     sweep.start()
     for at, what in sorted([(kills[0], "kill"), (outage_at, "outage"), (worker_at, "worker"),
                             (kills[1], "kill")]):  # fmt: skip
-        wait_for(pg, "soak", at, sweep)
+        wait_for(counts, at, sweep)
         say(f"{at} finished: {what}")
         if what == "kill":
             when = sweep.kill()
@@ -401,7 +405,7 @@ def run(trials: int = 200, small: int = 16, seed: int = 0) -> str:
             ref = reference(tmp, space, server.uri, small)
             counter = threading.Thread(target=_count, args=(pg, counts), daemon=True)
             counter.start()
-            result = soak(tmp, space, server, pg, trials, seed)
+            result = soak(tmp, space, server, counts, trials, seed)
             probe.halt.set()
             store = store_size(pg, DATABASE)
             return report(ref, result, probe, store, counts, trials, small)
@@ -413,7 +417,7 @@ def run(trials: int = 200, small: int = 16, seed: int = 0) -> str:
 
 def _count(pg: Any, counts: list[tuple[float, int]]) -> None:
     while True:
-        n = finished(pg, DATABASE, "soak")
+        n = finished(pg, "soak")
         if n >= 0:
             counts.append((time.time(), n))
         time.sleep(2.0)
