@@ -221,7 +221,12 @@ class ModelConfig:
             regression: a weight per id and per dense feature) or ``fm`` (a factorization
             machine: those linear terms plus the pairwise dot products of ``embeddings.dim``-wide
             factors). The fields below this one are DLRM's; the references ignore them.
-        num_dense: dense (integer) features per sample, ``I``.
+        num_dense: dense (integer) features per sample, ``I``; ``0``: none (a click log of
+            categorical columns only). DLRM then has no bottom MLP (``bottom_mlp`` is unused) and
+            its interaction runs over the embeddings alone (``dot``: the pairs among them;
+            ``cat``, ``sum``, ``dcn``: over their concatenation or sum); ``lr`` and ``fm`` have no
+            dense terms (a bias, the id weights, the pairs of id factors). The dense input is
+            then ``[B, 0]`` and ignored.
         bottom_mlp: hidden widths of the bottom MLP; its output layer has width
             ``embeddings.dim`` appended automatically, so dims can be swept freely.
         top_mlp: hidden widths of the top MLP; a final linear layer to one logit per task follows.
@@ -242,7 +247,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "model")
-        check(self.num_dense >= 1, "model.num_dense", self.num_dense, "must be >= 1")
+        check(self.num_dense >= 0, "model.num_dense", self.num_dense, "must be >= 0")
         for name, widths in (("bottom_mlp", self.bottom_mlp), ("top_mlp", self.top_mlp)):
             for i, w in enumerate(widths):
                 check(w >= 1, f"model.{name}[{i}]", w, "layer widths must be >= 1")

@@ -6,6 +6,10 @@ test and sharded by ``DistributedModelParallel`` in a worker (sharding is applie
 
 Shapes: ``B`` batch, ``I`` dense features, ``F`` sparse features, ``D`` common embedding dim,
 ``T`` tasks.
+
+Without dense features (``model.num_dense == 0``: ``I = 0``) there is no bottom MLP: the
+interaction runs over the ``F`` embeddings alone (``recsys.models.interactions``) and the
+``[B, 0]`` dense input is ignored. Decided at construction: a traced model holds one path only.
 """
 
 import torch
@@ -20,7 +24,8 @@ from recsys.models.interactions import NEEDS_EQUAL_DIMS, make_interaction
 
 
 class DLRM(nn.Module):
-    """Bottom MLP, embedding tables, an interaction, a top MLP.
+    """Bottom MLP, embedding tables, an interaction, a top MLP; no bottom MLP when
+    ``model.num_dense == 0`` (the interaction is over the embeddings alone, ``bottom_mlp`` unused).
 
     Args:
         model: architecture (MLP widths, interaction op).
@@ -35,6 +40,9 @@ class DLRM(nn.Module):
 
         model = DLRM(ModelConfig(num_dense=13), EmbeddingConfig(num_embeddings=[100] * 26))
         logits = model(dense, kjt)  # dense: [B, 13], kjt: 26 keys -> logits: [B, 1]
+
+        clicks = DLRM(ModelConfig(num_dense=0), EmbeddingConfig(num_embeddings=[100] * 26))
+        logits = clicks(torch.empty(B, 0), kjt)  # no dense features -> logits: [B, 1]
     """
 
     def __init__(
@@ -48,7 +56,8 @@ class DLRM(nn.Module):
         super().__init__()
         dim = embeddings.dim
         project = NEEDS_EQUAL_DIMS[model.interaction] and embeddings.mixed
-        self.dense_arch = MLP(model.num_dense, [*model.bottom_mlp, dim])
+        self.has_dense = model.num_dense > 0
+        self.dense_arch = MLP(model.num_dense, [*model.bottom_mlp, dim]) if self.has_dense else None
         self.sparse_arch = SparseArch(
             embeddings,
             project_to=dim if project else None,
@@ -62,6 +71,7 @@ class DLRM(nn.Module):
             itself=model.interaction_itself,
             dcn_layers=model.dcn_layers,
             dcn_low_rank=model.dcn_low_rank,
+            has_dense=self.has_dense,
         )
         top_in = self.interaction.out_dim
         self.over_arch = nn.Sequential(
@@ -71,7 +81,9 @@ class DLRM(nn.Module):
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
         """``dense: [B, I]``, ``sparse``: KJT with the layout's keys (``EmbeddingConfig.layout``:
-        the F features, QR ones split) -> logits ``[B, T]``."""
+        the F features, QR ones split) -> logits ``[B, T]``. ``I = 0``: ``dense`` is ignored."""
+        if self.dense_arch is None:  # no dense features: the interaction ignores ``dense``
+            return self.over_arch(self.interaction(dense, self.sparse_arch(sparse)))
         dense_out = self.dense_arch(dense)  # [B, D]
         pooled = self.sparse_arch(sparse)  # F x [B, d_f]
         return self.over_arch(self.interaction(dense_out, pooled))

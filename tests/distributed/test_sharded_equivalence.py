@@ -83,15 +83,26 @@ def _reference(cfg):
     return model, opts
 
 
-def _rank_fn(rank, world, pipeline, use_gpu=False):
+def _without_dense(batch):
+    """``batch`` with its dense features dropped, ``[B, 0]``: what the loader gives for data
+    without dense columns (the synthetic data always has some)."""
+    from torchrec.datasets.utils import Batch
+
+    return Batch(batch.dense_features[:, :0], batch.sparse_features, batch.labels)
+
+
+def _rank_fn(rank, world, pipeline, use_gpu=False, dense=True):
     """One rank of the comparison; ``use_gpu``: NCCL, ``cuda:rank``, and the smallest table
-    row-wise (CUDA-only sharding) beside the table-wise and column-wise ones."""
+    row-wise (CUDA-only sharding) beside the table-wise and column-wise ones; ``dense=False``: a
+    model without dense features (``model.num_dense=0``, no bottom MLP) fed ``[B, 0]`` ones."""
     from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
 
-    cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
+    data_cfg = cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
+    if not dense:
+        cfg = cfg.with_overrides({"model.num_dense": 0})
     if use_gpu:
         row_wise = {"sharding_types": ["row_wise"]}
         cfg = cfg.with_overrides({"sharding.tables": {**_tables(cfg), "t_cat_0": row_wise}})
@@ -100,10 +111,13 @@ def _rank_fn(rank, world, pipeline, use_gpu=False):
     built = build(cfg, env)
     dmp, optimizer, summary = built.model, built.optimizer, built.plan
     copy_full_into_sharded(dmp.state_dict(), ref.state_dict())
-    batches = _global_batches(cfg, K + 3)  # the pipeline reads two batches ahead
+    batches = _global_batches(data_cfg, K + 3)  # the pipeline reads two batches ahead
+    if not dense:
+        batches = [[_without_dense(b) for b in step] for step in batches]
     mine = [b[rank].to(env.device) for b in batches]
 
     out = {"plan": summary["tables"], "sharded": [], "reference": []}
+    out["bottom_mlp"] = [n for n in dmp.state_dict() if "dense_arch" in n]
     # the debug helper reassembles a column-wise table on rank 0
     full = gather_table(dmp, "t_cat_3")
     name = "model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_3.weight"
@@ -148,6 +162,15 @@ def _tables(cfg):
 @pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
 def test_sharded_matches_unsharded_forward_and_training(pipeline):
     check_against_unsharded(run_ranks(_rank_fn, pipeline), pipeline, atol=ATOL)
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
+def test_sharded_matches_unsharded_without_dense_features(pipeline):
+    """``model.num_dense=0``: no bottom MLP, ``dot`` over the embeddings alone, ``[B, 0]`` dense
+    inputs; the same plan and the same forward and training as the unsharded model."""
+    results = run_ranks(_rank_fn, pipeline, False, False)
+    assert results[0]["bottom_mlp"] == results[1]["bottom_mlp"] == []
+    check_against_unsharded(results, pipeline, atol=ATOL)
 
 
 def check_against_unsharded(results, pipeline, atol, row_wise=False):

@@ -11,6 +11,7 @@ from torchrec.datasets.utils import Batch
 from recsys.config import ConfigError, EmbeddingConfig, LossConfig, ModelConfig, QRConfig
 from recsys.models import DLRM, ModelAndLoss, materialize
 from recsys.models.dlrm import WithRawIds
+from recsys.models.embeddings import qr_split_kjt
 from tests.conftest import make_kjt
 
 ROWS = [50, 300, 20, 1000]
@@ -72,3 +73,101 @@ def test_multitask_logits():
 def test_unknown_op_is_a_config_error():
     with pytest.raises(ConfigError, match="model.interaction='dott'"):
         ModelConfig(interaction="dott")  # type: ignore[arg-type]
+
+
+# No dense features (``model.num_dense == 0``): no bottom MLP, the interaction over the embeddings
+
+
+def no_dense(op: str, itself: bool = False) -> tuple[ModelConfig, EmbeddingConfig]:
+    """``tiny`` with QR and mixed dims (projected for dot/sum/dcn) and ``num_dense=0``."""
+    _, emb = tiny(op, qr=True, mixed=True)
+    model_cfg = ModelConfig(
+        num_dense=0, bottom_mlp=[8], top_mlp=[8], interaction=op, interaction_itself=itself
+    )
+    return model_cfg, emb
+
+
+def by_hand(op: str, pooled: list[torch.Tensor], model: DLRM) -> torch.Tensor:
+    """The interaction of the pooled embeddings ``F x [B, d_f]`` alone -> ``[B, out_dim]``."""
+    if op == "cat":
+        return torch.cat(pooled, dim=1)
+    if op == "sum":
+        return sum(pooled[1:], pooled[0])
+    if op == "dot":
+        lower = [(pooled[i] * pooled[j]).sum(1) for i in range(len(pooled)) for j in range(i)]
+        return torch.stack(lower, dim=1)  # F(F-1)/2 pairs, no dense vector concatenated
+    net = model.interaction.crossnet  # dcn: x_{l+1} = x_0 * (W_l V_l x_l + b_l) + x_l
+    x0 = x = torch.cat(pooled, dim=1)
+    for w, v, b in zip(net.W_kernels, net.V_kernels, net.bias, strict=True):
+        x = x0 * (x @ v.T @ w.T + b) + x
+    return x
+
+
+@pytest.mark.parametrize("op", ["dot", "cat", "sum", "dcn"])
+def test_without_dense_the_interaction_is_over_the_embeddings_alone(op):
+    model_cfg, emb = no_dense(op)
+    torch.manual_seed(0)
+    model = materialize(DLRM(model_cfg, emb, embedding_device="meta"))
+    assert model.dense_arch is None
+    assert not any("dense_arch" in n for n, _ in model.named_parameters())
+    kjt = make_kjt(emb.names(), ROWS, batch=6, hot=2, seed=4)
+    got = WithRawIds(model, emb.layout().qr)(torch.empty(6, 0), kjt)  # dense: [B, 0]
+    with torch.no_grad():
+        pooled = model.sparse_arch(qr_split_kjt(kjt, emb.layout().qr))  # F x [B, d_f]
+        want = model.over_arch(by_hand(op, pooled, model))
+    assert got.shape == (6, 1)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["dot", "cat", "sum", "dcn"])
+def test_without_dense_forward_backward(op):
+    model_cfg, emb = no_dense(op)
+    torch.manual_seed(0)
+    model = materialize(DLRM(model_cfg, emb, embedding_device="meta"))
+    batch = Batch(
+        dense_features=torch.empty(6, 0),
+        sparse_features=make_kjt(emb.names(), ROWS, batch=6, hot=2),
+        labels=torch.randint(0, 2, (6,)).float(),
+    )
+    loss, out = ModelAndLoss(WithRawIds(model, emb.layout().qr), LossConfig())(batch)
+    assert out["logits"].shape == (6, 1) and torch.isfinite(loss)
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_without_dense_top_mlp_width_follows_op():
+    f, d = len(ROWS), 8
+    widths = {"dot": f * (f - 1) // 2, "cat": None, "sum": d, "dcn": d * f}
+    for op, expected in widths.items():
+        model_cfg, emb = no_dense(op)
+        model = DLRM(model_cfg, emb)
+        if expected is None:  # cat: the raw mixed dims, not projected
+            expected = sum(emb.table_dims())
+        assert model.over_arch[0]._mlp[0]._linear.in_features == expected, op
+    model_cfg, emb = no_dense("dot", itself=True)
+    assert DLRM(model_cfg, emb).interaction.out_dim == f * (f + 1) // 2
+
+
+def test_num_dense_zero_is_allowed_negative_is_not():
+    assert ModelConfig(num_dense=0).num_dense == 0
+    with pytest.raises(ConfigError, match="model.num_dense=-1"):
+        ModelConfig(num_dense=-1)
+
+
+@pytest.mark.parametrize("op", ["dot", "cat", "sum", "dcn"])
+def test_without_dense_exports_as_int8_torchscript(op):
+    """The export's own path (quantize the tables, shard for inference, trace, script) with a
+    ``[B, 0]`` dense input."""
+    from recsys.export import quantize_and_script
+
+    model_cfg, emb = no_dense(op)
+    torch.manual_seed(0)
+    model = WithRawIds(materialize(DLRM(model_cfg, emb, embedding_device="meta")), emb.layout().qr)
+    model = model.eval()
+    dense, kjt = torch.empty(64, 0), make_kjt(emb.names(), ROWS, batch=64, seed=3)
+    with torch.no_grad():
+        want = torch.sigmoid(model(dense, kjt))
+    scripted, _ = quantize_and_script(model, "int8", (dense, kjt))
+    got = torch.sigmoid(scripted(dense, kjt))
+    assert isinstance(scripted, torch.jit.ScriptModule)
+    assert (got - want).abs().max() < 0.01

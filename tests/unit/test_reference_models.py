@@ -28,10 +28,12 @@ def emb_config(qr: str | None) -> EmbeddingConfig:
     return EmbeddingConfig(num_embeddings=ROWS, dim=8, qr=qr_cfg)  # type: ignore[arg-type]
 
 
-def model_of(arch: str, emb: EmbeddingConfig, tasks: int) -> torch.nn.Module:
+def model_of(
+    arch: str, emb: EmbeddingConfig, tasks: int, num_dense: int = DENSE
+) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = materialize(build_model(ModelConfig(arch=arch, num_dense=DENSE), emb, tasks, "meta"))
-    return model
+    cfg = ModelConfig(arch=arch, num_dense=num_dense)
+    return materialize(build_model(cfg, emb, tasks, "meta"))
 
 
 def row(model: torch.nn.Module, emb: EmbeddingConfig, feature: str, i: int) -> torch.Tensor:
@@ -97,6 +99,66 @@ def test_factorization_machine_is_its_formula(qr, tasks, hot):
                          for f in emb.names())  # fmt: skip
             want = b0[t] + w[t] @ dense[b] + linear + pairs
             torch.testing.assert_close(got[b, t], want, atol=1e-4, rtol=1e-4)
+
+
+# No dense features (``model.num_dense == 0``): no dense linear terms, no dense factors
+
+
+@pytest.mark.parametrize(("qr", "tasks", "hot"), CASES)
+def test_logistic_regression_without_dense_is_its_formula(qr, tasks, hot):
+    """``logit_t = b_t + sum_f w_t(id_f)``; ``b`` starts at zero."""
+    emb = emb_config(qr)
+    model = model_of("lr", emb, tasks, num_dense=0)
+    assert not hasattr(model, "dense_linear") and torch.equal(model.bias, torch.zeros(tasks))
+    with torch.no_grad():
+        model.bias.normal_()  # make the bias count
+    dense, kjt = torch.empty(5, 0), make_kjt(emb.names(), ROWS, batch=5, hot=hot, seed=1)
+    got = WithRawIds(model, emb.layout().qr)(dense, kjt)
+    assert got.shape == (5, tasks)
+    for b in range(5):
+        for t in range(tasks):
+            want = model.bias[t]
+            for f in emb.names():
+                want = want + bag(model, emb, kjt, f, b)[4 * t : 4 * t + 4].sum()
+            torch.testing.assert_close(got[b, t], want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("qr", "tasks", "hot"), CASES)
+def test_factorization_machine_without_dense_is_its_formula(qr, tasks, hot):
+    """``logit_t = b_t + sum_f w_t(id_f) + sum_{f<g} <v_f, v_g>`` over the ``F`` sparse fields."""
+    emb = emb_config(qr)
+    model = model_of("fm", emb, tasks, num_dense=0)
+    assert not hasattr(model, "dense_factors") and not hasattr(model, "dense_linear")
+    with torch.no_grad():
+        model.bias.normal_()
+    d = emb.dim
+    dense, kjt = torch.empty(5, 0), make_kjt(emb.names(), ROWS, batch=5, hot=hot, seed=2)
+    got = WithRawIds(model, emb.layout().qr)(dense, kjt)
+    assert got.shape == (5, tasks)
+    for b in range(5):
+        vecs = [bag(model, emb, kjt, f, b)[:d] for f in emb.names()]
+        pairs = sum(vecs[i] @ vecs[j] for i in range(len(vecs)) for j in range(i + 1, len(vecs)))
+        for t in range(tasks):
+            linear = sum(bag(model, emb, kjt, f, b)[d + 4 * t : d + 4 * t + 4].sum()
+                         for f in emb.names())  # fmt: skip
+            want = model.bias[t] + linear + pairs
+            torch.testing.assert_close(got[b, t], want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["lr", "fm"])
+def test_reference_without_dense_exports_as_int8_torchscript(arch):
+    """As ``test_reference_exports_as_int8_torchscript``, with a ``[B, 0]`` dense input."""
+    from recsys.export import quantize_and_script
+
+    emb = emb_config("mult")
+    model = WithRawIds(model_of(arch, emb, 1, num_dense=0), emb.layout().qr).eval()
+    dense, kjt = torch.empty(64, 0), make_kjt(emb.names(), ROWS, batch=64, seed=3)
+    with torch.no_grad():
+        want = torch.sigmoid(model(dense, kjt))
+    scripted, _ = quantize_and_script(model, "int8", (dense, kjt))
+    got = torch.sigmoid(scripted(dense, kjt))
+    assert isinstance(scripted, torch.jit.ScriptModule)
+    assert (got - want).abs().max() < 0.01
 
 
 def test_reference_tables_are_the_same_features_at_their_own_width():
