@@ -13,9 +13,7 @@ Search spaces address fields by dotted keys (``embeddings.qr.threshold``); see
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -36,7 +34,7 @@ QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
 EmbeddingDType = Literal["fp32", "fp16", "bf16"]
 LossKind = Literal["bce", "wbce", "mse"]
-Source = Literal["synthetic", "criteo_tsv", "criteo_binary", "prepared"]
+Source = Literal["synthetic", "prepared", "torchrec"]
 SplitMode = Literal["fraction", "files"]
 BadRowPolicy = Literal["error", "skip"]
 EmbeddingOptimizer = Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"]
@@ -49,7 +47,6 @@ MONITORED = ("auc", "log_loss", "ne", "accuracy")  # validation metrics a run is
 MEAN_TASK = "mean"  # val_<metric>/mean: the average over the tasks
 
 QR_SUFFIX = "__qr_r"  # the KJT key of a QR feature's remainder ids: f"{feature}{QR_SUFFIX}"
-FROM_DATA = "from_data"  # embeddings.num_embeddings: the table sizes of the data's vocabularies
 INTERACTIONS: tuple[Interaction, ...] = get_args(Interaction)
 SHARDING_TYPES: tuple[ShardingType, ...] = get_args(ShardingType)
 CUDA_ONLY_SHARDING: tuple[ShardingType, ...] = ("row_wise", "table_row_wise")
@@ -336,16 +333,6 @@ class LossConfig:
         return [t.name for t in self.tasks]
 
 
-def source_for(path: str) -> Source:
-    """The ``data.source`` of a user's path: a file is raw Criteo text, a folder the binary form
-    (a prepared folder when its ``meta.json`` says so)."""
-    if os.path.isfile(path):
-        return "criteo_tsv"
-    from recsys.data.meta import is_prepared
-
-    return "prepared" if is_prepared(path) else "criteo_binary"
-
-
 @dataclass
 class SyntheticConfig:
     """Synthetic click log with a planted logistic signal (see ``recsys.data.synthetic``).
@@ -378,29 +365,23 @@ class DataConfig:
     """Where samples come from and how they are split.
 
     Attributes:
-        source: ``synthetic``; ``prepared`` (a folder made by ``recsys-preprocess --schema``
-            from your own Parquet/CSV logs: features, table sizes, poolings, dense count and
-            tasks all come from its ``meta.json``, and so does the split);
-            ``criteo_tsv`` (raw Criteo text, plain or .gz, in ``paths``);
-            ``criteo_binary`` (a folder of ``day_N_{dense,sparse,labels}.npy`` triples: made by
-            ``python -m recsys.data.preprocess``, or TorchRec's own preprocessed Criteo 1TB).
-        paths: input files or folders, in time order.
-        split: ``fraction``: the rows in file order are cut into train / val / test by
-            ``val_fraction`` and ``test_fraction`` (Criteo is time-ordered, so validation and test
-            come after training, as in the Kaggle setup); ``files``: the last file is test, the one
+        source: ``synthetic`` (generated, ``synthetic``); ``prepared`` (a folder made by
+            ``recsys-preprocess`` from click logs, Criteo's included: features, table sizes,
+            poolings, dense count and tasks all come from its ``meta.json``
+            (``recsys.data.dataset.resolve``), and so does the split); ``torchrec`` (a folder of
+            TorchRec's own preprocessed Criteo, ``day_N_{dense,sparse,labels}.npy``).
+        paths: the prepared folder (one), or TorchRec folders in time order.
+        split: ``synthetic`` and ``torchrec`` only (a prepared folder is split already):
+            ``fraction``: the rows in file order are cut into train / val / test by
+            ``val_fraction`` and ``test_fraction``; ``files``: the last day is test, the one
             before it validation (Terabyte: day 23 test, day 22 validation).
         shuffle: reshuffle each worker's training rows every epoch (seeded); off keeps time order.
-        on_bad_row: ``error`` stops at the first malformed row naming file and line; ``skip``
-            drops it and counts it.
         synthetic: generator options when ``source`` is ``synthetic``.
-        cache_dir: where ``criteo_tsv`` files are converted to the binary form once (shared by
-            every trial and rank; a local disk per node, or shared storage); empty:
-            ``$RECSYS_CACHE`` or ``~/.cache/recsys-sweep``.
         prefetch: training batches made ahead of the step in a background thread (0: on the
             training thread); the data order and exact resume are the same either way.
         torchrec_dense_min: a folder made by TorchRec's own preprocessing stores dense features
             as ``log(x - min + 2)`` without recording ``min``; it is read off each day's first
-            rows unless declared here (``recsys.data.binary``).
+            rows unless declared here (``recsys.data.torchrec_npy``).
     """
 
     source: Source = "synthetic"
@@ -408,10 +389,8 @@ class DataConfig:
     split: SplitMode = "fraction"
     val_fraction: float = 0.1
     test_fraction: float = 0.1
-    on_bad_row: BadRowPolicy = "error"
     shuffle: bool = True
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-    cache_dir: str = ""
     prefetch: int = 2
     torchrec_dense_min: int | None = None
 
@@ -599,12 +578,6 @@ class ExperimentConfig:
             names = self.loss.names()
             why = f"no task {task!r}; the tasks are {names} (or 'mean'){nearest(task, names)}"
             check(task in names, "train.monitor", self.train.monitor, why)
-        if self.data.source in ("criteo_tsv", "criteo_binary"):
-            check(self.model.num_dense == 13, "model.num_dense", self.model.num_dense, "Criteo: 13")
-            n = self.embeddings.num_features
-            check(n == 26, "embeddings.num_embeddings", f"{n} tables", "Criteo has 26 features")
-            cols = [t.label_column for t in self.loss.tasks]
-            check(cols == [0], "loss.tasks", cols, "Criteo has one label column (0)")
         if self.model.arch != "dlrm":
             check_reference(self.model.arch, self.embeddings)
 
@@ -615,11 +588,9 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
-        """Build from a plain dict; ``embeddings.num_embeddings: from_data`` takes the table sizes
-        of the vocabularies in the data folder's ``meta.json``, and a prepared folder
-        (``data.source: prepared``) sets the features, tasks and dense count
-        (``resolve_prepared``)."""
-        return from_dict(cls, resolve_prepared(resolve_table_sizes(data)))
+        """Build from a plain dict (no file is read: a prepared folder's features, table sizes
+        and tasks are taken into a config by ``recsys.data.dataset.resolve``)."""
+        return from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -665,76 +636,6 @@ def monitor_parts(monitor: str) -> tuple[str, str | None]:
             f"(val_auc/like){nearest(name, options)}"
         )
     return metric, task or None
-
-
-def resolve_prepared(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with what a prepared folder fixes taken from its ``meta.json``: feature names,
-    table sizes (unless the config's features are already this data's, with their sizes),
-    per-feature pooling, ``model.num_dense`` and the tasks (its labels, in order)."""
-    src = data.get("data") or {}
-    if src.get("source") != "prepared":
-        return data
-    from recsys.data.errors import DataError
-    from recsys.data.meta import read_meta
-
-    paths = src.get("paths") or []
-    if len(paths) != 1:
-        raise ConfigError(f"data.source=prepared: data.paths must name one folder, got {paths}")
-    try:
-        meta = read_meta(paths[0])
-    except DataError as e:
-        raise ConfigError(str(e)) from None
-    names, schema = list(meta["feature_names"]), meta["schema"]
-    emb = dict(data.get("embeddings") or {})
-    sizes = emb.get("num_embeddings")
-    if emb.get("feature_names") != names or sizes == FROM_DATA or not isinstance(sizes, list):
-        emb["num_embeddings"] = list(meta["table_sizes"])
-    emb["feature_names"] = names
-    emb["feature_pooling"] = {n: s.get("pooling", "sum") for n, s in schema["sparse"].items()}
-    loss = dict(data.get("loss") or {})
-    loss["tasks"] = [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])]
-    model = {**(data.get("model") or {}), "num_dense": len(schema["dense"])}
-    return {**data, "embeddings": emb, "loss": loss, "model": model}
-
-
-def resolve_table_sizes(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with ``embeddings.num_embeddings: from_data`` replaced by the data's table sizes
-    (every folder in ``data.paths`` must have the same vocabularies)."""
-    emb = data.get("embeddings") or {}
-    if (
-        emb.get("num_embeddings") != FROM_DATA
-        or (data.get("data") or {}).get("source") == "prepared"
-    ):
-        return data  # a prepared folder: resolve_prepared
-    src = data.get("data") or {}
-    sizes = None
-    for folder in src.get("paths") or []:
-        here = _vocab_sizes(folder)
-        if sizes is not None and here != sizes:
-            raise ConfigError(
-                f"embeddings.num_embeddings=from_data: {folder} has other vocabularies"
-            )
-        sizes = here
-    if src.get("source") != "criteo_binary" or sizes is None:
-        raise ConfigError(
-            "embeddings.num_embeddings=from_data needs data.source=criteo_binary and data.paths "
-            "with a folder preprocessed with --vocab-min-count"
-        )
-    return {**data, "embeddings": {**emb, "num_embeddings": sizes}}
-
-
-def _vocab_sizes(folder: str) -> list[int]:
-    path = os.path.join(folder, "meta.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"embeddings.num_embeddings=from_data: {path} does not exist")
-    with open(path) as f:
-        meta = json.load(f)
-    if "vocab" not in meta:
-        raise ConfigError(
-            f"embeddings.num_embeddings=from_data: {path} has no vocabulary (ids are hashes); "
-            "preprocess with --vocab-min-count N"
-        )
-    return [int(n) for n in meta["vocab"]["table_sizes"]]
 
 
 __all__ = [

@@ -16,7 +16,8 @@ import yaml
 from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError, flatten, nearest
 
-# Criteo Kaggle: rows per categorical feature (as TorchRec's DLRM example).
+# Criteo Kaggle: rows per categorical feature (as TorchRec's DLRM example); the data's own sizes
+# replace them once the config is resolved against a prepared folder (recsys.data.dataset).
 KAGGLE_ROWS = [
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
@@ -41,11 +42,12 @@ def debug() -> ExperimentConfig:
 
 
 def criteo_kaggle() -> ExperimentConfig:
-    """DLRM on Criteo Kaggle (``data.paths``: the preprocessed folder)."""
+    """DLRM on Criteo Kaggle (``data.paths``: the folder ``recsys-preprocess --schema
+    criteo_kaggle`` made)."""
     return ExperimentConfig.from_dict(
         {
             "name": "criteo_kaggle",
-            "data": {"source": "criteo_binary", "paths": ["data/criteo_kaggle_npy"]},
+            "data": {"source": "prepared", "paths": ["data/criteo_kaggle"]},
             "embeddings": {"num_embeddings": KAGGLE_ROWS, "dim": 64},
             "model": {"bottom_mlp": [512, 256], "top_mlp": [512, 256], "interaction": "dot"},
             "optim": {"lr": 0.01, "embedding_lr": 0.01},
@@ -61,12 +63,12 @@ def criteo_kaggle() -> ExperimentConfig:
 
 
 def criteo_terabyte() -> ExperimentConfig:
-    """DLRM-DCNv2 on Criteo Terabyte, as MLPerf (``data.split=files``: day 22 val, 23 test)."""
+    """DLRM-DCNv2 on Criteo Terabyte, as MLPerf (``schemas/criteo_terabyte.yaml``: day 22
+    validation, day 23 test)."""
     return criteo_kaggle().with_overrides(
         {
             "name": "criteo_terabyte",
-            "data.paths": ["data/criteo_1tb_npy"],
-            "data.split": "files",
+            "data.paths": ["data/criteo_terabyte"],
             "data.shuffle": False,
             "embeddings.num_embeddings": TERABYTE_ROWS,
             "embeddings.dim": 128,

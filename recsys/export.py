@@ -32,11 +32,12 @@ from torch import nn
 
 from recsys.config import ExperimentConfig, SparseLayout
 from recsys.data import RowSource, load_splits
+from recsys.data.dataset import write_serving
 from recsys.data.loader import to_batch
 from recsys.distributed.checkpoint import load_model_unsharded
 from recsys.models import ModelAndLoss, build_model
 from recsys.models.dlrm import WithRawIds
-from recsys.serving import META_FILE, MODEL_FILE
+from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR
 from recsys.train.metrics import binary_metrics, sigmoid
 
 DTYPES = {"int8": torch.qint8, "int4": torch.quint4x2, "fp16": torch.half}
@@ -95,41 +96,6 @@ def load_fp32(cfg: ExperimentConfig, checkpoint_dir: str) -> nn.Module:
     model = load_model_unsharded(checkpoint_dir, wrapper).model
     assert isinstance(model, nn.Module)
     return WithRawIds(model, cfg.embeddings.layout().qr).eval()
-
-
-def copy_vocabularies(cfg: ExperimentConfig, out_dir: str) -> list[str] | None:
-    """Copy the training data's vocabularies next to the export (serving maps raw hashes with
-    them); their file names, or None when the data's ids are hashes."""
-    import shutil
-
-    from recsys.data.binary import read_meta
-
-    meta = read_meta(cfg.data.paths[0]) if cfg.data.source == "criteo_binary" else None
-    if not meta or "vocab" not in meta:
-        return None
-    names: list[str] = meta["vocab"]["files"]
-    for name in names:
-        os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
-        shutil.copyfile(os.path.join(cfg.data.paths[0], name), os.path.join(out_dir, name))
-    return names
-
-
-def copy_prepared(cfg: ExperimentConfig, out_dir: str) -> str | None:
-    """A prepared data set's ``meta.json``, vocabularies and example rows, copied next to the
-    export (``prepared/``): what serving needs to map raw rows as training did."""
-    import shutil
-
-    from recsys.serving import PREPARED_DIR
-
-    if cfg.data.source != "prepared":
-        return None
-    src, dst = cfg.data.paths[0], os.path.join(out_dir, PREPARED_DIR)
-    shutil.rmtree(dst, ignore_errors=True)
-    os.makedirs(dst)
-    for name in ("meta.json", "examples.parquet"):
-        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
-    shutil.copytree(os.path.join(src, "vocab"), os.path.join(dst, "vocab"))
-    return PREPARED_DIR
 
 
 def raw_layout(cfg: ExperimentConfig) -> SparseLayout:
@@ -236,15 +202,13 @@ def export(
         max_prob_diff=float(np.abs(sigmoid(a) - sigmoid(b)).max()),
         rows=len(cols),
     )
-    prepared = copy_prepared(cfg, out_dir)
+    write_serving(cfg, os.path.join(out_dir, PREPARED_DIR))
     meta = {
-        "prepared": prepared,
+        "prepared": PREPARED_DIR,
         "tasks": cfg.loss.names(),
         "num_dense": cfg.model.num_dense,
         "feature_names": cfg.embeddings.names(),
         "table_rows": cfg.embeddings.num_embeddings,
-        "dense_transform": "log1p",  # what every source is read as (recsys.data.binary)
-        "vocab": copy_vocabularies(cfg, out_dir),
         "dtype": dtype,
         "report": asdict(report),
     }

@@ -1,4 +1,4 @@
-"""Shared test helpers: tiny seeded inputs; a data cache of the session's own; GPU test skips;
+"""Shared test helpers: tiny seeded inputs; the demo click log, prepared; GPU test skips;
 the tracking backends (SQLite, a PostgreSQL-backed ``mlflow server``)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -46,13 +47,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _own_data_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Criteo text converted for training goes to this session's folder, not ~/.cache (spawned
-    ranks and Ray workers inherit the variable)."""
-    os.environ["RECSYS_CACHE"] = str(tmp_path_factory.mktemp("recsys-cache"))
-
-
 def make_kjt(
     keys: list[str], rows: list[int], batch: int, hot: int = 1, seed: int = 0
 ) -> KeyedJaggedTensor:
@@ -89,6 +83,32 @@ def demo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     write_demo(str(root / "raw"))
     out = str(root / "prepared")
     prepare(DatasetSchema.load(SCHEMA), [str(root / "raw")], out, workers=2, log=lambda s: None)
+    return out
+
+
+def write_criteo(path: str, rows: int = 4000, seed: int = 0, compress: bool = False) -> Any:
+    """Generated rows in Criteo's text format (``schemas/criteo_kaggle.yaml``); the generated
+    data (raw dense with NaN for missing, ids, labels)."""
+    from recsys.config import SyntheticConfig
+    from recsys.data.synthetic import generate
+
+    data = generate(SyntheticConfig(num_samples=rows, seed=seed), 13, [997] * 26)
+    data.write_tsv(path, compress=compress)
+    return data
+
+
+@pytest.fixture(scope="session")
+def criteo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Generated Criteo text prepared with ``schemas/criteo_kaggle.yaml`` (once per session,
+    without Ray); the text is ``<folder>/../train.txt``."""
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    root = tmp_path_factory.mktemp("criteo")
+    write_criteo(str(root / "train.txt"))
+    out = str(root / "prepared")
+    prepare(DatasetSchema.load("criteo_kaggle"), [str(root / "train.txt")], out, workers=0,
+            log=lambda s: None)  # fmt: skip
     return out
 
 

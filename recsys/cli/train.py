@@ -60,9 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    from recsys.data.dataset import with_data
+
     try:
         cfg = from_file(args.config) if args.config else named(args.experiment)
-        cfg = cfg.with_overrides(parse_overrides(args.set))
+        cfg = with_data(cfg, parse_overrides(args.set))
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
     from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator

@@ -4,8 +4,8 @@ and serving all call, so training and serving see the same ids and values.
 
 - ``check``: the rows whose values are bad (null or non-0/1 label, text or a list in a numeric
   column, a scalar where a list is declared...), per column, with the first bad value.
-- ``split_of``: each row's split (0 train, 1 validation, 2 test) by the time cut points, or by a
-  stable hash of its values.
+- ``split_of``: each row's split (0 train, 1 validation, 2 test) by the time cut points, a
+  stable hash of its values, its place in the input or its file (``SplitPlan``).
 - ``fit_batch``: statistics of the training rows (id counts per sparse column, dense sums).
 - ``encode``: dense ``[n, I]`` float32 (filled, transformed), labels ``[n, L]`` int8, and per
   sparse feature the ids (``uint32``, vocabulary rows or hash buckets) with per-row lengths.
@@ -60,11 +60,27 @@ def is_list(tp: pa.DataType) -> bool:
 # Reading columns as numbers and lists (with the bad rows as a mask)
 
 
+def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The column as one array of its values' type: dictionary-encoded columns (pandas'
+    ``category``) decoded, so every reading of a value is the same however a writer stored it."""
+    arr = _array(arr)
+    if pa.types.is_dictionary(arr.type):
+        return arr.dictionary_decode()
+    if is_list(arr.type) and pa.types.is_dictionary(arr.type.value_type):
+        values = arr.values.dictionary_decode()
+        return pa.ListArray.from_arrays(arr.offsets, values, mask=arr.is_null())
+    return arr
+
+
 def numeric(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(values float64 [n] with NaN for missing, missing [n], bad [n])`` of a numeric, boolean
-    or (CSV) text column; text that is not a number is bad."""
-    arr = _array(arr)
+    or (CSV) text column; text that is not a number is bad, and so are ``inf`` and ``-inf``
+    (NaN is missing). A column of Arrow's ``null`` type is missing in every row."""
+    arr = plain(arr)
     tp = arr.type
+    if pa.types.is_null(tp):
+        n = len(arr)
+        return np.full(n, np.nan), np.ones(n, bool), np.zeros(n, bool)
     if is_text(tp):
         blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(arr), ""), True)
         arr = pc.if_else(blank, pa.scalar(None, tp), arr)
@@ -85,7 +101,7 @@ def numeric(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.full(len(arr), np.nan), np.zeros(len(arr), bool), np.ones(len(arr), bool)
     values = arr.to_numpy(zero_copy_only=False).astype(np.float64)
     missing = np.isnan(values)
-    return values, missing, bad
+    return values, missing, bad | np.isinf(values)
 
 
 def _numeric_slow(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -98,13 +114,16 @@ def _numeric_slow(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             out[i] = float(v)
         except ValueError:
             bad[i] = True
+    bad |= np.isinf(out)
     return out, np.isnan(out) & ~bad, bad
 
 
 def as_list(arr: pa.Array, spec: SparseColumn) -> tuple[pa.Array, np.ndarray]:
     """``(flat values, lengths int64 [n])`` of a list column (CSV: text split by the separator);
-    a null list is empty."""
-    arr = _array(arr)
+    a null list is empty, and so is every row of a column of Arrow's ``null`` type."""
+    arr = plain(arr)
+    if pa.types.is_null(arr.type):
+        return pa.array([], pa.string()), np.zeros(len(arr), np.int64)
     if is_text(arr.type):
         arr = pc.split_pattern(arr, spec.separator)
         empty = pc.fill_null(pc.equal(pc.list_value_length(arr), 1), False)
@@ -120,27 +139,116 @@ def as_list(arr: pa.Array, spec: SparseColumn) -> tuple[pa.Array, np.ndarray]:
 # Ids
 
 
-def hash_ids(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``(uint64 hashes [n], missing [n])`` of string or integer ids: pandas' stable SipHash of
-    each distinct value (so the same value hashes the same in every batch, process and run)."""
+@dataclass(frozen=True)
+class IdCodes:
+    """A column's ids as distinct values and indices: ``hashes [d]`` (uint64) of the distinct
+    values, ``index [n]`` each row's value, ``missing [n]`` (null or ``""``). Lookups and counts
+    run over the ``d`` distinct values, then are taken per row."""
+
+    hashes: np.ndarray
+    index: np.ndarray
+    missing: np.ndarray
+
+    def per_row(self, per_value: np.ndarray, fill: Any = 0) -> np.ndarray:
+        """``per_value [d]`` taken for every row, ``fill`` where missing."""
+        if len(per_value) == 0:
+            return np.full(len(self.index), fill, per_value.dtype)
+        out = per_value[self.index]
+        out[self.missing] = fill
+        return out
+
+
+def id_codes(arr: pa.Array, hex_ids: bool = False, identity: bool = False) -> IdCodes:
+    """The ``IdCodes`` of string or integer ids: pandas' stable SipHash of each distinct value
+    (so the same value hashes the same in every batch, process and run). ``hex_ids``: text ids
+    are hexadecimal numbers, hashed as the numbers they write (a bad one is a ``ValueError``;
+    ``column_problem`` finds it first). Null and ``""`` are missing; so is every row of a
+    column of Arrow's ``null`` type. ``identity``: the values themselves, not hashed (ids that
+    are rows already)."""
     arr = _array(arr)
-    if len(arr) == 0:
-        return np.zeros(0, np.uint64), np.zeros(0, bool)
+    n = len(arr)
+    if n == 0 or pa.types.is_null(arr.type):
+        return IdCodes(np.zeros(0, np.uint64), np.zeros(n, np.int64), np.ones(n, bool))
     enc = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr)
     dictionary = enc.dictionary
-    if is_text(dictionary.type) or pa.types.is_binary(dictionary.type):
+    if hex_ids and is_text(dictionary.type):
+        numbers, blank = hex_values(dictionary)
+        values: np.ndarray = numbers.view(np.int64)
+    elif identity and is_text(dictionary.type):
+        blank = pc.fill_null(pc.equal(dictionary, ""), True).to_numpy(zero_copy_only=False)
+        number = pc.cast(pc.if_else(pa.array(blank), None, dictionary), pa.int64())
+        values = pc.fill_null(number, 0).to_numpy(zero_copy_only=False)
+    elif is_text(dictionary.type) or pa.types.is_binary(dictionary.type):
         values = dictionary.to_numpy(zero_copy_only=False).astype(object)
         blank = values == ""
     else:
         values = dictionary.to_numpy(zero_copy_only=False).astype(np.int64)
         blank = np.zeros(len(values), bool)
-    hashes = pd.util.hash_array(values, categorize=False).astype(np.uint64)
+    if identity:
+        hashes = values.astype(np.uint64)
+    else:
+        hashes = pd.util.hash_array(values, categorize=False).astype(np.uint64)
     indices = enc.indices
     missing = indices.is_null().to_numpy(zero_copy_only=False)
     idx = pc.fill_null(indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
     if len(hashes) == 0:
-        return np.zeros(len(arr), np.uint64), np.ones(len(arr), bool)
-    return hashes[idx], missing | blank[idx]
+        return IdCodes(hashes, np.zeros(n, np.int64), np.ones(n, bool))
+    return IdCodes(hashes, idx, missing | blank[idx])
+
+
+def hash_ids(arr: pa.Array, hex_ids: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(uint64 hashes [n], missing [n])`` of a column's ids (``id_codes``; 0 where missing)."""
+    codes = id_codes(arr, hex_ids)
+    return codes.per_row(codes.hashes), codes.missing
+
+
+_NIBBLE = np.full(256, 255, np.uint8)
+_NIBBLE[48:58] = np.arange(10)
+_NIBBLE[97:103] = np.arange(10, 16)
+_NIBBLE[65:71] = np.arange(10, 16)
+MAX_HEX = 16  # digits of a 64-bit id
+
+
+def hex_problems(arr: pa.Array) -> np.ndarray:
+    """Rows of a text column that hold something other than 1 to 16 hex digits (or nothing)."""
+    arr = _array(arr)
+    bad = np.zeros(len(arr), bool)
+    if len(arr) == 0:
+        return bad
+    enc = pc.dictionary_encode(arr)
+    _, blank, wrong = _hex(enc.dictionary)
+    idx = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    valid = ~enc.indices.is_null().to_numpy(zero_copy_only=False)
+    return valid & wrong[idx] & ~blank[idx] if len(wrong) else bad
+
+
+def hex_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(uint64 values [n], blank [n])`` of a text column of hex numbers (vectorised over the
+    Arrow buffers: no Python object per value); a bad value raises ``ValueError``."""
+    values, blank, wrong = _hex(arr)
+    if (wrong & ~blank).any():
+        i = int(np.flatnonzero(wrong & ~blank)[0])
+        raise ValueError(f"not a hex id: {arr[i].as_py()!r}")
+    return values, blank
+
+
+def _hex(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, blank, wrong)`` of a text array (null: blank)."""
+    arr = pc.cast(_array(arr), pa.large_string())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    blank = (lengths == 0) | arr.is_null().to_numpy(zero_copy_only=False)
+    pos = offsets[:-1, None] + np.arange(MAX_HEX)  # [n, 16]
+    live = np.arange(MAX_HEX) < np.minimum(lengths, MAX_HEX)[:, None]
+    padded = np.concatenate([data, np.zeros(MAX_HEX, np.uint8)])
+    nib = _NIBBLE[padded[np.where(live, pos, len(data))]]
+    wrong = (lengths > MAX_HEX) | (live & (nib == 255)).any(1)
+    shift = (4 * (np.minimum(lengths, MAX_HEX)[:, None] - 1 - np.arange(MAX_HEX))).astype(np.int64)
+    digits = np.where(live & (nib != 255), nib, 0).astype(np.uint64)
+    values = (digits << np.maximum(shift, 0).astype(np.uint64)).sum(1, dtype=np.uint64)
+    return values, blank, wrong
 
 
 @dataclass
@@ -177,7 +285,7 @@ class Vocabulary:
 
 def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.ndarray, str]:
     """``(bad rows [n], why)`` of one schema column in a batch."""
-    arr = _array(arr)
+    arr = plain(arr)
     n = len(arr)
     if name in schema.labels:
         values, missing, bad = numeric(arr)
@@ -190,11 +298,13 @@ def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.
         if is_list(arr.type):
             return np.ones(n, bool), "a dense column holds lists, not numbers"
         bad = numeric(arr)[2]
-        return bad, "a dense column needs a number (or null)"
+        return bad, "a dense column needs a finite number (or null)"
     if name == schema.time:
         values, missing, bad = time_values(arr)
         return bad | missing, "the time column needs a timestamp or number in every row"
     spec = schema.sparse[name]
+    if pa.types.is_null(arr.type):
+        return np.zeros(n, bool), ""  # missing in every row (empty lists)
     csv_text = schema.format == "csv" and is_text(arr.type)  # CSV lists: ids joined by separator
     if spec.multi_hot and not (is_list(arr.type) or csv_text):
         return np.ones(n, bool), "declared multi_hot: true, but holds one value per row, not lists"
@@ -203,13 +313,33 @@ def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.
     tp = arr.type.value_type if is_list(arr.type) else arr.type
     if pa.types.is_floating(tp) or pa.types.is_boolean(tp):
         return np.ones(n, bool), f"ids must be strings or integers, not {tp}"
+    if spec.identity and not spec.hex:
+        bad = _not_row(arr, spec)
+        if bad.any():
+            return bad, "identity ids must be non-negative integers"
+    if spec.hex and (is_text(tp) or csv_text):
+        why = "declared hex: true, but not 1 to 16 hex digits"
+        if not spec.multi_hot:
+            return hex_problems(arr), why
+        flat, lengths = as_list(arr, spec)
+        rows = np.repeat(np.arange(n), lengths)
+        return np.bincount(rows[hex_problems(flat)], minlength=n) > 0, why
     return np.zeros(n, bool), ""
+
+
+def _not_row(arr: pa.Array, spec: SparseColumn) -> np.ndarray:
+    """Rows of an ``identity`` column holding something other than a non-negative integer."""
+    n = len(arr)
+    flat, lengths = as_list(arr, spec) if spec.multi_hot else (arr, np.ones(n, np.int64))
+    values, missing, bad = numeric(flat)
+    bad = bad | (~missing & ((values < 0) | (values != np.floor(values))))
+    return np.bincount(np.repeat(np.arange(n), lengths)[bad], minlength=n) > 0
 
 
 def time_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The time column as float64 ``(values, missing, bad)``: timestamps and dates in their
     units, numbers as they are, text (CSV) as a number or an ISO-8601 timestamp."""
-    arr = _array(arr)
+    arr = plain(arr)
     tp = arr.type
     if pa.types.is_timestamp(tp) or pa.types.is_date(tp) or pa.types.is_duration(tp):
         ints = pc.cast(arr, pa.int64()) if not pa.types.is_date32(tp) else pc.cast(arr, pa.int32())
@@ -226,9 +356,11 @@ def time_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def check(table: pa.Table, schema: DatasetSchema) -> dict[str, tuple[np.ndarray, str]]:
-    """Per schema column, ``(bad rows, why)`` for the columns with a bad row in ``table``."""
+    """Per schema column of ``table``, ``(bad rows, why)`` for the columns with a bad row."""
     out = {}
     for name in schema.columns():
+        if name not in table.column_names:
+            continue  # a pass that reads some columns only
         bad, why = column_problem(name, table.column(name), schema)
         if bad.any():
             out[name] = (bad, why)
@@ -247,14 +379,52 @@ def first_bad(table: pa.Table, problems: dict[str, tuple[np.ndarray, str]], path
 # Splitting
 
 
-def split_of(table: pa.Table, schema: DatasetSchema, cuts: tuple[float, float] | None) -> Any:
-    """Each row's split, int8 ``[n]``: by the time column's cut points ``(val_from, test_from)``,
-    or (no time column) by a stable hash of the row's scalar values and the split seed."""
+@dataclass(frozen=True)
+class SplitPlan:
+    """What assigns rows to splits, fixed before any row is fitted (``DatasetSchema.split_by``).
+
+    Attributes:
+        by: ``time``, ``hash``, ``order`` or ``files``.
+        cuts: ``time``: ``(val_from, test_from)`` timestamps.
+        bounds: ``order``: ``(val_from, test_from)`` input row numbers over all files.
+        files: ``files``: each input file's split (``TRAIN``, ``VAL``, ``TEST``).
+    """
+
+    by: str
+    cuts: tuple[float, float] | None = None
+    bounds: tuple[int, int] | None = None
+    files: dict[str, int] = field(default_factory=dict)
+
+
+def split_of(
+    table: pa.Table,
+    schema: DatasetSchema,
+    plan: SplitPlan,
+    rows: np.ndarray | None = None,
+    path: str = "",
+) -> np.ndarray:
+    """Each row's split, int8 ``[n]`` (``SplitPlan``): ``rows`` are the batch's input row
+    numbers over all files (``order``), ``path`` its file (``files``)."""
     n = table.num_rows
-    if schema.time is not None and cuts is not None:
+    if plan.by == "time":
+        assert schema.time is not None and plan.cuts is not None
         t = time_values(table.column(schema.time))[0]
-        return (t >= cuts[0]).astype(np.int8) + (t >= cuts[1]).astype(np.int8)
-    h = np.full(n, np.uint64(schema.split.seed) * np.uint64(0x9E3779B97F4A7C15), np.uint64)
+        return (t >= plan.cuts[0]).astype(np.int8) + (t >= plan.cuts[1]).astype(np.int8)
+    if plan.by == "order":
+        assert rows is not None and plan.bounds is not None
+        return (rows >= plan.bounds[0]).astype(np.int8) + (rows >= plan.bounds[1]).astype(np.int8)
+    if plan.by == "files":
+        return np.full(n, plan.files[path], np.int8)
+    u = row_hash(table, schema)
+    val_from = 1 - schema.split.val_fraction - schema.split.test_fraction
+    test_from = 1 - schema.split.test_fraction
+    return (u >= val_from).astype(np.int8) + (u >= test_from).astype(np.int8)
+
+
+def row_hash(table: pa.Table, schema: DatasetSchema) -> np.ndarray:
+    """A uniform number in ``[0, 1)`` per row from the split seed and the row's scalar values
+    (labels, dense, one-hot ids), as values: a dictionary-encoded column hashes as its values."""
+    h = np.full(table.num_rows, np.uint64(schema.split.seed) * np.uint64(0x9E3779B97F4A7C15))
     scalar = [
         *schema.labels,
         *schema.dense,
@@ -262,16 +432,13 @@ def split_of(table: pa.Table, schema: DatasetSchema, cuts: tuple[float, float] |
     ]
     with np.errstate(over="ignore"):
         for name in scalar:
-            col = _array(table.column(name))
-            if is_text(col.type) or pa.types.is_integer(col.type):
+            col = plain(table.column(name))
+            if is_text(col.type) or pa.types.is_integer(col.type) or pa.types.is_null(col.type):
                 ch, _ = hash_ids(col)
             else:
                 ch = pd.util.hash_array(numeric(col)[0], categorize=False).astype(np.uint64)
             h = h * np.uint64(1099511628211) + ch
-    u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    val_from = 1 - schema.split.val_fraction - schema.split.test_fraction
-    test_from = 1 - schema.split.test_fraction
-    return (u >= val_from).astype(np.int8) + (u >= test_from).astype(np.int8)
+    return np.asarray((h >> np.uint64(11)).astype(np.float64) / float(1 << 53))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,9 +453,13 @@ class BatchStats:
     rows: np.ndarray = field(default_factory=lambda: np.zeros(3, np.int64))
     counts: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     dense: dict[str, np.ndarray] = field(default_factory=dict)  # [n, sum, sum of squares, min, max]
+    positives: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))  # [3, L]
 
     def merge(self, other: BatchStats) -> BatchStats:
-        out = BatchStats(self.rows + other.rows)
+        pos = self.positives if other.positives.size == 0 else other.positives
+        if self.positives.size and other.positives.size:
+            pos = self.positives + other.positives
+        out = BatchStats(self.rows + other.rows, positives=pos)
         for k in {*self.counts, *other.counts}:
             empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
             out.counts[k] = vocab.merge_counts(
@@ -312,28 +483,37 @@ def filled_dense(table: pa.Table, schema: DatasetSchema, name: str) -> np.ndarra
     return np.where(missing, schema.dense[name].fill, values)
 
 
-def sparse_hashes(table: pa.Table, name: str, spec: SparseColumn) -> tuple[Any, Any, Any]:
-    """``(hashes, missing, lengths or None)`` of a sparse column (lists flattened)."""
+def sparse_codes(table: pa.Table, name: str, spec: SparseColumn) -> tuple[IdCodes, Any]:
+    """``(IdCodes, lengths or None)`` of a sparse column (lists flattened)."""
     col = table.column(name)
     if not spec.multi_hot:
-        h, missing = hash_ids(col)
-        return h, missing, None
+        return id_codes(col, spec.hex, spec.identity), None
     flat, lengths = as_list(col, spec)
-    h, missing = hash_ids(flat)
-    return h, missing, lengths
+    return id_codes(flat, spec.hex, spec.identity), lengths
+
+
+def id_counts(codes: IdCodes, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(hashes, counts)`` of the present ids (of the rows where ``rows`` is set)."""
+    keep = ~codes.missing if rows is None else rows & ~codes.missing
+    counts = np.bincount(codes.index[keep], minlength=len(codes.hashes))
+    seen = counts > 0
+    return codes.hashes[seen], counts[seen].astype(np.int64)
 
 
 def fit_batch(table: pa.Table, schema: DatasetSchema, split: np.ndarray) -> BatchStats:
-    """The training rows' statistics of a (checked) batch."""
-    stats = BatchStats(np.bincount(split, minlength=3).astype(np.int64))
+    """The training rows' statistics of a (checked) batch, and every split's positives per
+    label (``meta.json``: a split whose label has one class cannot score an AUC)."""
+    labels = np.stack([numeric(table.column(c))[0] for c in schema.labels], 1)
+    positives = np.stack([(labels[split == s] == 1).sum(0) for s in range(3)]).astype(np.int64)
+    stats = BatchStats(np.bincount(split, minlength=3).astype(np.int64), positives=positives)
     train = split == TRAIN
     part = table.filter(pa.array(train))
     for name, spec in schema.sparse.items():
         if spec.hash_buckets is not None:
             continue
-        h, missing, _ = sparse_hashes(part, name, spec)
-        values, counts = np.unique(h[~missing], return_counts=True)
-        stats.counts[name] = (values, counts.astype(np.int64))
+        codes, lengths = sparse_codes(table, name, spec)
+        rows = train if lengths is None else np.repeat(train, lengths)
+        stats.counts[name] = id_counts(codes, rows)
     for name in schema.dense:
         x = filled_dense(part, schema, name)
         if len(x):
@@ -348,7 +528,7 @@ class Fitted:
     schema: DatasetSchema
     vocabs: dict[str, Vocabulary]
     dense_stats: dict[str, dict[str, float]]
-    cuts: tuple[float, float] | None = None
+    plan: SplitPlan | None = None
     id_types: dict[str, str] = field(default_factory=dict)  # "int" | "string" per sparse column
 
     def table_sizes(self) -> list[int]:
@@ -418,11 +598,12 @@ def encode(table: pa.Table, fitted: Fitted, with_labels: bool = True) -> Encoded
     lengths: dict[str, np.ndarray | None] = {}
     truncated: dict[str, tuple[int, int]] = {}
     for name, sparse in schema.sparse.items():
-        h, missing, lens = sparse_hashes(table, name, sparse)
+        codes, lens = sparse_codes(table, name, sparse)
         if sparse.hash_buckets:
-            rows = np.where(missing, 0, h % np.uint64(sparse.hash_buckets)).astype(np.uint32)
+            per_value = (codes.hashes % np.uint64(sparse.hash_buckets)).astype(np.uint32)
         else:
-            rows = fitted.vocabs[name].ids(h, missing)
+            per_value = fitted.vocabs[name].ids(codes.hashes, np.zeros(len(codes.hashes), bool))
+        rows = codes.per_row(per_value)
         if lens is not None:
             keep, new = truncate(lens, sparse.max_len)
             truncated[name] = (int((new < lens).sum()), int(len(keep) - keep.sum()))

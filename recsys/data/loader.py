@@ -1,10 +1,10 @@
 """From a ``DataConfig`` to per-worker batches of ``(dense, KeyedJaggedTensor, labels)``.
 
 Each of ``world_size`` workers reads a disjoint contiguous part of a split (``shard_range``, across
-file boundaries as TorchRec's ``get_file_row_ranges_and_remainder``); across workers every row is
-read exactly once per epoch. Nothing is loaded whole: binary days stay memory-mapped, a
-``criteo_tsv`` file is converted to the binary form once (cached, ``cached_binary``), and
-synthetic rows are generated per worker for its own part only.
+shard and file boundaries as TorchRec's ``get_file_row_ranges_and_remainder``); across workers
+every row is read exactly once per epoch. Nothing is loaded whole: a prepared folder's shards
+(``recsys.data.prepared``) and TorchRec's day files stay memory-mapped, and synthetic rows are
+generated per worker for its own part only.
 
 - Training (``TrainStream``): each worker cycles through its part epoch after epoch, reshuffled per
   epoch from ``(seed, epoch, rank)`` when ``shuffle`` (a keyed permutation evaluated per batch,
@@ -26,19 +26,16 @@ makes resume exact.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from collections.abc import Iterator
 
 import numpy as np
 import torch
-from filelock import FileLock
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import DataConfig, SparseLayout
-from recsys.data import binary, prepared
+from recsys.data import prepared, torchrec_npy
 from recsys.data.columns import (
     AnyColumns,
     Columns,
@@ -52,48 +49,17 @@ from recsys.data.permutation import Permutation
 from recsys.data.synthetic import SyntheticRows
 
 
-def cache_root(cfg: DataConfig) -> str:
-    return cfg.cache_dir or os.environ.get(
-        "RECSYS_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "recsys-sweep")
-    )
-
-
-def cached_binary(path: str, cfg: DataConfig) -> str:
-    """The binary form of the Criteo TSV ``path``, converted on first use (one process converts,
-    under a file lock; every other rank and trial waits, then reads the result)."""
-    from recsys.data.preprocess import preprocess
-
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: no such file")
-    st = os.stat(path)
-    key = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{cfg.on_bad_row}|{binary.FORMAT}"
-    name = f"{os.path.basename(path)}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-    folder = os.path.join(cache_root(cfg), name)
-    os.makedirs(cache_root(cfg), exist_ok=True)
-    with FileLock(folder + ".lock"):
-        if not os.path.isfile(os.path.join(folder, binary.META)):
-            preprocess([path], folder, cfg.on_bad_row, progress=False, workers=0)
-    return folder
-
-
 def load_parts(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> list[RowSource]:
     """The configured source as one row source per input file (synthetic: one part)."""
     if cfg.source == "synthetic":
         return [SyntheticRows(cfg.synthetic, num_dense, table_rows)]
-    if cfg.source == "criteo_tsv":
-        parts = []
-        for path in cfg.paths:
-            (day,) = binary.load_folder(cached_binary(path, cfg))
-            day.source = path  # errors name the user's file, not the cache
-            parts.append(day)
-    else:
-        parts = [d for f in cfg.paths for d in binary.load_folder(f, cfg.torchrec_dense_min)]
+    parts = [d for f in cfg.paths for d in torchrec_npy.load_folder(f, cfg.torchrec_dense_min)]
     for part in parts:
         check_schema(part, num_dense, len(table_rows))
     return list(parts)
 
 
-def check_schema(part: binary.NpyDay, num_dense: int, num_sparse: int) -> None:
+def check_schema(part: torchrec_npy.NpyDay, num_dense: int, num_sparse: int) -> None:
     dense, sparse = part.dense.shape[1], part.sparse.shape[1]
     if dense != num_dense or sparse != num_sparse:
         raise DataError(

@@ -1,18 +1,24 @@
-"""A prepared folder's ``meta.json``: the data set's schema and what preparation fitted. Every
-later stage reads the data set from it (the config its features and tasks, the loader its
-files, serving its transforms); this module imports nothing else of ``recsys`` so all can."""
+"""A prepared folder's ``meta.json``: the data set's schema, what preparation fitted and the
+index of its shards. Every later stage reads the data set from it (the loader its shards, the
+resolution of a config its features and tasks, serving its transforms); this module imports
+nothing else of ``recsys`` so all can."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from typing import Any
 
 from recsys.data.errors import DataError
 
-FORMAT = "recsys-prepared-v1"
+FORMAT = "recsys-prepared-v2"
 META = "meta.json"
 SPLITS = ("train", "val", "test")
+OLD = {  # formats of earlier versions: prepared again with the one path
+    "recsys-criteo-npy-v2": "criteo_kaggle",
+    "recsys-prepared-v1": None,
+}
 
 
 def is_prepared(folder: str) -> bool:
@@ -25,7 +31,8 @@ def is_prepared(folder: str) -> bool:
 
 
 def read_meta(folder: str) -> dict[str, Any]:
-    """The folder's ``meta.json``; a folder that is not a finished preparation is refused."""
+    """The folder's ``meta.json``; a folder that is not a finished preparation is refused, and
+    one prepared by an earlier version is named with the command that prepares it again."""
     path = os.path.join(folder, META)
     if not os.path.isfile(path):
         partial = os.path.isdir(folder.rstrip("/") + ".partial")
@@ -33,6 +40,20 @@ def read_meta(folder: str) -> dict[str, Any]:
         raise DataError(f"{folder}: not a prepared folder, {path} is missing{why}")
     with open(path) as f:
         meta: dict[str, Any] = json.load(f)
-    if meta.get("format") != FORMAT:
-        raise DataError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    fmt = meta.get("format")
+    if fmt in OLD:
+        raise DataError(f"{path}: prepared by an earlier version (format {fmt!r}); prepare it "
+                        f"again: {again(meta, folder, OLD[fmt])}")  # fmt: skip
+    if fmt != FORMAT:
+        raise DataError(f"{path}: format {fmt!r}, expected {FORMAT!r}")
     return meta
+
+
+def again(meta: dict[str, Any], folder: str, schema: str | None) -> str:
+    """The command that prepares an old folder's sources again into a new folder."""
+    sources = meta.get("sources") or [f.get("source", "?") for f in meta.get("files", [])]
+    name = schema or "SCHEMA.yaml"
+    out = folder.rstrip("/") + "_v2"
+    args = " ".join(shlex.quote(s) for s in sources) or "FILES"
+    bad_rows = " --on-bad-row skip" if any(f.get("skipped") for f in meta.get("files", [])) else ""
+    return f"recsys-preprocess --schema {name} {args} --out {shlex.quote(out)}{bad_rows}"

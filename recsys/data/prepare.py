@@ -1,309 +1,362 @@
-"""Prepare a user's click logs (Parquet or CSV, any schema) for training, on Ray Data.
+"""Prepare click logs (Parquet or delimited text, any schema; Criteo is one) for training.
 
-    recsys-preprocess --schema schema.yaml logs/*.parquet --out data/logs_prepared
-    recsys-preprocess --schema schema.yaml s3-mounted/*.parquet --out /shared/p --address auto
+    recsys-preprocess --schema schemas/clicklogs.yaml logs/ --out data/logs_prepared
+    recsys-preprocess --schema criteo_kaggle train.txt --out data/criteo_kaggle
+    recsys-preprocess --schema criteo_terabyte day_{0..23}.gz --out /shared/criteo_1tb \\
+        --address auto                                  # a Ray cluster; --out on shared storage
 
-The files are read with Ray Data (``read_parquet`` / ``read_csv``, streamed in blocks; a local
-Ray with ``--workers`` CPUs and ``--object-store-mb`` of object store, or a cluster with
-``--address``) and go through up to three streamed passes of batch transforms
-(``recsys.data.encode``), the same on every batch:
+The inputs are cut into pieces (``recsys.data.sources``: row groups, byte ranges at line starts,
+whole gzip files) that depend on the files only, and every pass is one Ray task per piece (a local
+Ray of ``--workers`` processes, or a cluster with ``--address``; ``--workers 0``: the same tasks
+one after the other in this process, no Ray). Each task reads its piece itself:
 
-1. (with a ``time`` column) its range and a 65,536-bin histogram: the validation and test cut
-   points;
-2. check every value (bad ones stop the run naming file, column and row, or are skipped and
-   counted) and fit on the **training rows only**: id counts per sparse column (vocabularies:
-   values seen ``min_count`` times, by descending count; rare, unseen and missing share row 0) and
-   dense sums (``standardize``'s mean and std);
-3. encode (ids through the vocabularies or hash buckets, dense transforms, lists truncated to
-   ``max_len``) and write, in input order, one folder per split (``train/``, ``val/``, ``test/``):
-   ``dense.npy [N, I]`` float32, ``labels.npy [N, L]`` int8, and per sparse feature ``j`` either
-   ``sparse_{j}.ids.npy [N]`` uint32 (one id per row) or ``sparse_{j}.values.npy [nnz]`` uint32
-   with ``sparse_{j}.offsets.npy [N + 1]`` int64 (a list column: Arrow's list layout, never
-   padded). ``vocab/sparse_{j}.npy`` holds each vocabulary's value hashes in row order, and
-   ``meta.json`` (written last) the schema, the fitted statistics, table sizes and counts.
+1. (``split.by: time``) the time column's range and a 65,536-bin histogram: the cut points;
+   (``order``) the pieces' row counts: the row numbers where validation and test start;
+2. **fit**: check every value (bad ones stop the run naming file, column and row or line, or are
+   skipped and counted) and count, on the **training rows only**, the ids per sparse column
+   (vocabularies: values seen ``min_count`` times, by descending count; rare, unseen and missing
+   share row 0) and the dense sums (``standardize``); per-piece counts are merged by a tree of
+   merge tasks;
+3. **write**: encode (ids through the vocabularies or hash buckets, dense transforms, lists cut to
+   ``max_len``) and write the piece's own **shard** of each split: ``<split>/part-<k>.*.npy``
+   (``recsys.data.prepared`` says which files). The driver writes only the vocabularies,
+   ``meta.json`` (the schema, what was fitted, and the index of the shards) and a few example
+   rows; it never holds the data.
 
-Nothing is materialised whole: each pass streams blocks, the driver merges small per-block
-statistics and appends encoded blocks to the split files. The output is built in
-``OUT.partial`` and renamed to ``OUT`` only when complete, so a failed or killed run never leaves
-a folder that reads as prepared; a later run removes the stale ``.partial`` first.
+The same input and schema give the same shards, byte for byte, whatever the worker count. The
+output is built in ``OUT.partial`` and renamed to ``OUT`` only when complete, so a failed or
+killed run never leaves a folder that reads as prepared; a later run removes the stale
+``.partial`` first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
+import dataclasses
 import json
 import os
-import pickle
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from recsys.data.columns import DataError
 from recsys.data.encode import (
     SPLIT_NAMES,
-    BadValue,
     BatchStats,
     Encoded,
     Fitted,
+    SplitPlan,
     Vocabulary,
     check,
-    column_problem,
     encode,
-    first_bad,
     fit_batch,
     is_list,
-    is_text,
     split_of,
     time_values,
 )
+from recsys.data.errors import DataError
 from recsys.data.meta import FORMAT, META
 from recsys.data.schema import DatasetSchema
+from recsys.data.sources import (
+    BadLine,
+    Inspection,
+    Piece,
+    Rows,
+    count_rows,
+    file_splits,
+    input_files,
+    inspect,
+    line_of,
+    plan_pieces,
+    read_piece,
+    with_rows,
+)
 
-PATH_COLUMN = "path"  # the column Ray Data's include_paths adds
 HIST_BINS = 1 << 16
-BATCH_ROWS = 1 << 16
 HEADER_BYTES = 256  # fixed npy header length, so the row count can be written at the end
+CHUNK_MB = 64.0
 
 
 # ---------------------------------------------------------------------------------------------
-# Inputs
+# Running tasks: in this process, or as Ray tasks
 
 
-def input_files(inputs: list[str], fmt: str) -> list[str]:
-    """The files to read: files as given, folders expanded to their ``*.<format>`` files."""
-    files: list[str] = []
-    for path in inputs:
-        if os.path.isdir(path):
-            found = sorted(glob.glob(os.path.join(path, f"*.{fmt}")))
-            if not found:
-                raise DataError(f"{path}: a folder with no *.{fmt} files")
-            files += found
-        elif os.path.isfile(path):
-            files.append(path)
-        else:
-            raise DataError(f"{path}: no such file or folder")
-    return [os.path.abspath(f) for f in files]
+class Executor:
+    """Runs a function over many argument tuples in this process (``workers=0``) or as Ray
+    tasks (one CPU each). The first failing call in input order raises, as it would in a loop:
+    later calls are cancelled, a ``DataError`` comes back as it was raised."""
+
+    def __init__(self, workers: int | None, address: str | None, object_store_mb: int | None,
+                 progress: bool) -> None:  # fmt: skip
+        self.local = workers == 0 and address is None
+        self.progress = progress
+        self.started = False
+        if not self.local:
+            import ray
+
+            from recsys.cluster import connect
+
+            self.started = not ray.is_initialized()
+            connect(address, num_cpus=None if address else workers, log_to_driver=False,
+                    object_store_memory=object_store_mb)  # fmt: skip
+
+    def close(self) -> None:
+        if self.started:
+            import ray
+
+            ray.shutdown()
+
+    def put(self, obj: Any) -> Any:
+        """``obj`` for the tasks: stored once in Ray's object store (read without copies)."""
+        if self.local:
+            return obj
+        import ray
+
+        return ray.put(obj)
+
+    def map(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], what: str) -> list[Any]:
+        """``[fn(*args) for args in calls]``, with a progress bar of tasks done."""
+        return [r[0] for r in self._run(fn, calls, what, split=False)]
+
+    def map_keep(
+        self, fn: Callable[..., tuple[Any, Any]], calls: list[tuple[Any, ...]], what: str
+    ) -> list[tuple[Any, Any]]:
+        """As ``map`` for a ``fn`` returning ``(large, small)``: the small results come back,
+        the large ones stay where the tasks left them (Ray: object references, which later
+        tasks take as arguments; the driver never holds them all)."""
+        return self._run(fn, calls, what, split=True)
+
+    def get(self, obj: Any) -> Any:
+        if self.local:
+            return obj
+        import ray
+
+        return ray.get(obj)
+
+    def _run(
+        self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], what: str, split: bool
+    ) -> list[tuple[Any, Any]]:
+        from tqdm import tqdm
+
+        with tqdm(total=len(calls), desc=what, unit="piece", disable=not self.progress,
+                  file=sys.stderr, leave=False) as bar:  # fmt: skip
+            if self.local:
+                out = []
+                for args in calls:
+                    r = fn(*args)
+                    out.append(r if split else (r, None))
+                    bar.update(1)
+                return out
+            return self._gather(fn, calls, bar, split)
+
+    def _gather(
+        self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], bar: Any, split: bool
+    ) -> list[tuple[Any, Any]]:
+        import ray
+
+        remote = ray.remote(num_cpus=1, max_retries=0, num_returns=2 if split else 1)(fn)
+        started = [remote.remote(*args) for args in calls]
+        refs = [r[1] if split else r for r in started]  # waited on and fetched
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        pending, failed, error = list(refs), len(refs), None
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                i = index[ref]
+                try:
+                    results[i] = ray.get(ref)
+                    bar.update(1)
+                except ray.exceptions.RayTaskError as e:
+                    if i < failed:  # an earlier piece's error wins: cancel everything after it
+                        failed, error = i, e.cause if isinstance(e.cause, DataError) else e
+                        for later in [r for r in pending if index[r] > i]:
+                            ray.cancel(later)
+                        pending = [r for r in pending if index[r] < i]
+        if error is not None:
+            raise error
+        if split:
+            return [(started[i][0], results[i]) for i in range(len(refs))]
+        return [(results[i], None) for i in range(len(refs))]
 
 
-def file_types(path: str, fmt: str) -> dict[str, pa.DataType | None]:
-    """A file's columns and their types (CSV: the header's names, types unknown: None)."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return {f.name: f.type for f in pq.read_schema(path)}
-        except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"{path}: not a readable Parquet file: {e}") from None
-    import csv
-
-    with open(path, newline="") as f:
-        header = next(csv.reader(f), None)
-    if not header:
-        raise DataError(f"{path}: empty CSV file (a header line is needed)")
-    return {name: None for name in header}
+def tree_merge(ex: Executor, items: list[Any], merge: Callable[[Any, Any], Any]) -> Any:
+    """``items`` (values or object references) merged pairwise by a tree of merge tasks
+    (``merge`` is associative); the result is fetched."""
+    level = items
+    while len(level) > 1:
+        pairs = [(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        merged = [big for big, _ in ex.map_keep(_with_nothing(merge), pairs, "merge")]
+        level = merged + ([level[-1]] if len(level) % 2 else [])
+    return ex.get(level[0])
 
 
-def _kind(tp: pa.DataType) -> str:
-    """A type's family, for comparing files (int32 and int64 agree; int and string do not)."""
-    if is_list(tp):
-        return f"list<{_kind(tp.value_type)}>"
-    for name, test in (
-        ("text", is_text),
-        ("integer", pa.types.is_integer),
-        ("float", pa.types.is_floating),
-        ("boolean", pa.types.is_boolean),
-        ("timestamp", pa.types.is_timestamp),
-        ("date", pa.types.is_date),
-    ):
-        if test(tp):
-            return name
-    return str(tp)
+def _with_nothing(fn: Callable[..., Any]) -> Callable[..., tuple[Any, None]]:
+    def run(*args: Any) -> tuple[Any, None]:
+        return fn(*args), None
 
-
-def inspect(files: list[str], schema: DatasetSchema) -> dict[str, pa.DataType | None]:
-    """Check that every file has every schema column, and (Parquet) that the files agree on
-    their types, before anything runs. Returns each column's type (of the first file)."""
-    first: dict[str, tuple[str, pa.DataType | None]] = {}
-    for path in files:
-        types = file_types(path, schema.format)
-        for role, names in schema.roles().items():
-            for name in names:
-                if name not in types:
-                    raise DataError(
-                        f"{path}: column {name!r} ({role} in the schema) is missing; the file "
-                        f"has {sorted(types)[:12]}"
-                    )
-                tp = types[name]
-                if name not in first:
-                    first[name] = (path, tp)
-                elif tp is not None and _kind(tp) != _kind(first[name][1]):  # type: ignore[arg-type]
-                    other, otp = first[name]
-                    raise DataError(
-                        f"files disagree on column {name!r}: {other} has {otp}, {path} has {tp}"
-                    )
-    for name, (path, tp) in first.items():
-        if tp is None or pa.types.is_null(tp) or name in schema.labels or name == schema.time:
-            continue  # CSV, or checked per value
-        bad, why = column_problem(name, pa.nulls(1, tp), schema)
-        if bad.any():
-            raise DataError(f"{path}: column {name!r} has type {tp}: {why}")
-    return {name: tp for name, (_, tp) in first.items()}
-
-
-def read(files: list[str], schema: DatasetSchema, columns: list[str]) -> Any:
-    """The files as a Ray ``Dataset`` of the named columns plus each row's file (``path``);
-    CSV columns are read as text and converted by ``recsys.data.encode`` (so a bad value is
-    found and named there, as in Parquet). One read block per file (at least one per CPU):
-    Ray's default, many small blocks, made each pass 2x slower here (BENCHMARKS.md)."""
-    import ray
-    import ray.data
-
-    blocks = max(len(files), int(ray.cluster_resources().get("CPU", 1)))
-    if schema.format == "parquet":
-        ds = ray.data.read_parquet(files, include_paths=True, override_num_blocks=blocks)
-        return ds.select_columns([*columns, PATH_COLUMN])
-    import pyarrow.csv as pacsv
-
-    convert = pacsv.ConvertOptions(
-        column_types={c: pa.string() for c in columns}, include_columns=columns
-    )
-    return ray.data.read_csv(
-        files, include_paths=True, convert_options=convert, override_num_blocks=blocks
-    )
-
-
-def iter_file(path: str, schema: DatasetSchema, columns: list[str]) -> Iterator[pa.Table]:
-    """One file's rows in order, in batches, without Ray (locating a bad row; examples)."""
-    if schema.format == "parquet":
-        import pyarrow.parquet as pq
-
-        for batch in pq.ParquetFile(path).iter_batches(BATCH_ROWS, columns=columns):
-            yield pa.Table.from_batches([batch])
-        return
-    import pyarrow.csv as pacsv
-
-    convert = pacsv.ConvertOptions(
-        column_types={c: pa.string() for c in columns}, include_columns=columns
-    )
-    with pacsv.open_csv(path, convert_options=convert) as reader:
-        for batch in reader:
-            yield pa.Table.from_batches([batch])
-
-
-def locate(bad: BadValue, schema: DatasetSchema) -> DataError:
-    """The error of a bad value with its row: its file is read again (this file, this column
-    only) up to the first bad row. CSV rows are also given as lines (the header is line 1)."""
-    row = 0
-    for batch in iter_file(bad.path, schema, [bad.column]):
-        mask, why = column_problem(bad.column, batch.column(bad.column), schema)
-        if mask.any():
-            i = int(np.flatnonzero(mask)[0])
-            line = f" (line {row + i + 2})" if schema.format == "csv" else ""
-            value = batch.column(bad.column)[i].as_py()
-            return DataError(
-                f"{bad.path}: column {bad.column!r}, row {row + i}{line}: {why} (got {value!r})"
-            )
-        row += batch.num_rows
-    return DataError(str(bad))
+    run.__name__ = getattr(fn, "__name__", "merge")
+    return run
 
 
 # ---------------------------------------------------------------------------------------------
-# The passes (each a function of one batch, run by Ray Data)
+# Checking rows (the same in the fit and the write pass)
 
 
-def _checked(table: pa.Table, schema: DatasetSchema) -> tuple[pa.Table, dict[str, int]]:
-    """The batch without its bad rows (``skip``), and the bad rows per column; ``error``
-    raises the first bad value (in the fit pass it is returned as data instead: Ray keeps only
-    the text of a task's exception)."""
-    problems = check(table, schema)
+def located(
+    piece: Piece, schema: DatasetSchema, column: str, row: int, why: str, value: Any
+) -> str:
+    """A bad value's message: file, column, row (and line of a text file)."""
+    line = f" (line {line_of(schema, row)})" if schema.format == "csv" else ""
+    return f"{piece.path}: column {column!r}, row {row}{line}: {why} (got {value!r})"
+
+
+@dataclass
+class Skips:
+    """What a piece dropped under ``on_bad_row: skip``: bad values per column, the rows they
+    were in (row numbers within the file), and lines that did not split into the schema's
+    columns (their row numbers)."""
+
+    columns: dict[str, int] = field(default_factory=dict)
+    rows: list[np.ndarray] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+
+    def merge(self, other: Skips) -> Skips:
+        cols = dict(self.columns)
+        for k, v in other.columns.items():
+            cols[k] = cols.get(k, 0) + v
+        return Skips(cols, [], self.lines + other.lines)
+
+    def dropped(self) -> np.ndarray:
+        return np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
+
+
+def checked(batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips) -> Rows:
+    """The batch without its bad rows (``skip``, counted in ``skips``); ``error`` raises a
+    ``DataError`` naming the first bad value."""
+    problems = check(batch.table, schema)
     if not problems:
-        return table, {}
+        return batch
     if schema.on_bad_row == "error":
-        raise first_bad(table, problems, PATH_COLUMN)
-    bad = np.zeros(table.num_rows, bool)
-    skipped = {}
+        first = min(int(np.flatnonzero(mask)[0]) for mask, _ in problems.values())
+        column, (_, why) = next((c, p) for c, p in problems.items() if p[0][first])
+        value = batch.table.column(column)[first].as_py()
+        raise DataError(located(piece, schema, column, int(batch.rows[first]), why, value))
+    bad = np.zeros(batch.table.num_rows, bool)
     for name, (mask, _) in problems.items():
-        skipped[name] = int((mask & ~bad).sum())
+        skips.columns[name] = skips.columns.get(name, 0) + int((mask & ~bad).sum())
         bad |= mask
-    return table.filter(pa.array(~bad)), skipped
+    skips.rows.append(batch.rows[bad])
+    return Rows(batch.table.filter(pa.array(~bad)), batch.rows[~bad])
 
 
-def _time_range(table: pa.Table, time_col: str) -> pa.Table:
-    t, missing, bad = time_values(table.column(time_col))
-    t = t[~(missing | bad)]
-    lo, hi = (float(t.min()), float(t.max())) if len(t) else (np.inf, -np.inf)
-    return pa.table({"lo": [lo], "hi": [hi]})
-
-
-def _time_hist(table: pa.Table, time_col: str, lo: float, hi: float) -> pa.Table:
-    t, missing, bad = time_values(table.column(time_col))
-    t = t[~(missing | bad)]
-    hist = np.histogram(t, bins=HIST_BINS, range=(lo, hi if hi > lo else lo + 1))[0]
-    return pa.table({"hist": [pickle.dumps(hist.astype(np.int64))]})
-
-
-def _fit(table: pa.Table, schema: DatasetSchema, cuts: Any) -> pa.Table:
-    """A batch's statistics, or (``error``) its first bad value, pickled."""
+def piece_rows(
+    piece: Piece, schema: DatasetSchema, columns: list[str], skips: Skips,
+    dropped: np.ndarray | None = None,
+) -> Iterator[Rows]:  # fmt: skip
+    """A piece's checked rows, in batches; a malformed text line is named by file and line.
+    Given ``dropped`` (the rows an earlier pass found bad), those rows are left out instead of
+    checking the values again."""
+    lines: list[int] | None = skips.lines if schema.on_bad_row == "skip" else None
     try:
-        table, skipped = _checked(table, schema)
-    except BadValue as bad:
-        return pa.table({"stats": [pickle.dumps(bad)]})
-    stats = fit_batch(table, schema, split_of(table, schema, cuts))
-    return pa.table({"stats": [pickle.dumps((stats, skipped))]})
-
-
-def _encode(table: pa.Table, fitted: Fitted) -> pa.Table:
-    """Encoded rows as a table: ``__split``, ``d{j}`` dense, ``y{k}`` labels, ``s{j}`` ids
-    (one-hot) or ``list<uint32>`` (multi-hot), plus the truncation counts of the batch."""
-    table, _ = _checked(table, fitted.schema)
-    split = split_of(table, fitted.schema, fitted.cuts)
-    enc = encode(table, fitted)
-    cols: dict[str, Any] = {"__split": split}
-    for j in range(enc.dense.shape[1]):
-        cols[f"d{j}"] = enc.dense[:, j]
-    assert enc.labels is not None
-    for k in range(enc.labels.shape[1]):
-        cols[f"y{k}"] = enc.labels[:, k]
-    for j, name in enumerate(fitted.schema.sparse):
-        lens = enc.lengths[name]
-        if lens is None:
-            cols[f"s{j}"] = enc.ids[name]
-        else:
-            offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-            cols[f"s{j}"] = pa.ListArray.from_arrays(offsets, pa.array(enc.ids[name]))
-    out = pa.table(cols)
-    trunc = json.dumps({k: list(v) for k, v in enc.truncated.items()}).encode()
-    return out.replace_schema_metadata({"truncated": trunc})
-
-
-def decode_block(block: pa.Table, schema: DatasetSchema) -> tuple[np.ndarray, Encoded]:
-    """``(split, Encoded)`` of a block made by ``_encode``."""
-    n_dense, n_labels = len(schema.dense), len(schema.labels)
-    dense = np.stack([block.column(f"d{j}").to_numpy() for j in range(n_dense)], 1)
-    labels = np.stack([block.column(f"y{k}").to_numpy() for k in range(n_labels)], 1)
-    ids, lengths = {}, {}
-    for j, name in enumerate(schema.sparse):
-        col = block.column(f"s{j}").combine_chunks()
-        if is_list(col.type):
-            lengths[name] = np.diff(col.offsets.to_numpy()).astype(np.int64)
-            ids[name] = col.flatten().to_numpy().astype(np.uint32)
-        else:
-            ids[name], lengths[name] = col.to_numpy().astype(np.uint32), None
-    meta = block.schema.metadata or {}
-    trunc = json.loads(meta.get(b"truncated", b"{}"))
-    split = block.column("__split").to_numpy()
-    enc = Encoded(dense.astype(np.float32), labels.astype(np.int8), ids, lengths, trunc)
-    return split, enc
+        for batch in read_piece(piece, schema, columns, lines):
+            if dropped is None:
+                yield checked(batch, piece, schema, skips)
+            elif len(dropped):
+                keep = ~np.isin(batch.rows, dropped)
+                yield Rows(batch.table.filter(pa.array(keep)), batch.rows[keep])
+            else:
+                yield batch
+    except BadLine as e:
+        raise DataError(f"{piece.path}:{line_of(schema, e.row)}: {e.why}") from None
+    except (OSError, EOFError, pa.ArrowInvalid) as e:
+        raise DataError(f"{piece.path}: not readable as {schema.format}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing
+# The passes: one task per piece
+
+
+def time_range(piece: Piece, schema: DatasetSchema) -> tuple[float, float]:
+    assert schema.time is not None
+    lo, hi = np.inf, -np.inf
+    for batch in piece_rows(piece, schema, [schema.time], Skips()):
+        t = time_values(batch.table.column(schema.time))[0]
+        if len(t):
+            lo, hi = min(lo, float(np.nanmin(t))), max(hi, float(np.nanmax(t)))
+    return lo, hi
+
+
+def time_hist(piece: Piece, schema: DatasetSchema, lo: float, hi: float) -> np.ndarray:
+    assert schema.time is not None
+    hist = np.zeros(HIST_BINS, np.int64)
+    for batch in piece_rows(piece, schema, [schema.time], Skips()):
+        t = time_values(batch.table.column(schema.time))[0]
+        hist += np.histogram(t, bins=HIST_BINS, range=(lo, hi if hi > lo else lo + 1))[0]
+    return hist
+
+
+@dataclass
+class PieceFit:
+    """What the fit pass learned from pieces (merged with ``merge``)."""
+
+    stats: BatchStats
+    skips: Skips
+
+    @staticmethod
+    def merge(a: PieceFit, b: PieceFit) -> PieceFit:
+        return PieceFit(a.stats.merge(b.stats), a.skips.merge(b.skips))
+
+
+def fit_piece(piece: Piece, schema: DatasetSchema, plan: SplitPlan
+              ) -> tuple[PieceFit, np.ndarray]:  # fmt: skip
+    """The training rows' statistics of a piece, and the rows it dropped (``skip``: the write
+    pass leaves them out without checking again)."""
+    stats, skips = BatchStats(), Skips()
+    for batch in piece_rows(piece, schema, schema.columns(), skips):
+        split = split_of(batch.table, schema, plan, batch.rows + piece.offset, piece.path)
+        stats = stats.merge(fit_batch(batch.table, schema, split))
+    return PieceFit(stats, skips), skips.dropped()
+
+
+@dataclass
+class Shard:
+    """A piece's part of one split: its file stem (``part-<k>``), rows and ids per feature."""
+
+    name: str
+    rows: int
+    ids: dict[str, int]
+
+
+def write_piece(piece: Piece, fitted: Fitted, folder: str, dropped: np.ndarray) -> dict[str, Any]:
+    """Encode a piece (without the ``dropped`` rows the fit pass found bad) and write its shard
+    of each split; returns the shards and truncations."""
+    schema = fitted.schema
+    assert fitted.plan is not None
+    writers: dict[int, ShardWriter] = {}
+    truncated: dict[str, list[int]] = {}
+    for batch in piece_rows(piece, schema, schema.columns(), Skips(), dropped):
+        split = split_of(batch.table, schema, fitted.plan, batch.rows + piece.offset, piece.path)
+        enc = encode(batch.table, fitted)
+        for k, (rows, ids) in enc.truncated.items():
+            t = truncated.setdefault(k, [0, 0])
+            t[0], t[1] = t[0] + rows, t[1] + ids
+        for s in np.unique(split):
+            if int(s) not in writers:
+                path = os.path.join(folder, SPLIT_NAMES[s], piece.name)
+                writers[int(s)] = ShardWriter(path, schema)
+            writers[int(s)].append(enc.take(split == s))
+    shards = {SPLIT_NAMES[s]: w.close(piece.name) for s, w in writers.items()}
+    return {"shards": shards, "truncated": truncated}
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing shards
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -337,50 +390,55 @@ class NpyAppender:
         self.f.close()
 
 
-def sparse_files(j: int, multi_hot: bool) -> dict[str, str]:
-    if multi_hot:
-        return {"values": f"sparse_{j}.values.npy", "offsets": f"sparse_{j}.offsets.npy"}
-    return {"ids": f"sparse_{j}.ids.npy"}
+def shard_files(schema: DatasetSchema) -> dict[str, tuple[str, int | None]]:
+    """A shard's files by suffix, with dtype and width (``None``: one-dimensional): ``dense``
+    ``[N, I]``, ``labels`` ``[N, L]``, ``ids`` ``[N, F1]`` (the one-hot features, in schema
+    order), and per multi-hot feature ``j`` (its place among all sparse features)
+    ``list_{j}.values`` ``[nnz]`` and ``list_{j}.offsets`` ``[N + 1]``."""
+    one_hot = [n for n, c in schema.sparse.items() if not c.multi_hot]
+    out: dict[str, tuple[str, int | None]] = {
+        "dense": ("<f4", len(schema.dense)),
+        "labels": ("i1", len(schema.labels)),
+        "ids": ("<u4", len(one_hot)),
+    }
+    for j, spec in enumerate(schema.sparse.values()):
+        if spec.multi_hot:
+            out[f"list_{j}.values"] = ("<u4", None)
+            out[f"list_{j}.offsets"] = ("<i8", None)
+    return out
 
 
-class SplitWriter:
-    """Appends encoded rows to one split's folder."""
+class ShardWriter:
+    """Appends encoded rows to one shard (``<stem>.<suffix>.npy`` files)."""
 
-    def __init__(self, folder: str, schema: DatasetSchema) -> None:
-        os.makedirs(folder)
+    def __init__(self, stem: str, schema: DatasetSchema) -> None:
         self.schema = schema
-        self.dense = NpyAppender(os.path.join(folder, "dense.npy"), "<f4", len(schema.dense))
-        self.labels = NpyAppender(os.path.join(folder, "labels.npy"), "i1", len(schema.labels))
-        self.sparse: dict[str, dict[str, NpyAppender]] = {}
-        self.ends: dict[str, int] = {}
-        for j, (name, spec) in enumerate(schema.sparse.items()):
-            files = sparse_files(j, spec.multi_hot)
-            dtypes = {"ids": "<u4", "values": "<u4", "offsets": "<i8"}
-            self.sparse[name] = {
-                k: NpyAppender(os.path.join(folder, f), dtypes[k], None) for k, f in files.items()
-            }
-            if spec.multi_hot:
-                self.sparse[name]["offsets"].append(np.zeros(1, np.int64))
-                self.ends[name] = 0
+        self.files = {k: NpyAppender(f"{stem}.{k}.npy", dt, w)
+                      for k, (dt, w) in shard_files(schema).items()}  # fmt: skip
+        self.ends = {j: 0 for j, c in enumerate(schema.sparse.values()) if c.multi_hot}
+        for j in self.ends:
+            self.files[f"list_{j}.offsets"].append(np.zeros(1, np.int64))
 
     def append(self, enc: Encoded) -> None:
-        self.dense.append(enc.dense)
         assert enc.labels is not None
-        self.labels.append(enc.labels)
-        for name, files in self.sparse.items():
+        self.files["dense"].append(enc.dense)
+        self.files["labels"].append(enc.labels)
+        one_hot = [enc.ids[n] for n, c in self.schema.sparse.items() if not c.multi_hot]
+        self.files["ids"].append(np.stack(one_hot, 1) if one_hot else np.zeros((len(enc), 0)))
+        for j, name in enumerate(self.schema.sparse):
             lens = enc.lengths[name]
             if lens is None:
-                files["ids"].append(enc.ids[name])
                 continue
-            files["values"].append(enc.ids[name])
-            files["offsets"].append(self.ends[name] + np.cumsum(lens))
-            self.ends[name] += int(lens.sum())
+            self.files[f"list_{j}.values"].append(enc.ids[name])
+            self.files[f"list_{j}.offsets"].append(self.ends[j] + np.cumsum(lens))
+            self.ends[j] += int(lens.sum())
 
-    def close(self) -> dict[str, Any]:
-        for f in [self.dense, self.labels, *(a for d in self.sparse.values() for a in d.values())]:
+    def close(self, name: str) -> dict[str, Any]:
+        for f in self.files.values():
             f.close()
-        nnz = {n: self.ends.get(n, self.dense.rows) for n in self.schema.sparse}
-        return {"rows": self.dense.rows, "ids": nnz}
+        rows = self.files["dense"].rows
+        ids = {n: self.ends.get(j, rows) for j, n in enumerate(self.schema.sparse)}
+        return {"name": name, "rows": rows, "ids": ids}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,11 +474,6 @@ def partial_output(out: str, overwrite: bool) -> Iterator[str]:
             os.remove(out + ".lock")
 
 
-def _batches(ds: Any) -> Iterator[pa.Table]:
-    """Blocks of a Ray dataset, in input order."""
-    yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
-
-
 def parquet_time_range(files: list[str], column: str) -> tuple[float, float] | None:
     """The time column's range from the Parquet files' row-group statistics (no data read), or
     None where a file lacks them or the type is not a plain number or timestamp."""
@@ -443,31 +496,6 @@ def parquet_time_range(files: list[str], column: str) -> tuple[float, float] | N
     return (float(lo), float(hi)) if np.isfinite(lo) and np.isfinite(hi) else None
 
 
-def time_cuts(ds: Any, schema: DatasetSchema, files: list[str]) -> tuple[float, float]:
-    """``(val_from, test_from)`` from a histogram of the time column over all rows (its range
-    from the Parquet statistics where every file has them, else from a pass of its own)."""
-    assert schema.time is not None
-    t = schema.time
-    known = parquet_time_range(files, t) if schema.format == "parquet" else None
-    if known is not None:
-        lo, hi = known
-    else:
-        ranges = list(_batches(ds.select_columns([t]).map_batches(
-            _time_range, fn_args=(t,), batch_format="pyarrow", batch_size=BATCH_ROWS)))  # fmt: skip
-        lo = min(min(r.column("lo").to_pylist()) for r in ranges)
-        hi = max(max(r.column("hi").to_pylist()) for r in ranges)
-    if lo > hi:
-        raise DataError(f"time column {t!r}: no row has a time")
-    hist = np.zeros(HIST_BINS, np.int64)
-    hists = ds.select_columns([t]).map_batches(
-        _time_hist, fn_args=(t, lo, hi), batch_format="pyarrow", batch_size=BATCH_ROWS
-    )
-    for b in _batches(hists):
-        for h in b.column("hist").to_pylist():
-            hist += pickle.loads(h)
-    return cuts_of(hist, lo, hi, schema)
-
-
 def cuts_of(hist: np.ndarray, lo: float, hi: float, schema: DatasetSchema) -> tuple[float, float]:
     """``(val_from, test_from)``: the bin edges where the time histogram over ``[lo, hi]``
     reaches the training and the training + validation shares."""
@@ -482,22 +510,44 @@ def cuts_of(hist: np.ndarray, lo: float, hi: float, schema: DatasetSchema) -> tu
     return cut(1 - sp.val_fraction - sp.test_fraction), cut(1 - sp.test_fraction)
 
 
-def fit(ds: Any, schema: DatasetSchema, cuts: Any) -> tuple[BatchStats, dict[str, int]]:
-    stats, skipped = BatchStats(), dict[str, int]()
-    for b in _batches(ds.map_batches(_fit, fn_args=(schema, cuts), batch_format="pyarrow",
-                                     batch_size=BATCH_ROWS)):  # fmt: skip
-        for blob in b.column("stats").to_pylist():
-            got = pickle.loads(blob)
-            if isinstance(got, BadValue):
-                raise got  # the first in input order: blocks arrive in order
-            s, sk = got
-            stats = stats.merge(s)
-            for k, v in sk.items():
-                skipped[k] = skipped.get(k, 0) + v
-    return stats, skipped
+def time_cuts(ex: Executor, pieces: list[Piece], schema: DatasetSchema) -> tuple[float, float]:
+    """``(val_from, test_from)`` from a histogram of the time column over all rows (its range
+    from the Parquet statistics where every file has them, else from a pass of its own)."""
+    assert schema.time is not None
+    files = sorted({p.path for p in pieces})
+    known = parquet_time_range(files, schema.time) if schema.format == "parquet" else None
+    if known is None:
+        ranges = ex.map(time_range, [(p, schema) for p in pieces], "time range")
+        known = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+    lo, hi = known
+    if lo > hi:
+        raise DataError(f"time column {schema.time!r}: no row has a time")
+    hists = ex.map(time_hist, [(p, schema, lo, hi) for p in pieces], "time cut points")
+    return cuts_of(np.sum(hists, axis=0), lo, hi, schema)
 
 
-def fitted_from(stats: BatchStats, schema: DatasetSchema, cuts: Any) -> Fitted:
+def order_bounds(pieces: list[Piece], schema: DatasetSchema) -> tuple[int, int]:
+    """``split.by: order``: the input row numbers (over all files) where validation and test
+    start."""
+    total = sum(p.rows or 0 for p in pieces)
+    n_test = round(total * schema.split.test_fraction)
+    n_val = round(total * schema.split.val_fraction)
+    return total - n_test - n_val, total - n_test
+
+
+def global_rows(pieces: list[Piece]) -> list[Piece]:
+    """``order``: each piece with the rows of the files before its own (its rows' numbers plus
+    that are input rows over all files)."""
+    out, total, offset, file = [], 0, 0, -1
+    for p in pieces:
+        if p.file != file:
+            offset, file = total, p.file
+        out.append(dataclasses.replace(p, offset=offset))
+        total += p.rows or 0
+    return out
+
+
+def fitted_from(stats: BatchStats, schema: DatasetSchema, plan: SplitPlan) -> Fitted:
     vocabs = {}
     for name, spec in schema.sparse.items():
         if spec.hash_buckets is None:
@@ -510,26 +560,7 @@ def fitted_from(stats: BatchStats, schema: DatasetSchema, cuts: Any) -> Fitted:
         std = float(np.sqrt(max(ss / n - mean * mean, 0.0))) if n else 1.0
         dense_stats[name] = {"mean": float(mean), "std": std if std > 1e-12 else 1.0,
                              "min": float(lo), "max": float(hi), "count": int(n)}  # fmt: skip
-    return Fitted(schema, vocabs, dense_stats, cuts)
-
-
-def write(ds: Any, fitted: Fitted, folder: str) -> dict[str, Any]:
-    """Encode every row and append it to its split's files; per split rows and ids."""
-    writers = [SplitWriter(os.path.join(folder, s), fitted.schema) for s in SPLIT_NAMES]
-    truncated: dict[str, list[int]] = {}
-    for block in _batches(ds.map_batches(_encode, fn_args=(fitted,), batch_format="pyarrow",
-                                         batch_size=BATCH_ROWS)):  # fmt: skip
-        split, enc = decode_block(block, fitted.schema)
-        for k, (rows, ids) in enc.truncated.items():
-            t = truncated.setdefault(k, [0, 0])
-            t[0], t[1] = t[0] + rows, t[1] + ids
-        for s, w in enumerate(writers):
-            mask = split == s
-            if mask.any():
-                w.append(enc.take(mask))
-    out = {name: w.close() for name, w in zip(SPLIT_NAMES, writers, strict=True)}
-    out["truncated"] = {k: {"rows": v[0], "ids": v[1]} for k, v in truncated.items()}
-    return out
+    return Fitted(schema, vocabs, dense_stats, plan)
 
 
 def write_vocabs(folder: str, fitted: Fitted) -> dict[str, str]:
@@ -542,21 +573,55 @@ def write_vocabs(folder: str, fitted: Fitted) -> dict[str, str]:
     return files
 
 
-def write_examples(folder: str, files: list[str], schema: DatasetSchema) -> None:
-    """A few raw input rows' features (``examples.parquet``): the served model's input example."""
+def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> None:
+    """A few raw input rows' features (``examples.parquet``): the served model's input example
+    (dense values as numbers, ids as the file holds them), from the first piece with rows."""
     import pyarrow.parquet as pq
 
-    batch = next(iter_file(files[0], schema, [*schema.dense, *schema.sparse]))
-    pq.write_table(batch.slice(0, 5), os.path.join(folder, "examples.parquet"))
+    from recsys.data.encode import numeric
+
+    cols = [*schema.dense, *schema.sparse]
+    batches = (b.table for p in pieces for b in read_piece(p, schema, cols, []) if b.table.num_rows)
+    table = next(batches).slice(0, 5)
+    for name in schema.dense:
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, pa.array(numeric(table.column(name))[0]))
+    pq.write_table(table, os.path.join(folder, "examples.parquet"))
 
 
 def id_types(types: dict[str, Any], schema: DatasetSchema) -> dict[str, str]:
     """Per sparse column, the type its ids are hashed as (serving casts raw values to it)."""
     out = {}
-    for name in schema.sparse:
+    for name, spec in schema.sparse.items():
         tp = types.get(name)
         inner = tp.value_type if tp is not None and is_list(tp) else tp
-        out[name] = "int" if inner is not None and pa.types.is_integer(inner) else "string"
+        if inner is not None and pa.types.is_dictionary(inner):
+            inner = inner.value_type
+        integer = inner is not None and pa.types.is_integer(inner) and not spec.hex
+        out[name] = "int" if integer else "string"
+    return out
+
+
+def label_counts(stats: BatchStats, schema: DatasetSchema) -> dict[str, dict[str, Any]]:
+    """Rows and positives per split and label."""
+    out: dict[str, dict[str, Any]] = {}
+    for s, split in enumerate(SPLIT_NAMES):
+        rows = int(stats.rows[s])
+        pos = stats.positives[s] if stats.positives.size else np.zeros(len(schema.labels))
+        out[split] = {lab: {"rows": rows, "positives": int(pos[k])}
+                      for k, lab in enumerate(schema.labels)}  # fmt: skip
+    return out
+
+
+def one_class(counts: dict[str, dict[str, Any]]) -> list[str]:
+    """A line per split and label whose rows are all of one class (its AUC is undefined)."""
+    out = []
+    for split, labels in counts.items():
+        for lab, c in labels.items():
+            if c["rows"] and c["positives"] in (0, c["rows"]):
+                cls = 1 if c["positives"] else 0
+                out.append(f"label {lab!r} has one class in {split} ({c['rows']:,} rows, all "
+                           f"{cls}): its AUC there cannot be computed")  # fmt: skip
     return out
 
 
@@ -568,91 +633,127 @@ def prepare(
     workers: int | None = None,
     address: str | None = None,
     object_store_mb: int | None = None,
+    chunk_mb: float = CHUNK_MB,
     overwrite: bool = False,
-    log: Any = print,
+    progress: bool = False,
+    log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-    """Prepare ``inputs`` into ``out`` (see the module docstring); returns its ``meta.json``."""
+    """Prepare ``inputs`` into ``out`` (see the module docstring); returns its ``meta.json``.
+    ``workers``: local Ray worker processes (None: every core; 0: no Ray, this process)."""
+    if not chunk_mb > 0:
+        raise DataError(f"--chunk-mb={chunk_mb}: must be > 0")
     files = input_files(inputs, schema.format)
-    types = inspect(files, schema)
+    seen = inspect(files, schema)
+    splits = file_splits(files, schema) if schema.split_by == "files" else {}
+    for warning in seen.warnings():
+        log(f"prepare: warning: {warning}")
     with partial_output(out, overwrite) as tmp:
-        import ray
-
-        from recsys.cluster import connect
-
-        started = not ray.is_initialized()
-        connect(address, num_cpus=workers, log_to_driver=False,
-                object_store_memory=object_store_mb)  # fmt: skip
+        ex = Executor(workers, address, object_store_mb, progress)
         try:
-            meta = _prepare(schema, files, types, tmp, log)
-        except BadValue as bad:
-            raise locate(bad, schema) from None
+            meta = _prepare(ex, schema, files, seen, splits, tmp, int(chunk_mb * 2**20), log)
         finally:
-            if started:
-                ray.shutdown()
+            ex.close()
     return meta
 
 
+def _plan(ex: Executor, schema: DatasetSchema, pieces: list[Piece], splits: dict[str, int]
+          ) -> tuple[list[Piece], SplitPlan]:  # fmt: skip
+    """The pieces with their rows counted where needed (text: for line numbers; ``order``:
+    for the bounds), and the split plan."""
+    by = schema.split_by
+    need = [p for p in pieces if p.rows is None and (p.stop is not None or by == "order")]
+    counts = ex.map(count_rows, [(p, schema) for p in need], "count rows") if need else []
+    counted = dict(zip([p.index for p in need], counts, strict=True))
+    pieces = with_rows(pieces, [counted.get(p.index, p.rows) or 0 for p in pieces])
+    pieces = [p if p.index in counted or p.rows else _unknown(p) for p in pieces]
+    if by == "time":
+        return pieces, SplitPlan("time", cuts=time_cuts(ex, pieces, schema))
+    if by == "order":
+        pieces = global_rows(pieces)
+        return pieces, SplitPlan("order", bounds=order_bounds(pieces, schema))
+    if by == "files":
+        return pieces, SplitPlan("files", files=splits)
+    return pieces, SplitPlan("hash")
+
+
+def _unknown(p: Piece) -> Piece:
+    """A gzip piece whose rows were not counted (not needed): row numbers from 0."""
+    return Piece(p.index, p.file, p.path, p.start, p.stop, 0, None)
+
+
 def _prepare(
-    schema: DatasetSchema, files: list[str], types: Any, folder: str, log: Any
-) -> dict[str, Any]:
-    import logging
-
-    import ray.data
-
-    logging.getLogger("ray.data").setLevel(logging.WARNING)  # our own line per phase instead
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "bars disabled"
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True  # blocks in input order: deterministic output
-    ctx.enable_progress_bars = False
-    ds = read(files, schema, schema.columns())
+    ex: Executor, schema: DatasetSchema, files: list[str], seen: Inspection,
+    splits: dict[str, int], folder: str, chunk_bytes: int, log: Callable[[str], Any],
+) -> dict[str, Any]:  # fmt: skip
     t0 = time.perf_counter()
-    cuts = time_cuts(ds, schema, files) if schema.time else None
-    t_cuts = time.perf_counter()
-    stats, skipped = fit(ds, schema, cuts)
-    fitted = fitted_from(stats, schema, cuts)
-    fitted.id_types = id_types(types, schema)
-    cut_s = f"; time cut points {t_cuts - t0:.1f}s" if cuts else ""
-    log(f"prepare: checked and fitted {int(stats.rows.sum()):,} rows "
-        f"({time.perf_counter() - t0:.1f}s{cut_s})")  # fmt: skip
+    pieces, plan = _plan(ex, schema, plan_pieces(files, schema, chunk_bytes), splits)
+    fits = ex.map_keep(fit_piece, [(p, schema, plan) for p in pieces], "fit")
+    fit = tree_merge(ex, [f for f, _ in fits], PieceFit.merge)
+    fitted = fitted_from(fit.stats, schema, plan)
+    fitted.id_types = id_types(seen.types, schema)
+    log(f"prepare: checked and fitted {int(fit.stats.rows.sum()):,} rows of {len(files)} "
+        f"file(s) in {len(pieces)} piece(s) ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
     vocab_files = write_vocabs(folder, fitted)
-    written = write(ds, fitted, folder)
-    write_examples(folder, files, schema)
-    meta = {
+    for s in SPLIT_NAMES:
+        os.makedirs(os.path.join(folder, s))
+    ref = ex.put(fitted)
+    calls = [(p, ref, folder, dropped) for p, (_, dropped) in zip(pieces, fits, strict=True)]
+    written = ex.map(write_piece, calls, "write")
+    meta = _meta(schema, files, fitted, fit, written, vocab_files, seen)
+    if meta["rows"]["train"] == 0:
+        raise DataError(f"{files[0]}...: no training rows after the split")
+    for line in one_class(meta["label_counts"]):
+        log(f"prepare: warning: {line}")
+    write_examples(folder, pieces, schema)
+    with open(os.path.join(folder, META), "w") as f:
+        json.dump(meta, f, indent=2)
+    rows = meta["rows"]
+    log(f"prepare: wrote {sum(rows.values()):,} rows (train {rows['train']:,}, val "
+        f"{rows['val']:,}, test {rows['test']:,}) in {time.perf_counter() - t0:.1f}s")  # fmt: skip
+    return meta
+
+
+def _meta(
+    schema: DatasetSchema, files: list[str], fitted: Fitted, fit: PieceFit,
+    written: list[dict[str, Any]], vocab_files: dict[str, str], seen: Inspection,
+) -> dict[str, Any]:  # fmt: skip
+    shards: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
+    truncated: dict[str, dict[str, int]] = {}
+    for w in written:
+        for s, shard in w["shards"].items():
+            if shard["rows"]:
+                shards[s].append(shard)
+        for k, (rows, ids) in w["truncated"].items():
+            t = truncated.setdefault(k, {"rows": 0, "ids": 0})
+            t["rows"], t["ids"] = t["rows"] + rows, t["ids"] + ids
+    plan = fitted.plan
+    assert plan is not None
+    counts = label_counts(fit.stats, schema)
+    return {
         "format": FORMAT,
         "schema": schema.to_dict(),
         "sources": files,
-        "rows": {s: written[s]["rows"] for s in SPLIT_NAMES},
-        "ids": {s: written[s]["ids"] for s in SPLIT_NAMES},
-        "skipped": skipped,
-        "truncated": written["truncated"],
-        "time_cuts": list(cuts) if cuts else None,
+        "rows": {s: sum(x["rows"] for x in shards[s]) for s in SPLIT_NAMES},
+        "ids": {
+            s: {n: sum(x["ids"][n] for x in shards[s]) for n in schema.sparse} for s in SPLIT_NAMES
+        },
+        "shards": shards,
+        "skipped": {
+            **fit.skips.columns,
+            **({"lines": len(fit.skips.lines)} if fit.skips.lines else {}),
+        },
+        "truncated": truncated,
+        "split": {
+            "by": plan.by,
+            "time_cuts": list(plan.cuts) if plan.cuts else None,
+            "row_bounds": list(plan.bounds) if plan.bounds else None,
+        },
+        "label_counts": counts,
         "dense_stats": fitted.dense_stats,
         "feature_names": list(schema.sparse),
         "table_sizes": fitted.table_sizes(),
         "vocab": vocab_files,
         "id_types": fitted.id_types,
         "labels": list(schema.labels),
+        "warnings": seen.warnings() + one_class(counts),
     }
-    if meta["rows"]["train"] == 0:
-        raise DataError(f"{files[0]}...: no training rows after the split")
-    with open(os.path.join(folder, META), "w") as f:
-        json.dump(meta, f, indent=2)
-    log(f"prepare: wrote {sum(meta['rows'].values()):,} rows (train {meta['rows']['train']:,}, "
-        f"val {meta['rows']['val']:,}, test {meta['rows']['test']:,}) in "
-        f"{time.perf_counter() - t0:.1f}s")  # fmt: skip
-    return meta
-
-
-def main_schema(args: Any) -> None:
-    """``recsys-preprocess --schema ...`` (called by ``recsys.data.preprocess.main``)."""
-    from recsys.configlib import ConfigError
-
-    try:
-        schema = DatasetSchema.load(args.schema)
-        prepare(
-            schema, args.inputs, args.out, workers=args.workers or None, address=args.address,
-            object_store_mb=args.object_store_mb, overwrite=args.overwrite,
-            log=lambda s: print(s, file=sys.stderr),
-        )  # fmt: skip
-    except (DataError, ConfigError) as e:
-        raise SystemExit(f"error: {e}") from None

@@ -1,12 +1,15 @@
-"""A prepared folder (``recsys-preprocess --schema``) as row sources: one memory-mapped
-``RowSource`` per split, read by the same loader as every other source.
+"""A prepared folder (``recsys-preprocess``) as row sources: each split is the list of its shards
+(``meta.json``'s ``shards``), each shard memory-mapped, read by the same loader as every other
+source.
 
-Each split folder holds ``dense.npy [N, I]``, ``labels.npy [N, L]`` and per sparse feature ``j``
-``sparse_{j}.ids.npy [N]`` (one id per row) or ``sparse_{j}.values.npy [nnz]`` with
-``sparse_{j}.offsets.npy [N + 1]`` (a list column). A worker reads only its rows: a contiguous
-range is a slice of each file, a shuffled batch a gather (``ragged_take``); nothing is loaded
-whole. The split is the preparation's (by time, or by hash), so ``data.split`` and the fractions
-of ``DataConfig`` do not apply.
+A shard ``<split>/part-<k>`` holds ``.dense.npy [N, I]`` float32, ``.labels.npy [N, L]`` int8,
+``.ids.npy [N, F1]`` uint32 (the one-hot features, in schema order) and per multi-hot feature
+``j`` ``.list_{j}.values.npy [nnz]`` uint32 with ``.list_{j}.offsets.npy [N + 1]`` int64 (Arrow's
+list layout, never padded). A split is the ``Concat`` of its shards: a worker reads only its own
+rows (a contiguous range of the split, across shard boundaries as TorchRec's per-rank row
+ranges), a range is a slice of each file and a shuffled batch a gather (``ragged_take``); nothing
+is loaded whole. The split is the preparation's, so ``data.split`` and the fractions of
+``DataConfig`` do not apply.
 """
 
 from __future__ import annotations
@@ -16,35 +19,37 @@ from typing import Any
 
 import numpy as np
 
-from recsys.data.columns import DataError, RaggedColumns, RowSource, Splits, ragged_take
+from recsys.data.columns import Concat, DataError, RaggedColumns, RowSource, Splits, ragged_take
 from recsys.data.meta import SPLITS, read_meta
 
 
-class PreparedSplit(RowSource):
-    """One split of a prepared folder, memory-mapped; reads give ``RaggedColumns``."""
+class PreparedShard(RowSource):
+    """One shard of a split, memory-mapped; reads give ``RaggedColumns``."""
 
-    def __init__(self, folder: str, split: str, meta: dict[str, Any]) -> None:
-        self.source = os.path.join(folder, split)
-        schema = meta["schema"]
+    def __init__(self, folder: str, split: str, shard: dict[str, Any], schema: dict[str, Any]
+                 ) -> None:  # fmt: skip
+        stem = os.path.join(folder, split, shard["name"])
+        self.source = stem
 
-        def load(name: str) -> np.ndarray:
+        def load(suffix: str) -> np.ndarray:
+            path = f"{stem}.{suffix}.npy"
             try:
-                return np.load(os.path.join(self.source, name), mmap_mode="r")
+                return np.load(path, mmap_mode="r")
             except (OSError, ValueError) as e:
-                raise DataError(f"{self.source}/{name}: not readable: {e}") from None
+                raise DataError(f"{path}: not readable: {e}") from None
 
-        self.dense, self.labels = load("dense.npy"), load("labels.npy")
+        self.dense, self.labels, ids = load("dense"), load("labels"), load("ids")
         self.features: list[tuple[np.ndarray, np.ndarray | None]] = []
+        one_hot = 0
         for j, spec in enumerate(schema["sparse"].values()):
             if spec.get("multi_hot"):
-                self.features.append(
-                    (load(f"sparse_{j}.values.npy"), load(f"sparse_{j}.offsets.npy"))
-                )
+                self.features.append((load(f"list_{j}.values"), load(f"list_{j}.offsets")))
             else:
-                self.features.append((load(f"sparse_{j}.ids.npy"), None))
-        n = meta["rows"][split]
-        if len(self.dense) != n or len(self.labels) != n:
-            raise DataError(f"{self.source}: {len(self.dense)} rows, meta.json says {n}")
+                self.features.append((ids[:, one_hot], None))
+                one_hot += 1
+        n = shard["rows"]
+        if len(self.dense) != n or len(self.labels) != n or len(ids) != n:
+            raise DataError(f"{stem}: {len(self.dense)} rows, meta.json says {n}")
 
     def __len__(self) -> int:
         return len(self.dense)
@@ -82,6 +87,31 @@ class PreparedSplit(RowSource):
         return RaggedColumns(dense, tuple(values), lens, labels, self.source)
 
 
+def empty_split(meta: dict[str, Any], folder: str) -> RaggedColumns:
+    """A split without rows (``val_fraction: 0``), in the data set's widths."""
+    schema = meta["schema"]
+    f = len(schema["sparse"])
+    return RaggedColumns(
+        np.zeros((0, len(schema["dense"])), np.float32),
+        tuple(np.zeros(0, np.uint32) for _ in range(f)),
+        np.zeros((0, f), np.int64),
+        np.zeros((0, len(meta["labels"])), np.int8),
+        folder,
+    )
+
+
+def split_source(folder: str, split: str, meta: dict[str, Any]) -> RowSource:
+    """A split as one row source: its shards in order (one shard: itself)."""
+    shards: list[RowSource] = [
+        PreparedShard(folder, split, s, meta["schema"]) for s in meta["shards"][split]
+    ]
+    if not shards:
+        return empty_split(meta, os.path.join(folder, split))
+    source = shards[0] if len(shards) == 1 else Concat(shards)
+    source.source = os.path.join(folder, split)
+    return source
+
+
 def load_splits(paths: list[str], num_dense: int, table_rows: list[int]) -> Splits:
     """The three splits of the one prepared folder in ``paths``, checked against the model."""
     if len(paths) != 1:
@@ -96,7 +126,7 @@ def load_splits(paths: list[str], num_dense: int, table_rows: list[int]) -> Spli
             f"{folder}: has {dense} dense and {sparse} sparse features; the model expects "
             f"{num_dense} (model.num_dense) and {len(table_rows)} (embeddings.num_embeddings)"
         )
-    splits = Splits(*(PreparedSplit(folder, s, meta) for s in SPLITS))
+    splits = Splits(*(split_source(folder, s, meta) for s in SPLITS))
     if len(splits.train) == 0:
         raise DataError(f"{folder}: the train split is empty")
     return splits

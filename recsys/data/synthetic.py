@@ -18,17 +18,46 @@ true ``logits`` give the ceiling); a bug that breaks learning shows as AUC near 
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass
 
 import numpy as np
 
 from recsys.config import SyntheticConfig
 from recsys.data.columns import Columns, RowSource
-from recsys.data.criteo import transform_dense, write_tsv
 
 MISSING_RATE = 0.1
 BLOCK = 16_384
 PILOT_ROWS = 20_000  # rows that fix the standardisation and the bias
+
+
+def transform_dense(raw: np.ndarray) -> np.ndarray:
+    """``log(1 + max(x, 0))`` as float32 (the schema's ``log1p``); callers map missing to 0."""
+    return np.log1p(np.maximum(raw, 0)).astype(np.float32)
+
+
+def write_tsv(
+    path: str,
+    labels: np.ndarray,
+    dense_raw: np.ndarray,
+    sparse_ids: np.ndarray,
+    *,
+    compress: bool = False,
+) -> None:
+    """Write rows in the Criteo format (``schemas/criteo_kaggle.yaml``): tab-separated, no
+    header, label, counts, 8-digit hex ids.
+
+    Args:
+        labels: ``[N]`` in {0, 1}.
+        dense_raw: ``[N, I]`` float, NaN where missing (written as an empty field).
+        sparse_ids: ``[N, F]`` ints in ``[0, 2**32)`` written as 8 hex digits; negative = missing.
+    """
+    opener = gzip.open if compress else open
+    with opener(path, "wt", encoding="ascii") as f:  # type: ignore[operator]
+        for y, d, s in zip(labels, dense_raw, sparse_ids, strict=True):
+            dense = ["" if np.isnan(x) else str(int(x)) for x in d]
+            cats = ["" if x < 0 else f"{int(x):08x}" for x in s]
+            f.write("\t".join([str(int(y)), *dense, *cats]) + "\n")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Sweep-level publishing: choose a sweep's best trial, export it, and record the export in MLflow
-(metrics on the trial's run, an MLflow pyfunc model scoring Criteo rows, optionally registered).
+(metrics on the trial's run, an MLflow pyfunc model scoring raw rows, optionally registered).
 
     run_id, report, uri = export_best(tracking_uri, "default", "runs/default/export")
 """
@@ -14,17 +14,8 @@ from typing import Any
 import yaml
 
 from recsys.config import ExperimentConfig
-from recsys.data import load_splits
 from recsys.export import ExportReport, export
-from recsys.serving import (
-    META_FILE,
-    MODEL_FILE,
-    PREPARED_DIR,
-    CriteoScorer,
-    TabularScorer,
-    example_rows,
-    pip_requirements,
-)
+from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer, pip_requirements
 from recsys.tune.tracking import Tag, Tracker
 
 
@@ -86,21 +77,15 @@ def log_served_model(
     artifacts = {
         "model": os.path.join(export_dir, MODEL_FILE),
         "meta": os.path.join(export_dir, META_FILE),
+        "prepared": os.path.join(export_dir, PREPARED_DIR),
     }
-    vocab_dir = os.path.join(export_dir, "vocab")
-    if os.path.isdir(vocab_dir):  # the scorer finds the vocabularies beside meta.json
-        artifacts["vocab"] = vocab_dir
-    prepared = os.path.join(export_dir, PREPARED_DIR)
-    kind: Any = CriteoScorer
-    if os.path.isdir(prepared):  # a user's own data: rows in its schema
-        artifacts["prepared"], kind = prepared, TabularScorer
-    scorer = kind()
+    scorer = TabularScorer()
     scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
     recsys_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return tracker.log_model(
         run_id,
         registered_name,
-        python_model=kind(),
+        python_model=TabularScorer(),
         artifacts=artifacts,
         code_paths=[recsys_dir],
         input_example=example,
@@ -130,16 +115,6 @@ def plain_columns(frame: Any) -> Any:
     return frame.astype({c: object for c in cats}) if cats else frame
 
 
-def export_vocabs(export_dir: str) -> list[Any] | None:
-    import json
-
-    from recsys.data import vocab
-
-    with open(os.path.join(export_dir, META_FILE)) as f:
-        names = json.load(f).get("vocab")
-    return vocab.load(export_dir, names) if names else None
-
-
 def export_best(
     tracking_uri: str,
     sweep: str,
@@ -156,9 +131,5 @@ def export_best(
     report = export(cfg, ckpt, out_dir, dtype)
     tracker.log_values(run_id, report.as_metrics())
     tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
-    if cfg.data.source == "prepared":
-        example = serving_example(os.path.join(out_dir, PREPARED_DIR))
-    else:
-        val = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
-        example = example_rows(val.read(0, 8), cfg.model.num_dense, vocabs=export_vocabs(out_dir))
+    example = serving_example(os.path.join(out_dir, PREPARED_DIR))
     return run_id, report, log_served_model(tracker, run_id, out_dir, example, register)

@@ -43,9 +43,10 @@ from typing import Any
 
 import yaml
 
-from recsys.config import MONITORED, ExperimentConfig, is_map_key, monitor_parts, source_for
+from recsys.config import MONITORED, ExperimentConfig, is_map_key, monitor_parts
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
+from recsys.data.dataset import source_for, with_data
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
@@ -223,10 +224,12 @@ def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) ->
 def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> SearchSpace:
     """Load and validate a space: a path, or a name under ``search_spaces/``.
 
-    ``smoke``: apply the space's ``smoke`` variant. ``data``: a Criteo file or preprocessed folder
-    (or a prepared folder of your own data) that replaces ``data.paths`` (and sets
-    ``data.source``) for every trial, applied with the space's own overrides. Relative
-    ``data.paths`` in the overrides are taken from the current directory."""
+    ``smoke``: apply the space's ``smoke`` variant. ``data``: a prepared folder (or TorchRec's
+    preprocessed Criteo) that replaces ``data.paths`` (and sets ``data.source``) for every
+    trial, applied with the space's own overrides. Relative ``data.paths`` in the overrides are
+    taken from the current directory. The data's overrides come first, then the config is
+    resolved against the data (``recsys.data.dataset.resolve``: features, tables, tasks), then
+    the rest of the overrides apply."""
     path = resolve(path_or_name)
     with open(path) as f:
         raw = yaml.safe_load(f) or {}
@@ -247,7 +250,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     elif isinstance(overrides.get("data.paths"), list):  # relative to where the sweep starts
         overrides["data.paths"] = [os.path.abspath(p) for p in overrides["data.paths"]]
     try:
-        base = base.with_overrides(overrides)
+        base = with_data(base, overrides)
     except ConfigError as e:
         raise ConfigError(f"{path}: overrides: {e}") from None
     valid = ExperimentConfig.all_keys()

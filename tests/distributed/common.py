@@ -56,14 +56,14 @@ def copy_full_into_sharded(local: dict, full: dict) -> None:
 def own_data_config(folder):
     """A tiny DLRM on a prepared folder (multi-hot bags, two tasks): the largest table QR-split,
     ``t_tags`` column-wise, the others table-wise."""
+    from recsys.data.dataset import resolve
     from recsys.data.meta import read_meta
 
     sizes = read_meta(folder)["table_sizes"]
-    return ExperimentConfig.from_dict(
+    cfg = ExperimentConfig.from_dict(
         {
             "data": {"source": "prepared", "paths": [folder]},
             "embeddings": {
-                "num_embeddings": "from_data",
                 "dim": 16,
                 "qr": {"threshold": sorted(sizes)[-2], "collisions": 8},
             },
@@ -77,3 +77,4 @@ def own_data_config(folder):
             },
         }
     )
+    return resolve(cfg)

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.distributed.common import tiny_config
@@ -38,12 +39,13 @@ def cfg():
 
 
 def test_export_int8_matches_fp32_and_serves(tmp_path):
+    import torch
     from mlflow.tracking import MlflowClient
 
-    from recsys.data import load_splits
-    from recsys.export import export
-    from recsys.serving import example_rows
-    from recsys.tune.publish import log_served_model
+    from recsys.data.loader import to_batch
+    from recsys.data.synthetic import SyntheticRows
+    from recsys.export import export, raw_layout
+    from recsys.tune.publish import log_served_model, serving_example
     from recsys.tune.tracking import Tracker
 
     run_ranks(_train, str(tmp_path / "ckpt"), world_size=2)
@@ -57,9 +59,8 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
     run_id = client.create_run(Tracker(uri).experiment("e")).info.run_id
-    test = load_splits(c.data, 13, c.embeddings.num_embeddings).test
-    example = example_rows(test.read(0, len(test)), 13)
     out = str(tmp_path / "out")
+    example = serving_example(f"{out}/prepared")  # the first generated rows, raw
     log_served_model(Tracker(uri), run_id, out, example, registered_name="tiny-dlrm")
     example.to_json(tmp_path / "rows.json", orient="split")
     code = (
@@ -67,9 +68,14 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
         f"mlflow.set_tracking_uri({uri!r})\n"
         "m = mlflow.pyfunc.load_model('models:/tiny-dlrm/1')\n"
         f"rows = pd.read_json({str(tmp_path / 'rows.json')!r}, orient='split', dtype=False)\n"
-        "print(json.dumps([float(p) for p in m.predict(rows)]))\n"
+        "print(json.dumps([float(p) for p in m.predict(rows)['click']]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     probs = json.loads(out.stdout.strip().splitlines()[-1])
-    assert len(probs) == 4 and all(0.0 < p < 1.0 for p in probs)
+    rows = SyntheticRows(c.data.synthetic, 13, c.embeddings.num_embeddings).read(0, len(probs))
+    batch = to_batch(rows, raw_layout(c))  # the same rows as training read them
+    with torch.no_grad():
+        logits = torch.jit.load(report.path)(batch.dense_features, batch.sparse_features)
+    assert len(probs) == 5
+    np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)

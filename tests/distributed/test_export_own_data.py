@@ -40,14 +40,14 @@ def _train(rank, world, folder, root):
 
 def raw_test_rows(folder):
     """The raw rows that became the prepared test split, in order, as a DataFrame."""
-    from recsys.data.encode import TEST, split_of
+    from recsys.data.encode import TEST, SplitPlan, split_of
     from recsys.data.meta import read_meta
     from recsys.data.schema import DatasetSchema
 
     meta = read_meta(folder)
     schema = DatasetSchema.from_dict(meta["schema"])
     table = pa.concat_tables(pq.read_table(f) for f in meta["sources"])
-    split = split_of(table, schema, tuple(meta["time_cuts"]))
+    split = split_of(table, schema, SplitPlan("time", cuts=tuple(meta["split"]["time_cuts"])))
     return plain_columns(table.filter(pa.array(split == TEST)).to_pandas())
 
 

@@ -98,3 +98,19 @@ def test_the_train_controllers_callback_imports_neither_torch_nor_mlflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_config_is_pure():
+    """``recsys.config`` reads no file and imports no data module: a config is resolved against
+    its data by ``recsys.data.dataset``, which the command-line tools call."""
+    for name in ("config.py", "configlib.py"):
+        imports = imports_of(PACKAGE / name)
+        ours = {i for i in imports if i.startswith("recsys")}
+        assert ours <= {"recsys.configlib"} | {f"recsys.configlib.{n}" for n in dir_of_configlib()}
+        assert not imports & {"os", "json", "yaml", "io", "pathlib"}, f"{name}: {imports}"
+        assert "open(" not in (PACKAGE / name).read_text(), name
+
+
+def dir_of_configlib() -> set[str]:
+    tree = ast.parse((PACKAGE / "configlib.py").read_text())
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}

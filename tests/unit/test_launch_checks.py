@@ -79,16 +79,21 @@ def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
     assert r.returncode != 0 and "--max-emb-mb: '-1': must be > 0" in r.stderr
     tsv = tmp_path / "d.tsv"
     tsv.write_text("0" + "\t" * 39 + "\n")
-    for flag, value, message in [
-        ("--chunk-mb", "0", "--chunk-mb=0.0: must be > 0"),
-        ("--workers", "-1", "--workers=-1: must be >= 0"),
+    for flags, message in [
+        (["--chunk-mb", "0"], "--chunk-mb=0.0: must be > 0"),
+        (["--workers", "-1"], "--workers=-1: must be >= 0"),
+        (["--workers", "0", "--object-store-mb", "100"], "--object-store-mb caps a local Ray"),
+        (["--address", "auto", "--workers", "99"], "--workers sizes a local Ray"),
+        (["--schema", "critoe_kaggle"], "no such schema file (or a shipped one: ['clicklogs'"),
     ]:
+        schema = [] if "--schema" in flags else ["--schema", "criteo_kaggle"]
         r = subprocess.run(
             [sys.executable, "-m", "recsys.data.preprocess", str(tsv), "--out",
-             str(tmp_path / "o"), flag, value],
+             str(tmp_path / "o"), *schema, *flags],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert r.returncode != 0 and message in r.stderr, r.stderr
+        assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
 
 
 def test_a_staging_folder_without_room_is_refused_naming_it(tmp_path):

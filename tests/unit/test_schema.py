@@ -41,7 +41,15 @@ def test_an_empty_column_entry_takes_the_defaults():
         ({"dense": {"price": {"transform": "log"}}}, "log1p"),
         ({"labels": []}, "at least one label"),
         ({"sparse": {}}, "at least one id column"),
-        ({"dense": {}}, "at least one numeric column"),
+        ({"split": {"by": "time"}, "time": None}, "needs a time column"),
+        ({"split": {"by": "order"}}, "splits by time"),
+        ({"split": {"by": "files"}, "time": None}, "split.by=files names files"),
+        ({"split": {"test_files": ["d*"]}, "time": None}, "only with split.by=files"),
+        ({"csv": {"delimiter": "\t"}}, "only with format: csv"),
+        ({"format": "csv", "csv": {"header": False}}, "name the columns"),
+        ({"format": "csv", "csv": {"header": False, "columns": ["click"]}}, "lacks columns"),
+        ({"format": "csv", "csv": {"columns": ["a"]}}, "only with csv.header: false"),
+        ({"sparse": {"user_id": {"identity": True}}}, "identity ids need hash_buckets"),
         ({"sparse": {"price": {}}}, "already used as dense"),
         ({"time": "click"}, "already used as labels"),
         ({"sparse": {"path": {}}}, "reserved"),
@@ -63,3 +71,17 @@ def test_a_schema_file_that_is_missing_or_not_yaml_is_named(tmp_path):
     bad.write_text("labels: [click\n")
     with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
         DatasetSchema.load(str(bad))
+
+
+def test_a_log_of_ids_only_needs_no_numeric_column():
+    s = DatasetSchema.from_dict({**GOOD, "dense": {}})
+    assert s.dense == {} and s.columns() == ["click", "like", "ts", "user_id", "history"]
+
+
+@pytest.mark.parametrize("name, split", [("criteo_kaggle", "order"), ("criteo_terabyte", "files")])
+def test_the_shipped_criteo_schemas_load_by_name(name, split):
+    s = DatasetSchema.load(name)
+    assert s.format == "csv" and s.csv.delimiter == "\t" and not s.csv.header
+    assert s.csv.columns == ["label", *s.dense, *s.sparse] and len(s.sparse) == 26
+    assert all(c.hex for c in s.sparse.values()) and s.split_by == split
+    assert {d.transform for d in s.dense.values()} == {"log1p"}

@@ -13,15 +13,17 @@ SHIPPED = sorted(f[:-5] for f in os.listdir(spaces.SPACES_DIR) if f.endswith(".y
 
 
 OWN_DATA = {"clicklogs"}  # spaces over a prepared folder of one's own data
+DATA = {"clicklogs": "demo_prepared", "criteo": "criteo_prepared"}  # the folder each space needs
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 @pytest.mark.parametrize("smoke", [False, True])
 def test_shipped_spaces_load(name, smoke, request):
-    data = request.getfixturevalue("demo_prepared") if name in OWN_DATA else None
+    data = request.getfixturevalue(DATA[name]) if name in DATA else None
     space = spaces.load(name, smoke=smoke, data=data)
     weights = "loss.task_weights.like" if name in OWN_DATA else "loss.weights"
-    assert space.dimensions and space.metric == ("val_auc/mean" if data else "val_auc")
+    metric = "val_auc/mean" if name in OWN_DATA else "val_auc"
+    assert space.dimensions and space.metric == metric
     keys = {d.key for d in space.dimensions}
     assert {"model.interaction", "embeddings.dim", "embeddings.qr.threshold", weights} <= keys
     param_space = space.param_space()

@@ -1,44 +1,33 @@
-"""The preprocessed binary form: a folder of ``day_{k}_{dense,sparse,labels}.npy`` triples.
+"""A folder of TorchRec's own preprocessed Criteo (``torchrec.datasets.criteo``'s
+``tsv_to_npys``): ``day_{k}_{dense,sparse,labels}.npy`` triples, read as they are
+(``data.source: torchrec``). One reader of that layout, nothing more: every other data set,
+Criteo's text included, goes through ``recsys-preprocess`` and a prepared folder.
 
-This is TorchRec's layout (``torchrec.datasets.criteo.BinaryCriteoUtils``):
-
-- ``day_{k}_dense.npy``: ``[N, 13]`` float32, already transformed;
-- ``day_{k}_sparse.npy``: ``[N, 26]`` integer hashes or vocabulary ids (ours: uint32; TorchRec:
-  int64);
+- ``day_{k}_dense.npy``: ``[N, 13]`` float32, stored as ``log(x - m + 2)``;
+- ``day_{k}_sparse.npy``: ``[N, 26]`` integer hashes or contiguous ids (taken ``mod`` the table
+  rows when batches are made);
 - ``day_{k}_labels.npy``: ``[N, 1]`` int32 in {0, 1}.
 
 Files are memory-mapped (``NpyDay``): a worker touches only the rows it reads, and labels are
-checked on the rows read. The dense transform is data, not an assumption:
-
-- our folders have a ``meta.json`` (written by ``python -m recsys.data.preprocess``) recording it
-  (``log1p``: ``log(1 + max(x, 0))``, missing -> 0), the source files, rows, skipped rows, and
-  the vocabularies when ids are contiguous;
-- a folder made by TorchRec's own ``tsv_to_npys`` has no ``meta.json``: its dense values are
-  ``log(x - m + 2)`` with ``m`` the smallest raw dense value of that file (missing -> 0 first), so
-  ``m`` differs from day to day and is not stored. It is recognised (no ``meta.json``) and each
-  day's ``m`` is read off its first rows (``infer_torchrec_min``; or declared with
-  ``data.torchrec_dense_min``); rows are converted to ``log1p`` as they are read, so training,
-  export and ``CriteoScorer`` see one transform.
+checked on the rows read. ``m`` is the smallest raw dense value of that day's file, so it
+differs from day to day and is not stored: it is read off each day's first rows
+(``infer_torchrec_min``) or declared with ``data.torchrec_dense_min``, and rows are converted to
+``log(1 + max(x, 0))`` (the ``log1p`` transform of ``schemas/criteo_kaggle.yaml``) as they are
+read.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from recsys.data.columns import Columns, DataError, RowSource
+from recsys.data.meta import META, read_meta
 
-META = "meta.json"
-FORMAT = "recsys-criteo-npy-v2"
-LOG1P = "log1p"
-TORCHREC = "torchrec"
 PARTS = ("dense", "sparse", "labels")
-DTYPES = {"dense": np.dtype("<f4"), "sparse": np.dtype("<u4"), "labels": np.dtype("<i4")}
 _TRIPLE = re.compile(r"^day_(\d+)_(dense|sparse|labels)\.npy$")
 INFER_ROWS = 1 << 20  # rows TorchRec's per-day minimum is read off
 
@@ -47,39 +36,14 @@ def day_paths(folder: str, k: int) -> dict[str, str]:
     return {p: os.path.join(folder, f"day_{k}_{p}.npy") for p in PARTS}
 
 
-def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """The header ``np.save`` writes for an array of ``dtype`` and ``shape`` (format 1.0)."""
-    import io
-
-    buf = io.BytesIO()
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    np.lib.format.write_array_header_1_0(buf, header)
-    return buf.getvalue()
-
-
-def set_rows(path: str, dtype: np.dtype, width: int, rows: int) -> None:
-    """Make the npy file at ``path`` hold ``rows`` rows: rewrite its header and cut the file there
-    (its header has the same length for any row count of these shapes)."""
-    old = npy_header(dtype, (0, width))
-    new = npy_header(dtype, (rows, width))
-    if len(new) != len(old):
-        raise RuntimeError(f"npy header length changed ({len(old)} -> {len(new)})")
-    with open(path, "r+b") as f:
-        f.write(new)
-        f.truncate(len(new) + rows * width * dtype.itemsize)
-
-
 @dataclass(frozen=True)
 class DenseTransform:
-    """How a day's dense values were stored: ``log1p``, or TorchRec's ``log(x - min + 2)``."""
+    """How a day's dense values were stored: TorchRec's ``log(x - min + 2)``."""
 
-    kind: str = LOG1P
     min: int = 0
 
     def to_log1p(self, stored: np.ndarray) -> np.ndarray:
         """Stored dense values -> ``log(1 + max(x, 0))`` float32 (raw values are integers)."""
-        if self.kind == LOG1P:
-            return np.asarray(stored, dtype=np.float32)
         raw = np.rint(np.exp(np.asarray(stored, dtype=np.float64)) + self.min - 2)
         return np.log1p(np.maximum(raw, 0)).astype(np.float32)
 
@@ -104,8 +68,8 @@ def infer_torchrec_min(dense: np.ndarray, path: str) -> int:
             f"{path}: no meta.json and the dense values do not look like TorchRec's "
             f"log(x - min + 2) with raw 0 the smallest value of most columns ({agree} of "
             f"{len(minima)} share a minimum, giving min = {m:.4f}); set data.torchrec_dense_min "
-            "to the smallest raw dense value of the file, or preprocess the raw files with "
-            "python -m recsys.data.preprocess"
+            "to the smallest raw dense value of the file, or prepare the raw files with "
+            "recsys-preprocess --schema criteo_kaggle"
         )
     return round(m)
 
@@ -122,9 +86,7 @@ class NpyDay(RowSource):
         self.source = paths["dense"]
         self.labels_path = paths["labels"]
         self._check_shapes(paths)
-        self.transform = transform or DenseTransform(
-            TORCHREC, infer_torchrec_min(self.dense, self.source)
-        )
+        self.transform = transform or DenseTransform(infer_torchrec_min(self.dense, self.source))
 
     def _check_shapes(self, paths: dict[str, str]) -> None:
         d, s, lab = self.dense, self.sparse, self.labels
@@ -165,18 +127,6 @@ class NpyDay(RowSource):
         return self._columns(idx, idx)
 
 
-def read_meta(folder: str) -> dict[str, Any] | None:
-    path = os.path.join(folder, META)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        meta: dict[str, Any] = json.load(f)
-    transform = meta.get("dense_transform", LOG1P)
-    if transform not in (LOG1P, "log(1 + max(x, 0)), missing -> 0"):
-        raise DataError(f"{path}: unknown dense_transform {transform!r}")
-    return meta
-
-
 def days(folder: str) -> list[int]:
     if not os.path.isdir(folder):
         raise DataError(f"{folder}: no such folder (expected day_N_{{dense,sparse,labels}}.npy)")
@@ -195,11 +145,12 @@ def days(folder: str) -> list[int]:
 
 
 def load_folder(folder: str, torchrec_dense_min: int | None = None) -> list[NpyDay]:
-    """Every day of a binary folder, in day order, memory-mapped. Ours (with ``meta.json``) are
-    ``log1p``; a TorchRec folder's transform is declared (``torchrec_dense_min``) or inferred."""
-    meta = read_meta(folder)
-    declared = (
-        DenseTransform(TORCHREC, torchrec_dense_min) if torchrec_dense_min is not None else None
-    )
-    transform = DenseTransform() if meta is not None else declared
-    return [NpyDay(folder, k, transform) for k in days(folder)]
+    """Every day of a TorchRec folder, in day order, memory-mapped; its dense transform is
+    declared (``torchrec_dense_min``) or inferred per day. A folder with a ``meta.json`` is not
+    TorchRec's: a prepared folder is named as such, an earlier version's with the command that
+    prepares it again."""
+    if os.path.isfile(os.path.join(folder, META)):
+        read_meta(folder)  # refuses an earlier version's folder, naming the command
+        raise DataError(f"{folder}: a prepared folder, not TorchRec's; use data.source=prepared")
+    declared = DenseTransform(torchrec_dense_min) if torchrec_dense_min is not None else None
+    return [NpyDay(folder, k, declared) for k in days(folder)]

@@ -1,0 +1,173 @@
+"""A config resolved against its data: what a prepared folder fixes is taken from its
+``meta.json`` into the config, once, by the command-line tools before any trial starts (the
+config itself reads no file: ``recsys.config`` is pure).
+
+- ``resolve(cfg)``: for ``data.source: prepared``, the feature names, table sizes, per-feature
+  pooling, ``model.num_dense`` and the tasks (the labels, in order). Table sizes the config
+  already gives for this data's features are kept (a sweep may size its own tables).
+- ``source_for(path)``: the ``data.source`` of a folder a user names (``--data``).
+- ``write_serving(cfg, folder)``: what serving needs beside an export, for every source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from recsys.config import ExperimentConfig
+from recsys.configlib import ConfigError
+from recsys.data.errors import DataError
+from recsys.data.meta import FORMAT, META, read_meta
+from recsys.data.schema import DatasetSchema
+
+
+def source_for(path: str) -> str:
+    """``prepared`` for a prepared folder, ``torchrec`` for a folder of TorchRec's
+    ``day_N_*.npy`` triples; a raw file (or a folder of them) is refused with the command that
+    prepares it."""
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, META)):
+        try:
+            read_meta(path)
+        except DataError as e:
+            raise ConfigError(str(e)) from None
+        return "prepared"
+    if os.path.isdir(path) and any(n.startswith("day_") and n.endswith("_labels.npy")
+                                   for n in os.listdir(path)):  # fmt: skip
+        return "torchrec"
+    if not os.path.exists(path):
+        raise ConfigError(f"--data {path}: no such file or folder")
+    raise ConfigError(
+        f"--data {path}: not a prepared folder; prepare it first, e.g. recsys-preprocess "
+        f"--schema criteo_kaggle {path} --out data/prepared (Criteo text), or --schema "
+        "YOUR_SCHEMA.yaml for your own logs"
+    )
+
+
+def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The dotted-key overrides that make ``cfg`` match its prepared folder (none for other
+    sources)."""
+    if cfg.data.source != "prepared":
+        return {}
+    if len(cfg.data.paths) != 1:
+        raise ConfigError(
+            f"data.source=prepared: data.paths must name one folder, got {cfg.data.paths}"
+        )
+    try:
+        meta = read_meta(cfg.data.paths[0])
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    names, schema = list(meta["feature_names"]), meta["schema"]
+    emb = cfg.embeddings
+    same = emb.feature_names == names and len(emb.num_embeddings) == len(names)
+    return {
+        "embeddings.num_embeddings": list(emb.num_embeddings) if same else meta["table_sizes"],
+        "embeddings.feature_names": names,
+        "embeddings.feature_pooling": {
+            n: s.get("pooling", "sum") for n, s in schema["sparse"].items()
+        },
+        "loss.tasks": [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])],
+        "model.num_dense": len(schema["dense"]),
+    }
+
+
+def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with what its prepared folder fixes (``overrides_for``); others unchanged."""
+    overrides = overrides_for(cfg)
+    if not overrides:
+        return cfg
+    data = cfg.to_dict()
+    for key, value in overrides.items():
+        section, _, leaf = key.rpartition(".")
+        node = data
+        for part in section.split("."):
+            node = node[part]
+        node[leaf] = value
+    return ExperimentConfig.from_dict(data)
+
+
+def with_data(base: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:
+    """``base`` with ``overrides``: the ``data.*`` ones first, then resolved against the data,
+    then the rest (which may name the data's tasks: ``loss.task_weights.like``)."""
+    data = {k: v for k, v in overrides.items() if k == "data" or k.startswith("data.")}
+    rest = {k: v for k, v in overrides.items() if k not in data}
+    return resolve(base.with_overrides(data)).with_overrides(rest)
+
+
+# ---------------------------------------------------------------------------------------------
+# What serving reads beside an export: a prepared folder's, or one written for the other sources
+
+SERVING_FILES = ("meta.json", "examples.parquet")
+
+
+def serving_schema(cfg: ExperimentConfig) -> DatasetSchema:
+    """The raw columns a model trained on synthetic data or a TorchRec folder is served with:
+    dense ``I1..I<n>`` (raw counts, ``log1p``) and one id column per feature (its name), each id
+    its row mod the table (``identity``; a TorchRec folder's as Criteo's hex hashes)."""
+    hex_ids = cfg.data.source == "torchrec"
+    multi = cfg.data.source == "synthetic" and cfg.data.synthetic.multi_hot > 1
+    sparse = {
+        name: {"identity": True, "hash_buckets": rows, "hex": hex_ids, "multi_hot": multi}
+        for name, rows in zip(cfg.embeddings.names(), cfg.embeddings.num_embeddings, strict=True)
+    }
+    return DatasetSchema.from_dict({
+        "labels": cfg.loss.names(),
+        "dense": {f"I{k + 1}": {"transform": "log1p"} for k in range(cfg.model.num_dense)},
+        "sparse": sparse,
+    })  # fmt: skip
+
+
+def write_serving(cfg: ExperimentConfig, folder: str) -> None:
+    """Write into ``folder`` what serving needs to map raw rows as training did: a prepared
+    folder's ``meta.json``, vocabularies and example rows, copied; for the other sources a
+    ``meta.json`` of ``serving_schema`` and a few raw rows of the validation split."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    if cfg.data.source == "prepared":
+        src = cfg.data.paths[0]
+        for name in SERVING_FILES:
+            shutil.copyfile(os.path.join(src, name), os.path.join(folder, name))
+        shutil.copytree(os.path.join(src, "vocab"), os.path.join(folder, "vocab"))
+        return
+    schema = serving_schema(cfg)
+    meta = {
+        "format": FORMAT, "schema": schema.to_dict(), "labels": schema.labels,
+        "dense_stats": {}, "vocab": {}, "feature_names": list(schema.sparse),
+        "table_sizes": list(cfg.embeddings.num_embeddings),
+        "id_types": {n: "string" if s.hex else "int" for n, s in schema.sparse.items()},
+    }  # fmt: skip
+    with open(os.path.join(folder, META), "w") as f:
+        json.dump(meta, f, indent=2)
+    raw_examples(cfg, schema).to_parquet(os.path.join(folder, "examples.parquet"))
+
+
+def raw_examples(cfg: ExperimentConfig, schema: DatasetSchema, n: int = 5) -> Any:
+    """A few raw rows of the validation split in ``serving_schema``'s columns: synthetic rows
+    as generated; a TorchRec day's rows with their counts and hex hashes recovered."""
+    import numpy as np
+    import pandas as pd
+
+    from recsys.data.loader import load_splits
+
+    dense_cols, names = list(schema.dense), list(schema.sparse)
+    if cfg.data.source == "synthetic":
+        from recsys.data.synthetic import Generator
+
+        gen = Generator(cfg.data.synthetic, cfg.model.num_dense, cfg.embeddings.num_embeddings)
+        raw = gen.raw(0, n)
+        dense, ids = raw.dense_raw, raw.sparse
+    else:
+        rows = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).val
+        cols = rows.read(0, n)
+        dense, ids = np.rint(np.expm1(cols.dense)), cols.sparse
+    frame: dict[str, Any] = {c: dense[:, k].astype(np.float64) for k, c in enumerate(dense_cols)}
+    for f, name in enumerate(names):
+        if schema.sparse[name].multi_hot:
+            frame[name] = [list(map(int, r)) for r in ids[:, f]]
+        elif schema.sparse[name].hex:
+            frame[name] = [f"{int(v):08x}" for v in ids[:, f, 0]]
+        else:
+            frame[name] = ids[:, f, 0].astype(np.int64)
+    return pd.DataFrame(frame)
