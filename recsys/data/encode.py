@@ -148,6 +148,13 @@ class IdCodes:
     hashes: np.ndarray
     index: np.ndarray
     missing: np.ndarray
+    wrong: np.ndarray | None = None  # per distinct value: not a hex id (``hex`` columns)
+
+    def bad_rows(self) -> np.ndarray:
+        """Per value ``[n]``: holds something ``wrong`` (a bad hex id)."""
+        if self.wrong is None or len(self.wrong) == 0:
+            return np.zeros(len(self.index), bool)
+        return self.per_row(self.wrong, False)
 
     def per_row(self, per_value: np.ndarray, fill: Any = 0) -> np.ndarray:
         """``per_value [d]`` taken for every row, ``fill`` where missing."""
@@ -171,8 +178,10 @@ def id_codes(arr: pa.Array, hex_ids: bool = False, identity: bool = False) -> Id
         return IdCodes(np.zeros(0, np.uint64), np.zeros(n, np.int64), np.ones(n, bool))
     enc = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr)
     dictionary = enc.dictionary
+    wrong = None
     if hex_ids and is_text(dictionary.type):
-        numbers, blank = hex_values(dictionary)
+        numbers, blank, wrong = _hex(dictionary)
+        wrong &= ~blank
         values: np.ndarray = numbers.view(np.int64)
     elif identity and is_text(dictionary.type):
         blank = pc.fill_null(pc.equal(dictionary, ""), True).to_numpy(zero_copy_only=False)
@@ -193,7 +202,17 @@ def id_codes(arr: pa.Array, hex_ids: bool = False, identity: bool = False) -> Id
     idx = pc.fill_null(indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
     if len(hashes) == 0:
         return IdCodes(hashes, np.zeros(n, np.int64), np.ones(n, bool))
-    return IdCodes(hashes, idx, missing | blank[idx])
+    return IdCodes(hashes, idx, missing | blank[idx], wrong)
+
+
+Codes = dict[str, tuple[IdCodes, Any]]  # a batch's sparse columns: (codes, lengths or None)
+
+
+def batch_codes(table: pa.Table, schema: DatasetSchema) -> Codes:
+    """Every sparse column's ``IdCodes`` of a batch, computed once for the check, the fit and
+    the encoding."""
+    return {name: sparse_codes(table, name, spec) for name, spec in schema.sparse.items()
+            if name in table.column_names}  # fmt: skip
 
 
 def hash_ids(arr: pa.Array, hex_ids: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -209,45 +228,24 @@ _NIBBLE[65:71] = np.arange(10, 16)
 MAX_HEX = 16  # digits of a 64-bit id
 
 
-def hex_problems(arr: pa.Array) -> np.ndarray:
-    """Rows of a text column that hold something other than 1 to 16 hex digits (or nothing)."""
-    arr = _array(arr)
-    bad = np.zeros(len(arr), bool)
-    if len(arr) == 0:
-        return bad
-    enc = pc.dictionary_encode(arr)
-    _, blank, wrong = _hex(enc.dictionary)
-    idx = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    valid = ~enc.indices.is_null().to_numpy(zero_copy_only=False)
-    return valid & wrong[idx] & ~blank[idx] if len(wrong) else bad
-
-
-def hex_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``(uint64 values [n], blank [n])`` of a text column of hex numbers (vectorised over the
-    Arrow buffers: no Python object per value); a bad value raises ``ValueError``."""
-    values, blank, wrong = _hex(arr)
-    if (wrong & ~blank).any():
-        i = int(np.flatnonzero(wrong & ~blank)[0])
-        raise ValueError(f"not a hex id: {arr[i].as_py()!r}")
-    return values, blank
-
-
 def _hex(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(values, blank, wrong)`` of a text array (null: blank)."""
+    """``(values, blank, wrong)`` of a text array (null: blank): each value's last 16 bytes as
+    one row of a ``[n, 16]`` byte window, hex digits to nibbles, packed big-endian into a
+    64-bit word (the bytes before a short value are zero digits)."""
     arr = pc.cast(_array(arr), pa.large_string())
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
     data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] else np.zeros(0, np.uint8)
     lengths = np.diff(offsets)
     blank = (lengths == 0) | arr.is_null().to_numpy(zero_copy_only=False)
-    pos = offsets[:-1, None] + np.arange(MAX_HEX)  # [n, 16]
-    live = np.arange(MAX_HEX) < np.minimum(lengths, MAX_HEX)[:, None]
-    padded = np.concatenate([data, np.zeros(MAX_HEX, np.uint8)])
-    nib = _NIBBLE[padded[np.where(live, pos, len(data))]]
+    padded = np.concatenate([np.zeros(MAX_HEX, np.uint8), data[: offsets[-1]]])
+    window = np.lib.stride_tricks.sliding_window_view(padded, MAX_HEX)[offsets[1:]]  # [n, 16]
+    live = np.arange(MAX_HEX) >= (MAX_HEX - np.minimum(lengths, MAX_HEX))[:, None]
+    nib = _NIBBLE[window]
     wrong = (lengths > MAX_HEX) | (live & (nib == 255)).any(1)
-    shift = (4 * (np.minimum(lengths, MAX_HEX)[:, None] - 1 - np.arange(MAX_HEX))).astype(np.int64)
-    digits = np.where(live & (nib != 255), nib, 0).astype(np.uint64)
-    values = (digits << np.maximum(shift, 0).astype(np.uint64)).sum(1, dtype=np.uint64)
+    digits = np.where(live & (nib != 255), nib, 0).astype(np.uint8)
+    packed = np.ascontiguousarray((digits[:, 0::2] << 4) | digits[:, 1::2])  # [n, 8]
+    values = packed.view(">u8").ravel().astype(np.uint64)
     return values, blank, wrong
 
 
@@ -283,8 +281,11 @@ class Vocabulary:
 # Checking rows
 
 
-def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.ndarray, str]:
-    """``(bad rows [n], why)`` of one schema column in a batch."""
+def column_problem(
+    name: str, arr: pa.Array, schema: DatasetSchema, codes: Codes | None = None
+) -> tuple[np.ndarray, str]:
+    """``(bad rows [n], why)`` of one schema column in a batch (``codes``: the batch's
+    ``batch_codes``, which find bad hex ids without a second pass over the values)."""
     arr = plain(arr)
     n = len(arr)
     if name in schema.labels:
@@ -319,11 +320,11 @@ def column_problem(name: str, arr: pa.Array, schema: DatasetSchema) -> tuple[np.
             return bad, "identity ids must be non-negative integers"
     if spec.hex and (is_text(tp) or csv_text):
         why = "declared hex: true, but not 1 to 16 hex digits"
-        if not spec.multi_hot:
-            return hex_problems(arr), why
-        flat, lengths = as_list(arr, spec)
-        rows = np.repeat(np.arange(n), lengths)
-        return np.bincount(rows[hex_problems(flat)], minlength=n) > 0, why
+        got, lengths = codes[name] if codes and name in codes else sparse_codes_of(arr, spec)
+        bad = got.bad_rows()
+        if lengths is None:
+            return bad, why
+        return np.bincount(np.repeat(np.arange(n), lengths)[bad], minlength=n) > 0, why
     return np.zeros(n, bool), ""
 
 
@@ -355,13 +356,15 @@ def time_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return numeric(arr)
 
 
-def check(table: pa.Table, schema: DatasetSchema) -> dict[str, tuple[np.ndarray, str]]:
+def check(
+    table: pa.Table, schema: DatasetSchema, codes: Codes | None = None
+) -> dict[str, tuple[np.ndarray, str]]:
     """Per schema column of ``table``, ``(bad rows, why)`` for the columns with a bad row."""
     out = {}
     for name in schema.columns():
         if name not in table.column_names:
             continue  # a pass that reads some columns only
-        bad, why = column_problem(name, table.column(name), schema)
+        bad, why = column_problem(name, table.column(name), schema, codes)
         if bad.any():
             out[name] = (bad, why)
     return out
@@ -455,6 +458,21 @@ class BatchStats:
     dense: dict[str, np.ndarray] = field(default_factory=dict)  # [n, sum, sum of squares, min, max]
     positives: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))  # [3, L]
 
+    @staticmethod
+    def merge_all(parts: list[BatchStats]) -> BatchStats:
+        """The statistics of all ``parts`` at once (one sort per column, not one per part)."""
+        out = BatchStats()
+        for part in parts:
+            out = BatchStats(out.rows + part.rows, positives=_add(out.positives, part.positives),
+                             dense=out.dense)  # fmt: skip
+            for k, v in part.dense.items():
+                out.dense[k] = v if k not in out.dense else _merge_dense(out.dense[k], v)
+        for k in {k for p in parts for k in p.counts}:
+            got = [p.counts[k] for p in parts if k in p.counts]
+            joined = (np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got]))
+            out.counts[k] = vocab.merge_counts(joined, (joined[0][:0], joined[1][:0]))
+        return out
+
     def merge(self, other: BatchStats) -> BatchStats:
         pos = self.positives if other.positives.size == 0 else other.positives
         if self.positives.size and other.positives.size:
@@ -474,6 +492,12 @@ class BatchStats:
         return out
 
 
+def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.size == 0:
+        return b
+    return a if b.size == 0 else a + b
+
+
 def _merge_dense(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([a[0] + b[0], a[1] + b[1], a[2] + b[2], min(a[3], b[3]), max(a[4], b[4])])
 
@@ -485,7 +509,10 @@ def filled_dense(table: pa.Table, schema: DatasetSchema, name: str) -> np.ndarra
 
 def sparse_codes(table: pa.Table, name: str, spec: SparseColumn) -> tuple[IdCodes, Any]:
     """``(IdCodes, lengths or None)`` of a sparse column (lists flattened)."""
-    col = table.column(name)
+    return sparse_codes_of(table.column(name), spec)
+
+
+def sparse_codes_of(col: Any, spec: SparseColumn) -> tuple[IdCodes, Any]:
     if not spec.multi_hot:
         return id_codes(col, spec.hex, spec.identity), None
     flat, lengths = as_list(col, spec)
@@ -500,7 +527,9 @@ def id_counts(codes: IdCodes, rows: np.ndarray | None = None) -> tuple[np.ndarra
     return codes.hashes[seen], counts[seen].astype(np.int64)
 
 
-def fit_batch(table: pa.Table, schema: DatasetSchema, split: np.ndarray) -> BatchStats:
+def fit_batch(
+    table: pa.Table, schema: DatasetSchema, split: np.ndarray, codes: Codes | None = None
+) -> BatchStats:
     """The training rows' statistics of a (checked) batch, and every split's positives per
     label (``meta.json``: a split whose label has one class cannot score an AUC)."""
     labels = np.stack([numeric(table.column(c))[0] for c in schema.labels], 1)
@@ -511,9 +540,9 @@ def fit_batch(table: pa.Table, schema: DatasetSchema, split: np.ndarray) -> Batc
     for name, spec in schema.sparse.items():
         if spec.hash_buckets is not None:
             continue
-        codes, lengths = sparse_codes(table, name, spec)
+        got, lengths = codes[name] if codes else sparse_codes(table, name, spec)
         rows = train if lengths is None else np.repeat(train, lengths)
-        stats.counts[name] = id_counts(codes, rows)
+        stats.counts[name] = id_counts(got, rows)
     for name in schema.dense:
         x = filled_dense(part, schema, name)
         if len(x):
@@ -584,7 +613,9 @@ def truncate(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]
     return position < max_len, np.minimum(lengths, max_len)
 
 
-def encode(table: pa.Table, fitted: Fitted, with_labels: bool = True) -> Encoded:
+def encode(
+    table: pa.Table, fitted: Fitted, with_labels: bool = True, codes: Codes | None = None
+) -> Encoded:
     """A checked batch in the prepared form (``with_labels=False``: serving's rows)."""
     schema = fitted.schema
     dense = np.empty((table.num_rows, len(schema.dense)), np.float32)
@@ -598,12 +629,12 @@ def encode(table: pa.Table, fitted: Fitted, with_labels: bool = True) -> Encoded
     lengths: dict[str, np.ndarray | None] = {}
     truncated: dict[str, tuple[int, int]] = {}
     for name, sparse in schema.sparse.items():
-        codes, lens = sparse_codes(table, name, sparse)
+        got, lens = codes[name] if codes else sparse_codes(table, name, sparse)
         if sparse.hash_buckets:
-            per_value = (codes.hashes % np.uint64(sparse.hash_buckets)).astype(np.uint32)
+            per_value = (got.hashes % np.uint64(sparse.hash_buckets)).astype(np.uint32)
         else:
-            per_value = fitted.vocabs[name].ids(codes.hashes, np.zeros(len(codes.hashes), bool))
-        rows = codes.per_row(per_value)
+            per_value = fitted.vocabs[name].ids(got.hashes, np.zeros(len(got.hashes), bool))
+        rows = got.per_row(per_value)
         if lens is not None:
             keep, new = truncate(lens, sparse.max_len)
             truncated[name] = (int((new < lens).sum()), int(len(keep) - keep.sum()))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -48,10 +49,12 @@ import pyarrow as pa
 from recsys.data.encode import (
     SPLIT_NAMES,
     BatchStats,
+    Codes,
     Encoded,
     Fitted,
     SplitPlan,
     Vocabulary,
+    batch_codes,
     check,
     encode,
     fit_batch,
@@ -236,10 +239,12 @@ class Skips:
         return np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
 
 
-def checked(batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips) -> Rows:
+def checked(
+    batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips, codes: Codes | None = None
+) -> Rows:
     """The batch without its bad rows (``skip``, counted in ``skips``); ``error`` raises a
-    ``DataError`` naming the first bad value."""
-    problems = check(batch.table, schema)
+    ``DataError`` naming the first bad value. The batch itself when every row is good."""
+    problems = check(batch.table, schema, codes)
     if not problems:
         return batch
     if schema.on_bad_row == "error":
@@ -255,27 +260,40 @@ def checked(batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips) -> R
     return Rows(batch.table.filter(pa.array(~bad)), batch.rows[~bad])
 
 
-def piece_rows(
+def piece_batches(
     piece: Piece, schema: DatasetSchema, columns: list[str], skips: Skips,
     dropped: np.ndarray | None = None,
 ) -> Iterator[Rows]:  # fmt: skip
-    """A piece's checked rows, in batches; a malformed text line is named by file and line.
-    Given ``dropped`` (the rows an earlier pass found bad), those rows are left out instead of
-    checking the values again."""
+    """A piece's rows, in batches (unchecked); a malformed text line is named by file and line
+    (or skipped and counted). Given ``dropped`` (the rows an earlier pass found bad), those
+    rows are left out."""
     lines: list[int] | None = skips.lines if schema.on_bad_row == "skip" else None
     try:
         for batch in read_piece(piece, schema, columns, lines):
-            if dropped is None:
-                yield checked(batch, piece, schema, skips)
-            elif len(dropped):
+            if dropped is not None and len(dropped):
                 keep = ~np.isin(batch.rows, dropped)
-                yield Rows(batch.table.filter(pa.array(keep)), batch.rows[keep])
-            else:
-                yield batch
+                batch = Rows(batch.table.filter(pa.array(keep)), batch.rows[keep])
+            yield batch
     except BadLine as e:
         raise DataError(f"{piece.path}:{line_of(schema, e.row)}: {e.why}") from None
     except (OSError, EOFError, pa.ArrowInvalid) as e:
         raise DataError(f"{piece.path}: not readable as {schema.format}: {e}") from None
+
+
+def piece_rows(piece: Piece, schema: DatasetSchema, columns: list[str], skips: Skips
+               ) -> Iterator[Rows]:  # fmt: skip
+    """A piece's checked rows, in batches."""
+    for batch in piece_batches(piece, schema, columns, skips):
+        yield checked(batch, piece, schema, skips)
+
+
+def checked_codes(batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips
+                  ) -> tuple[Rows, Codes]:  # fmt: skip
+    """The checked batch and its sparse columns' codes (computed once: the check of hex ids
+    reads them too)."""
+    codes = batch_codes(batch.table, schema)
+    good = checked(batch, piece, schema, skips, codes)
+    return good, codes if good is batch else batch_codes(good.table, schema)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,11 +335,19 @@ def fit_piece(piece: Piece, schema: DatasetSchema, plan: SplitPlan
               ) -> tuple[PieceFit, np.ndarray]:  # fmt: skip
     """The training rows' statistics of a piece, and the rows it dropped (``skip``: the write
     pass leaves them out without checking again)."""
-    stats, skips = BatchStats(), Skips()
-    for batch in piece_rows(piece, schema, schema.columns(), skips):
+    parts, skips = [], Skips()
+    for raw in piece_batches(piece, schema, schema.columns(), skips):
+        batch, codes = checked_codes(raw, piece, schema, skips)
         split = split_of(batch.table, schema, plan, batch.rows + piece.offset, piece.path)
-        stats = stats.merge(fit_batch(batch.table, schema, split))
-    return PieceFit(stats, skips), skips.dropped()
+        parts.append(fit_batch(batch.table, schema, split, codes))
+    return PieceFit(BatchStats.merge_all(parts), skips), skips.dropped()
+
+
+def needs_fit(schema: DatasetSchema) -> bool:
+    """Whether anything is fitted before encoding (a vocabulary, ``standardize``); if not, one
+    pass checks, encodes and writes."""
+    vocab = any(c.hash_buckets is None for c in schema.sparse.values())
+    return vocab or any(c.transform == "standardize" for c in schema.dense.values())
 
 
 @dataclass
@@ -333,16 +359,24 @@ class Shard:
     ids: dict[str, int]
 
 
-def write_piece(piece: Piece, fitted: Fitted, folder: str, dropped: np.ndarray) -> dict[str, Any]:
+def write_piece(
+    piece: Piece, fitted: Fitted, folder: str, dropped: np.ndarray | None
+) -> dict[str, Any]:
     """Encode a piece (without the ``dropped`` rows the fit pass found bad) and write its shard
-    of each split; returns the shards and truncations."""
+    of each split; returns the shards and truncations. ``dropped`` None: no fit pass ran
+    (``needs_fit``), so this one checks the rows and returns their statistics too."""
     schema = fitted.schema
     assert fitted.plan is not None
     writers: dict[int, ShardWriter] = {}
     truncated: dict[str, list[int]] = {}
-    for batch in piece_rows(piece, schema, schema.columns(), Skips(), dropped):
+    skips, parts = Skips(), []
+    for raw in piece_batches(piece, schema, schema.columns(), skips, dropped):
+        batch, codes = (raw, None) if dropped is not None else checked_codes(raw, piece, schema,
+                                                                            skips)  # fmt: skip
         split = split_of(batch.table, schema, fitted.plan, batch.rows + piece.offset, piece.path)
-        enc = encode(batch.table, fitted)
+        if dropped is None:
+            parts.append(fit_batch(batch.table, schema, split, codes))
+        enc = encode(batch.table, fitted, codes=codes)
         for k, (rows, ids) in enc.truncated.items():
             t = truncated.setdefault(k, [0, 0])
             t[0], t[1] = t[0] + rows, t[1] + ids
@@ -352,7 +386,8 @@ def write_piece(piece: Piece, fitted: Fitted, folder: str, dropped: np.ndarray) 
                 writers[int(s)] = ShardWriter(path, schema)
             writers[int(s)].append(enc.take(split == s))
     shards = {SPLIT_NAMES[s]: w.close(piece.name) for s, w in writers.items()}
-    return {"shards": shards, "truncated": truncated}
+    fit = PieceFit(BatchStats.merge_all(parts), skips) if dropped is None else None
+    return {"shards": shards, "truncated": truncated, "fit": fit}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -687,18 +722,28 @@ def _prepare(
 ) -> dict[str, Any]:  # fmt: skip
     t0 = time.perf_counter()
     pieces, plan = _plan(ex, schema, plan_pieces(files, schema, chunk_bytes), splits)
-    fits = ex.map_keep(fit_piece, [(p, schema, plan) for p in pieces], "fit")
-    fit = tree_merge(ex, [f for f, _ in fits], PieceFit.merge)
+    drops: list[np.ndarray | None] = [None] * len(pieces)
+    fit = PieceFit(BatchStats(), Skips())
+    if needs_fit(schema):
+        fits = ex.map_keep(fit_piece, [(p, schema, plan) for p in pieces], "fit")
+        fit = tree_merge(ex, [f for f, _ in fits], PieceFit.merge)
+        drops = [dropped for _, dropped in fits]
+        log(f"prepare: checked and fitted {int(fit.stats.rows.sum()):,} rows of {len(files)} "
+            f"file(s) in {len(pieces)} piece(s) ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
     fitted = fitted_from(fit.stats, schema, plan)
     fitted.id_types = id_types(seen.types, schema)
-    log(f"prepare: checked and fitted {int(fit.stats.rows.sum()):,} rows of {len(files)} "
-        f"file(s) in {len(pieces)} piece(s) ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
     vocab_files = write_vocabs(folder, fitted)
     for s in SPLIT_NAMES:
         os.makedirs(os.path.join(folder, s))
     ref = ex.put(fitted)
-    calls = [(p, ref, folder, dropped) for p, (_, dropped) in zip(pieces, fits, strict=True)]
+    calls = [(p, ref, folder, d) for p, d in zip(pieces, drops, strict=True)]
     written = ex.map(write_piece, calls, "write")
+    if not needs_fit(schema):  # one pass: its statistics came with the shards
+        fit = PieceFit(
+            BatchStats.merge_all([w["fit"].stats for w in written]),
+            functools.reduce(Skips.merge, [w["fit"].skips for w in written], Skips()),
+        )
+        fitted.dense_stats = fitted_from(fit.stats, schema, plan).dense_stats  # fmt: skip
     meta = _meta(schema, files, fitted, fit, written, vocab_files, seen)
     if meta["rows"]["train"] == 0:
         raise DataError(f"{files[0]}...: no training rows after the split")

@@ -6,7 +6,8 @@ features (``u_f``: a random effect per id). The bias ``b`` is solved so that the
 ``positive_rate`` (Criteo: about 25%). Ids follow a power law (``p_k ~ (k + 1)^-zipf_alpha``,
 shuffled over the table), dense values are log-normal counts (``>= 0``) with 10% missing, except
 feature 1, which also takes values down to -3 (Criteo's ``I2`` is its one feature with negative
-values).
+values). With ``num_dense=0`` the rows have no dense features (``dense_raw [N, 0]``) and the
+planted logit is the sparse effects alone.
 
 Rows are generated in blocks of ``BLOCK`` rows, block ``k`` from its own seed ``(seed, k)``; the
 model's parameters (weights, id effects, bias, standardisation) come from ``seed`` alone. So any
@@ -106,7 +107,7 @@ class Generator:
         self.cfg, self.num_dense, self.table_rows = cfg, num_dense, table_rows
         rng = np.random.default_rng([cfg.seed, 0])
         self.mu = rng.uniform(0.5, 3.0, num_dense)
-        self.informative_dense = max(1, num_dense // 2)
+        self.informative_dense = max(1, num_dense // 2) if num_dense else 0
         self.informative_sparse = max(1, len(table_rows) // 2)
         scale = cfg.signal / np.sqrt(self.informative_dense + self.informative_sparse)
         self.w = rng.normal(0, 1, self.informative_dense) * scale
@@ -121,7 +122,8 @@ class Generator:
 
     def _features(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         dense = np.floor(np.exp(rng.normal(self.mu, 1.0, (n, self.num_dense))))
-        dense[:, 1 % self.num_dense] -= 3  # like Criteo's I2: negative down to -3
+        if self.num_dense:
+            dense[:, 1 % self.num_dense] -= 3  # like Criteo's I2: negative down to -3
         dense[rng.random((n, self.num_dense)) < MISSING_RATE] = np.nan
         h = self.cfg.multi_hot
         tables = zip(self.cdfs, self.perms, strict=True)

@@ -31,6 +31,9 @@ multi-objective TPE; the results mark the non-dominated trials)::
 Every key must be a config key (a typo names the nearest valid one); every value of a ``choice``
 or ``grid`` and both ends of a range must build a valid config, and so must every combination of
 the discrete options (up to ``MAX_COMBINATIONS``), so a bad space fails here, not in a trial.
+So must the metric: its task one of the data's (a suffix only with several tasks), and on a
+prepared folder the validation split must have rows, and for an AUC both classes of the task
+(of every task for ``/mean``: ``meta.json``'s ``label_counts``).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from recsys.config import MONITORED, ExperimentConfig, is_map_key, monitor_parts
+from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, monitor_parts
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 from recsys.data.dataset import source_for, with_data
@@ -260,6 +263,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     dims = [_dimension(path, k, v, valid) for k, v in space.items()]
     _check_builds(path, base, dims)
     objectives = _objectives(path, raw)
+    _check_metric(path, base, objectives[0].metric)
     own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
     phases = {**raw, **own}  # the smoke variant's own phases, if it has them
     baselines = _baselines(path, phases.get("baselines") or [], base)
@@ -354,6 +358,57 @@ def _objectives(path: str, raw: dict[str, Any]) -> list[Objective]:
         if m not in FURTHER:
             raise ConfigError(f"{path}: metric={m!r}: further objectives are one of {FURTHER}")
     return [Objective(m, d) for m, d in zip(metrics, modes, strict=True)]
+
+
+def _check_metric(path: str, base: ExperimentConfig, metric: str) -> None:
+    """The score must be computable: its task one of the base's (``val_auc/<task>``), and for a
+    prepared folder (``meta.json``'s ``label_counts``) the validation split must have rows, and
+    for an AUC both classes of the task (of every task, for ``/mean``)."""
+    try:
+        base.with_overrides({"train.monitor": metric})
+    except ConfigError as e:
+        raise ConfigError(f"{path}: metric={metric!r}: {e}") from None
+    name, task = monitor_parts(metric)
+    tasks = base.loss.tasks
+    if task is not None and len(tasks) == 1:  # one task's figures are reported unsuffixed only
+        raise ConfigError(
+            f"{path}: {metric} is never reported: the data has one task ({tasks[0].name}), "
+            f"whose figures are val_{name}, ... without a /<task> suffix; use val_{name}"
+        )
+    if base.data.source != "prepared":
+        return
+    from recsys.data.errors import DataError
+    from recsys.data.meta import read_meta
+
+    folder = base.data.paths[0]
+    try:
+        meta = read_meta(folder)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    counts = (meta.get("label_counts") or {}).get("val") or {}
+    rows = int(meta.get("rows", {}).get("val", 0))
+    where = f"the validation split of {folder}"
+    if rows == 0:
+        raise ConfigError(
+            f"{path}: {metric} cannot be computed: {where} has no rows (meta.json rows); prepare "
+            "it again with a split.val_fraction > 0 (or other split.files)"
+        )
+    if name != "auc":
+        return
+    chosen = tasks if task == MEAN_TASK else [t for t in tasks if t.name == (task or tasks[0].name)]
+    labels = list(meta.get("labels") or [])
+    bad = []
+    for t in chosen:
+        label = labels[t.label_column] if t.label_column < len(labels) else t.name
+        c = counts.get(label)
+        if c and c["rows"] and c["positives"] in (0, c["rows"]):
+            bad.append(f"{label}={1 if c['positives'] else 0}")
+    if bad:
+        raise ConfigError(
+            f"{path}: {metric} cannot be computed: {where} has {rows:,} rows, all with "
+            f"{', all with '.join(bad)} (meta.json label_counts); choose another metric "
+            "(val_log_loss) or another split"
+        )
 
 
 def _constraints(path: str, raw: dict[str, Any]) -> dict[str, float]:

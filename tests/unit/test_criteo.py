@@ -158,3 +158,24 @@ def test_a_folder_of_the_old_criteo_format_is_refused_with_the_command(tmp_path)
     raw.write_text(row())
     with pytest.raises(Exception, match="not a prepared folder; prepare it first"):
         source_for(str(raw))
+
+
+def test_hashed_ids_prepare_in_one_pass_with_the_same_checks(tmp_path, monkeypatch):
+    """Nothing to fit (every feature hashed, counts as log1p): one pass checks, encodes and
+    writes; bad lines and values are still skipped and counted, labels still counted."""
+    from recsys.data import prepare as prepare_mod
+
+    schema = KAGGLE.to_dict()
+    for spec in schema["sparse"].values():
+        spec["hash_buckets"] = 1000
+    schema = DatasetSchema.from_dict({**schema, "on_bad_row": "skip"})
+    data = write_criteo(str(tmp_path / "a.txt"), rows=300, seed=4)
+    with open(tmp_path / "a.txt", "a") as f:
+        f.write(BAD[0][0] + BAD[4][0])
+    monkeypatch.setattr(prepare_mod, "fit_piece", None)  # never called
+    splits, meta = run(tmp_path, [tmp_path / "a.txt"], schema)
+    assert meta["skipped"] == {"lines": 1, "C1": 1} and sum(meta["rows"].values()) == 300
+    n = meta["rows"]["train"]
+    assert meta["label_counts"]["train"]["label"]["positives"] == int(data.labels[:n].sum())
+    _, ids, _ = everything(splits)
+    np.testing.assert_array_equal(ids[:, 3], hashes_of(data.sparse[:, 3, 0]) % 1000)

@@ -1,9 +1,13 @@
-"""Search spaces: every shipped one loads; bad ones fail before launch, naming file, key, value."""
+"""Search spaces: every shipped one loads; bad ones fail before launch, naming file, key, value;
+a metric the data cannot give (one class or no rows in the validation split) is refused."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from recsys.configlib import ConfigError
@@ -85,3 +89,87 @@ def test_impossible_combination_is_named(tmp_path):
 def test_unknown_space_name():
     with pytest.raises(ConfigError, match="search space 'nope' not found"):
         spaces.load("nope")
+
+
+def prepared_log(folder, labels: dict[str, np.ndarray], val_fraction: float = 0.2) -> str:
+    """A tiny log of ids and ``labels`` prepared without Ray, split by input order (the rows
+    600..799 of 1000 are validation with ``val_fraction=0.2``)."""
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    rng = np.random.default_rng(0)
+    n = len(next(iter(labels.values())))
+    table = pa.table({"user": rng.integers(0, 50, n), **labels})
+    os.makedirs(folder / "raw")
+    pq.write_table(table, folder / "raw" / "log.parquet")
+    schema = DatasetSchema.from_dict({
+        "labels": list(labels), "dense": {}, "sparse": {"user": {}},
+        "split": {"by": "order", "val_fraction": val_fraction, "test_fraction": 0.2},
+    })  # fmt: skip
+    out = str(folder / "prepared")
+    prepare(schema, [str(folder / "raw")], out, workers=0, log=lambda s: None)
+    return out
+
+
+def metric_space(tmp_path, metric: str, mode: str = "max") -> str:
+    return write(tmp_path, f"space:\n  optim.lr: {{choice: [0.01, 0.02]}}\nmetric: {metric}\n"
+                           f"mode: {mode}\n")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_class_val(tmp_path_factory) -> str:
+    """``click`` is all 1 in the validation split, ``like`` has both classes everywhere."""
+    rng = np.random.default_rng(1)
+    click = (rng.random(1000) < 0.3).astype(np.int8)
+    click[600:800] = 1
+    like = (rng.random(1000) < 0.5).astype(np.int8)
+    return prepared_log(tmp_path_factory.mktemp("one_class"), {"click": click, "like": like})
+
+
+@pytest.mark.parametrize("metric", ["val_auc", "val_auc/click", "val_auc/mean"])
+def test_an_auc_of_a_one_class_validation_split_is_refused(tmp_path, one_class_val, metric):
+    from recsys.data.meta import read_meta
+
+    counts = read_meta(one_class_val)["label_counts"]["val"]
+    assert counts["click"] == {"rows": 200, "positives": 200} and counts["like"]["positives"]
+    with pytest.raises(ConfigError) as err:
+        spaces.load(metric_space(tmp_path, metric), data=one_class_val)
+    assert str(err.value) == (
+        f"{tmp_path / 's.yaml'}: {metric} cannot be computed: the validation split of "
+        f"{one_class_val} has 200 rows, all with click=1 (meta.json label_counts); choose "
+        "another metric (val_log_loss) or another split"
+    )
+
+
+def test_a_mean_auc_names_every_one_class_task(tmp_path):
+    rng = np.random.default_rng(3)
+    click, like = (rng.random((2, 1000)) < 0.3).astype(np.int8)
+    click[600:800], like[600:800] = 1, 0
+    folder = prepared_log(tmp_path, {"click": click, "like": like})
+    with pytest.raises(ConfigError, match=r"val_auc/mean cannot be computed: .* has 200 rows, "
+                       r"all with click=1, all with like=0 \(meta.json"):  # fmt: skip
+        spaces.load(metric_space(tmp_path, "val_auc/mean"), data=folder)
+
+
+@pytest.mark.parametrize(
+    ("metric", "mode"), [("val_log_loss", "min"), ("val_auc/like", "max"), ("val_ne/mean", "min")]
+)
+def test_a_metric_the_validation_split_can_give_is_accepted(tmp_path, one_class_val, metric,
+                                                           mode):  # fmt: skip
+    space = spaces.load(metric_space(tmp_path, metric, mode), data=one_class_val)
+    assert space.metric == metric and space.base.loss.names() == ["click", "like"]
+    assert space.base.model.num_dense == 0
+
+
+def test_a_metric_without_validation_rows_or_of_no_task_is_refused(tmp_path):
+    rng = np.random.default_rng(2)
+    folder = prepared_log(tmp_path, {"click": (rng.random(1000) < 0.3).astype(np.int8)}, 0.0)
+    with pytest.raises(ConfigError, match=r"val_log_loss cannot be computed: the validation "
+                       r"split of .*prepared has no rows"):  # fmt: skip
+        spaces.load(metric_space(tmp_path, "val_log_loss", "min"), data=folder)
+    # one task: its figures are reported without a suffix, so a suffixed name never comes
+    with pytest.raises(ConfigError, match=r"val_auc/click is never reported: the data has one "
+                       r"task \(click\).*use val_auc"):  # fmt: skip
+        spaces.load(metric_space(tmp_path, "val_auc/click"))
+    with pytest.raises(ConfigError, match=r"metric='val_auc/clik'.*no task 'clik'"):
+        spaces.load(metric_space(tmp_path, "val_auc/clik"))
