@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     c.add_argument("--rows", type=int, default=400_000, help="preprocess: rows generated")
     c.add_argument("--copies", type=int, default=8, help="preprocess: the rows repeated")
     c.add_argument("--chunk-mb", type=float, default=48.0, help="preprocess: bytes per task")
-    o = sub.add_parser("own-data", help="your own data: preparation on Ray Data, multi-hot step")
+    o = sub.add_parser("own-data", help="your own data: preparation on Ray, multi-hot step")
     o.add_argument("what", choices=["prepare", "memory", "multihot", "prefetch"])
     o.add_argument("--batch", type=int, default=2048, help="prefetch: batch size")
     o.add_argument("--rows", type=int, default=5_000_000)

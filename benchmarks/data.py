@@ -1,5 +1,6 @@
-"""Data: samples/s of the readers (raw TSV parse, binary form into batches) against the training
-step, to show whether data loading is the bottleneck."""
+"""Data: samples/s of Criteo text prepared through the one path (``schemas/criteo_kaggle.yaml``,
+one process) and of a prepared folder's shards into shuffled batches, against the training step,
+to show whether data loading is the bottleneck."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import tempfile
 import time
 
 from benchmarks.common import table
-from recsys.config import SparseLayout, SyntheticConfig
-from recsys.data import TrainStream
-from recsys.data.binary import load_folder
-from recsys.data.criteo import read_tsv
-from recsys.data.preprocess import preprocess
+from recsys.config import ExperimentConfig, SyntheticConfig
+from recsys.data import TrainStream, load_splits
+from recsys.data.dataset import resolve
+from recsys.data.prepare import prepare
+from recsys.data.schema import DatasetSchema
 from recsys.data.synthetic import generate
 
 ROWS = [100_000] * 26
@@ -23,33 +24,23 @@ def run(rows: int = 200_000, batch: int = 2048, path: str | None = None) -> str:
         if path is None:
             path = os.path.join(tmp, "synthetic.txt")
             generate(SyntheticConfig(num_samples=rows, seed=0), 13, ROWS).write_tsv(path)
+        out = os.path.join(tmp, "prepared")
         t0 = time.perf_counter()
-        cols = read_tsv(path)
-        tsv = len(cols) / (time.perf_counter() - t0)
-        out = os.path.join(tmp, "npy")
+        meta = prepare(DatasetSchema.load("criteo_kaggle"), [path], out, workers=0,
+                       log=lambda s: None)  # fmt: skip
+        n = sum(meta["rows"].values())
+        prep = n / (time.perf_counter() - t0)
+        cfg = resolve(ExperimentConfig.from_dict({"data": {"source": "prepared", "paths": [out]}}))
+        train = load_splits(cfg.data, 13, cfg.embeddings.num_embeddings).train
+        stream = TrainStream(train, rank=0, world_size=1, batch_size=batch,
+                             layout=cfg.embeddings.layout(), seed=0, shuffle=True)  # fmt: skip
+        steps = max(20, len(train) // batch)
         t0 = time.perf_counter()
-        preprocess([path], out, "error", progress=False)
-        prep = len(cols) / (time.perf_counter() - t0)
-        (day,) = load_folder(out)
-        stream = TrainStream(
-            day,
-            rank=0,
-            world_size=1,
-            batch_size=batch,
-            layout=SparseLayout([f"cat_{i}" for i in range(26)], ROWS),
-            seed=0,
-            shuffle=True,
-        )
-        n = max(20, len(day) // batch)
-        t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(steps):
             next(stream)
-        binary = n * batch / (time.perf_counter() - t0)
+        batches = steps * batch / (time.perf_counter() - t0)
     rows_ = [
-        ["raw TSV parse (read_tsv)", tsv],
-        ["TSV -> npy preprocessing (count + parse + write)", prep],
-        [f"npy (memory-mapped) -> shuffled batches of {batch} (KJT)", binary],
+        ["Criteo text -> prepared folder (count + fit + write, one process)", prep],
+        [f"prepared shards (memory-mapped) -> shuffled batches of {batch} (KJT)", batches],
     ]
-    return f"{len(cols):,} rows, 13 dense + 26 categorical\n\n" + table(
-        ["reader", "samples/s"], rows_
-    )
+    return f"{n:,} rows, 13 dense + 26 categorical\n\n" + table(["reader", "samples/s"], rows_)

@@ -8,8 +8,9 @@ import tempfile
 from typing import Any
 
 from benchmarks.common import init_world1, table
-from recsys.config import ExperimentConfig, source_for
+from recsys.config import ExperimentConfig
 from recsys.config_registry import criteo_kaggle, debug
+from recsys.data.dataset import source_for, with_data
 from recsys.distributed.env import current
 from recsys.train.reporting import LocalReporter
 from recsys.train.trainer import Trainer
@@ -20,15 +21,15 @@ def base(data: str | None, steps: int) -> ExperimentConfig:
         cfg = debug().with_overrides({"data.synthetic.num_samples": 100_000})
         threshold = 1000
     else:
-        source = source_for(data)
-        cfg = criteo_kaggle().with_overrides(
+        cfg = with_data(
+            criteo_kaggle(),
             {
-                "data.source": source,
+                "data.source": source_for(data),
                 "data.paths": [data],
                 "embeddings.dim": 16,
                 "model.bottom_mlp": [64, 32],
                 "model.top_mlp": [64, 32],
-            }
+            },
         )
         threshold = 10_000
     return cfg.with_overrides(

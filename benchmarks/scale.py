@@ -1,9 +1,9 @@
 """Criteo-scale data (issue 13): worker memory against the number of days, a folder larger than
 this machine's memory, preprocessing throughput, and hash collisions against vocabularies.
 
-Terabyte-shaped days are generated straight into the binary form (``day_k_*.npy``: 13 float32
-dense, 26 uint32 ids, an int32 label per row: 160 bytes a row, as Criteo 1TB preprocessed) and
-deleted afterwards.
+Terabyte-shaped days are generated straight into a prepared folder (one training shard per day:
+13 float32 dense, 26 uint32 ids, an int8 label per row, 157 bytes a row; a small validation and
+test shard) and deleted afterwards.
 """
 
 from __future__ import annotations
@@ -21,36 +21,48 @@ import numpy as np
 
 from benchmarks.common import table
 
-ROW_BYTES = 13 * 4 + 26 * 4 + 4
+ROW_BYTES = 13 * 4 + 26 * 4 + 1
 TERABYTE_DAY_ROWS = 4_373_472_329 // 24  # Criteo 1TB: 4.37B rows over 24 days
 
 
 def write_days(folder: str, days: int, rows: int, seed: int = 0, chunk: int = 1 << 22) -> int:
-    """``days`` Terabyte-shaped days of ``rows`` rows each; returns the bytes written."""
-    from recsys.data.binary import DTYPES, FORMAT, LOG1P, day_paths
-    from recsys.data.preprocess import WIDTHS
+    """A prepared folder (``schemas/criteo_kaggle.yaml``'s columns, ids hashed into 100k rows)
+    with one training shard of ``rows`` rows per day; returns the bytes written."""
+    from recsys.data.meta import FORMAT
+    from recsys.data.schema import DatasetSchema
 
-    os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
-    for k in range(days):
+    shards: dict[str, list[dict[str, Any]]] = {"train": [], "val": [], "test": []}
+    parts = [("train", k, rows) for k in range(days)] + [
+        ("val", days, 4096),
+        ("test", days + 1, 4096),
+    ]
+    for split, k, n_rows in parts:
+        os.makedirs(os.path.join(folder, split), exist_ok=True)
+        stem = os.path.join(folder, split, f"part-{k:05d}")
         arrays = {
-            p: np.lib.format.open_memmap(path, "w+", DTYPES[p], (rows, WIDTHS[p]))
-            for p, path in day_paths(folder, k).items()
+            "dense": np.lib.format.open_memmap(f"{stem}.dense.npy", "w+", "<f4", (n_rows, 13)),
+            "ids": np.lib.format.open_memmap(f"{stem}.ids.npy", "w+", "<u4", (n_rows, 26)),
+            "labels": np.lib.format.open_memmap(f"{stem}.labels.npy", "w+", "i1", (n_rows, 1)),
         }
-        for a in range(0, rows, chunk):
-            n = min(chunk, rows - a)
+        for a in range(0, n_rows, chunk):
+            n = min(chunk, n_rows - a)
             arrays["dense"][a : a + n] = rng.random((n, 13), dtype=np.float32) * 8
-            arrays["sparse"][a : a + n] = rng.integers(0, 2**32, (n, 26), dtype=np.uint32)
-            arrays["labels"][a : a + n] = (rng.random((n, 1)) < 0.25).astype(np.int32)
+            arrays["ids"][a : a + n] = rng.integers(0, 100_000, (n, 26), dtype=np.uint32)
+            arrays["labels"][a : a + n] = (rng.random((n, 1)) < 0.25).astype(np.int8)
         for arr in arrays.values():
             arr.flush()
         del arrays
+        shards[split].append({"name": f"part-{k:05d}", "rows": n_rows, "ids": {}})
+    schema = DatasetSchema.load("criteo_kaggle").to_dict()
+    for spec in schema["sparse"].values():
+        spec["hash_buckets"] = 100_000
     meta = {
-        "format": FORMAT,
-        "dense_transform": LOG1P,
-        "sparse": "hash",
-        "files": [{"day": k, "rows": rows} for k in range(days)],
-    }
+        "format": FORMAT, "schema": schema, "sources": [], "shards": shards,
+        "rows": {s: sum(x["rows"] for x in v) for s, v in shards.items()},
+        "feature_names": list(schema["sparse"]), "table_sizes": [100_000] * 26,
+        "labels": ["label"], "vocab": {}, "dense_stats": {}, "id_types": {},
+    }  # fmt: skip
     with open(os.path.join(folder, "meta.json"), "w") as f:
         json.dump(meta, f)
     return days * rows * ROW_BYTES
@@ -85,15 +97,14 @@ def _measured_train(config: dict[str, Any]) -> None:
 def train_on(folder: str, steps: int, workers: int, shuffle: bool) -> dict[str, Any]:
     """``steps`` steps of a small DLRM on ``folder`` with ``workers`` Ray Train workers."""
     from recsys.config_registry import criteo_kaggle
+    from recsys.data.dataset import with_data
     from recsys.train.ray_trainer import Resources, make_trainer
 
-    cfg = criteo_kaggle().with_overrides(
+    cfg = with_data(
+        criteo_kaggle(),
         {
             "data.paths": [folder],
             "data.shuffle": shuffle,
-            "data.val_fraction": 0.0005,
-            "data.test_fraction": 0.0005,
-            "embeddings.num_embeddings": [100_000] * 26,
             "embeddings.dim": 16,
             "model.bottom_mlp": [64, 16],
             "model.top_mlp": [64, 32],
@@ -104,7 +115,7 @@ def train_on(folder: str, steps: int, workers: int, shuffle: bool) -> dict[str, 
             "train.eval_batches": 4,
             "train.log_every": steps,
             "train.quiet": True,
-        }
+        },
     )
     with tempfile.TemporaryDirectory() as tmp:
         trainer = make_trainer(
@@ -200,61 +211,55 @@ def _tsv(path: str, rows: int, copies: int) -> None:
     os.remove(part)
 
 
-def _reference_rate(path: str, lines: int) -> float:
-    """Rows/s of the per-row reference parser (the preprocessing before this change) on the
-    first ``lines`` lines, with the same array conversion it did."""
-    from recsys.data.criteo import parse_row, transform_dense
-
-    t0 = time.perf_counter()
-    with open(path) as f:
-        parsed = [parse_row(line, 13, 26) for _, line in zip(range(lines), f, strict=False)]
-    transform_dense(np.asarray([p[1] for p in parsed], dtype=np.int64))
-    np.asarray([p[2] for p in parsed], dtype=np.uint32)
-    return lines / (time.perf_counter() - t0)
-
-
 def preprocessing(rows: int, copies: int, chunk_mb: float) -> str:
+    """One plain Criteo file through the one path, with vocabularies (``criteo_kaggle``: a fit
+    pass and a write pass) and hashed (every feature ``hash_buckets``: one pass), in one process
+    without Ray and on a local Ray of 1 and 2 worker processes (Ray started beforehand)."""
     import ray
 
     from recsys.cluster import connect
-    from recsys.data.preprocess import preprocess
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
 
+    kaggle = DatasetSchema.load("criteo_kaggle")
+    hashed = kaggle.to_dict()
+    for spec in hashed["sparse"].values():
+        spec["hash_buckets"] = 1_000_000
+    schemas = {
+        "vocabularies (2 passes)": kaggle,
+        "hashed (1 pass)": DatasetSchema.from_dict(hashed),
+    }
+    results: list[list[Any]] = []
+    rates: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "day.tsv")
         _tsv(path, rows, copies)
         n, size = rows * copies, os.path.getsize(path)
-        results: list[list[Any]] = [
-            ["per-row reference parser (before)", 1, _reference_rate(path, 200_000)]
-        ]
-        t0 = time.perf_counter()
-        preprocess([path], os.path.join(tmp, "out0"), "error", False, workers=0)
-        results.append(["single process (workers=0)", 1, n / (time.perf_counter() - t0)])
-        warm: dict[int, float] = {}
-        for w in (1, 2):
-            ray.shutdown()
-            connect(None, num_cpus=w, log_to_driver=False)
-            for run in ("first run: starts Ray's workers", "second run, same Ray"):
-                out = os.path.join(tmp, f"out{w}")
+        for w in (0, 1, 2):
+            if w:
+                connect(None, num_cpus=w, log_to_driver=False)
+            for name, schema in schemas.items():
+                out = os.path.join(tmp, "out")
                 t0 = time.perf_counter()
-                preprocess([path], out, "error", False, workers=w, chunk_mb=chunk_mb)
-                rate = n / (time.perf_counter() - t0)
-                results.append([f"Ray tasks, {w} worker process(es), {run}", w, rate])
-                warm[w] = rate
+                prepare(schema, [path], out, workers=w, chunk_mb=chunk_mb, log=lambda s: None)
+                rates[(name, w)] = rate = n / (time.perf_counter() - t0)
+                where = "one process, no Ray" if w == 0 else f"Ray, {w} worker process(es)"
+                results.append([name, where, max(w, 1), rate, rate / max(w, 1)])
                 shutil.rmtree(out)
-        ray.shutdown()
-    one, two = warm[1], warm[2]
+            ray.shutdown()
+    scaling = {name: rates[(name, 2)] / rates[(name, 1)] for name in schemas}
     day = TERABYTE_DAY_ROWS
+    one = rates[("hashed (1 pass)", 0)]
     head = (
-        f"one plain file of {n:,} rows ({size / 2**20:.0f} MB), {chunk_mb:g} MB chunks. Scaling "
-        f"from 1 to 2 processes (second runs, Ray's workers already started): {two / one:.2f}x "
-        f"(goal >= 1.8x). Per process: {one:,.0f} rows/s "
-        f"against the reference parser's {float(results[0][2]):,.0f} rows/s here (73k in "
-        "BENCHMARKS.md "
-        f"before). Extrapolated, not measured: a Terabyte day ({day / 1e6:.0f}M rows) takes "
-        f"{day / one / 3600:.2f} h with 1 process, {day / two / 3600:.2f} h with 2, "
+        f"one plain file of {n:,} rows ({size / 2**20:.0f} MB), {chunk_mb:g} MB pieces. "
+        f"Scaling from 1 to 2 worker processes: "
+        + ", ".join(f"{k} {v:.2f}x" for k, v in scaling.items())
+        + f" (goal >= 1.7x). Per process, hashed: {one:,.0f} rows/s (goal: >= the earlier "
+        f"Criteo parser's 166k). Extrapolated, not measured: a Terabyte day ({day / 1e6:.0f}M "
+        f"rows, hashed) takes {day / one / 3600:.2f} h in one process, "
         f"{day / (one * 16) / 60:.0f} min on a 16-core node if it scaled linearly\n\n"
     )
-    return head + table(["path", "processes", "rows/s"], results)
+    return head + table(["ids", "path", "processes", "rows/s", "rows/s per process"], results)
 
 
 def collisions(seed: int = 0) -> str:
@@ -263,7 +268,7 @@ def collisions(seed: int = 0) -> str:
     frequencies). With a vocabulary every kept value has a row of its own (0 by construction:
     checked here on the ids the vocabulary gives)."""
     from recsys.config_registry import KAGGLE_ROWS
-    from recsys.data import vocab
+    from recsys.data.encode import Vocabulary
 
     rng = np.random.default_rng(seed)
     rows, shares = [], []
@@ -273,7 +278,7 @@ def collisions(seed: int = 0) -> str:
         weight = rng.permutation(weight / weight.sum())
         bucket = (hashes % n).astype(np.int64)
         shared = np.bincount(bucket, minlength=n)[bucket] > 1
-        ids = vocab.Vocab(hashes.astype(np.uint32)).ids(hashes.astype(np.uint32))
+        ids = Vocabulary(hashes).ids(hashes, np.zeros(len(hashes), bool))
         vocab_shared = len(ids) - len(np.unique(ids))
         shares.append((shared.mean(), weight[shared].sum()))
         rows.append(

@@ -46,7 +46,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--chunk-mb", type=float, default=CHUNK_MB,
         help="a task's share of a file: row groups or a byte range of about this size",
     )  # fmt: skip
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--no-progress", action="store_true",
+        help="no progress bars (there are none when the output is not a terminal)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         meta = prepare(
             schema, args.inputs, args.out, workers=args.workers, address=args.address,
             object_store_mb=args.object_store_mb, chunk_mb=args.chunk_mb,
-            overwrite=args.overwrite, progress=not args.no_progress,
+            overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
             log=lambda s: print(s, file=sys.stderr),
         )  # fmt: skip
     except (DataError, ConfigError) as e:

@@ -38,6 +38,7 @@ overrides:
   train.steps: 24
   train.batch_size: 128
   train.checkpoint_every: 24
+  train.eval_every: 24
   train.log_every: 24
   optim.lr: 0.05
   optim.embedding_lr: 0.1
@@ -84,7 +85,7 @@ def test_log_of_ids_only_prepares_sweeps_exports_and_scores_raw_rows(tmp_path):
             "format": "parquet", "labels": ["click"], "dense": {},
             "split": {"by": "hash", "val_fraction": 0.15, "test_fraction": 0.15},
             "sparse": {c: {} for c in IDS},
-        })  # fmt: skip
+        }, sort_keys=False)  # fmt: skip
     )
     prepared = str(tmp_path / "prepared")
     meta = prepare(DatasetSchema.load(str(schema_file)), [str(tmp_path / "raw")], prepared,
