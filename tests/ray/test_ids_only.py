@@ -80,13 +80,12 @@ def test_log_of_ids_only_prepares_sweeps_exports_and_scores_raw_rows(tmp_path):
     os.makedirs(tmp_path / "raw")
     log = write_log(str(tmp_path / "raw" / "log.parquet"))
     schema_file = tmp_path / "ids.yaml"
-    schema_file.write_text(
-        yaml.safe_dump({
-            "format": "parquet", "labels": ["click"], "dense": {},
-            "split": {"by": "hash", "val_fraction": 0.15, "test_fraction": 0.15},
-            "sparse": {c: {} for c in IDS},
-        }, sort_keys=False)  # fmt: skip
-    )
+    schema = {
+        "format": "parquet", "labels": ["click"], "dense": {},
+        "split": {"by": "hash", "val_fraction": 0.15, "test_fraction": 0.15},
+        "sparse": {c: {} for c in IDS},
+    }  # fmt: skip
+    schema_file.write_text(yaml.safe_dump(schema, sort_keys=False))
     prepared = str(tmp_path / "prepared")
     meta = prepare(DatasetSchema.load(str(schema_file)), [str(tmp_path / "raw")], prepared,
                    workers=0, log=lambda s: None)  # fmt: skip

@@ -103,3 +103,20 @@ def test_a_staging_folder_without_room_is_refused_naming_it(tmp_path):
     check_space(str(tmp_path / "staging"), 1024)  # made, and room enough
     with pytest.raises(CheckpointError, match=r"train.checkpoint_staging=.*staging: .* GiB free"):
         check_space(str(tmp_path / "staging"), 1 << 60)
+
+
+def test_a_sweep_whose_metric_the_data_cannot_give_stops_before_launch(tmp_path):
+    import numpy as np
+
+    from tests.unit.test_space import metric_space, prepared_log
+
+    click = (np.random.default_rng(0).random(1000) < 0.3).astype(np.int8)
+    click[600:800] = 0  # the validation rows (split by order)
+    folder = prepared_log(tmp_path, {"click": click})
+    db = tmp_path / "mlflow.db"
+    r = cli("sweep.py", "--space", metric_space(tmp_path, "val_auc"), "--data", folder,
+            "--storage", str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{db}")  # fmt: skip
+    assert r.returncode != 0, r.stderr
+    assert (f"val_auc cannot be computed: the validation split of {folder} has 200 rows, all "
+            "with click=0 (meta.json label_counts)") in r.stderr  # fmt: skip
+    assert not (tmp_path / "runs").exists() and not db.exists()  # nothing started
