@@ -36,11 +36,14 @@ def connect(
     num_cpus: int | None = None,
     log_to_driver: bool = True,
     object_store_memory: int | None = None,
+    dashboard: bool = True,
 ) -> dict[str, Any]:
     """``ray.init`` an existing cluster (``address``) or a new local one; returns its resources.
 
     The dashboard, when installed, binds to 127.0.0.1 (pass ``RAY_DASHBOARD_HOST`` to change).
     ``object_store_memory``: the local object store's cap in MiB (a cluster keeps its own).
+    ``dashboard=False``: a local Ray without the dashboard and its State API (preparation, which
+    runs plain tasks, saves its processes' memory; Ray Train needs them).
 
     A local Ray is always a new one of this process (``address="local"``), and every process of it
     is told its own dashboard (``RAY_API_SERVER_ADDRESS``): Ray's State API, which Ray Train's
@@ -63,11 +66,15 @@ def connect(
             ray.init(address=address, **kwargs)
         else:
             mb = object_store_memory
+            kwargs["object_store_memory"] = mb * 2**20 if mb else None
+            if not dashboard:
+                del kwargs["dashboard_host"]
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+                return ray.cluster_resources()
             port = _free_port(host)
             api = f"http://{_url_host(host)}:{port}"
             kwargs["runtime_env"]["env_vars"][API_ENV] = api
-            ray.init(address="local", num_cpus=num_cpus, dashboard_port=port,
-                     object_store_memory=mb * 2**20 if mb else None, **kwargs)  # fmt: skip
+            ray.init(address="local", num_cpus=num_cpus, dashboard_port=port, **kwargs)
             os.environ[API_ENV] = os.environ[OURS_ENV] = api  # this process's own State API calls
     return ray.cluster_resources()
 

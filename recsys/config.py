@@ -281,7 +281,14 @@ def model_tables(model: ModelConfig, emb: EmbeddingConfig, num_tasks: int) -> Em
 
 @dataclass
 class TaskConfig:
-    """One prediction head: its label column in the data and its weight in the total loss."""
+    """One prediction head: its label column in the data and its weight in the total loss.
+
+    Attributes:
+        name: the task's name (a prepared data set's label column); with several tasks its
+            metrics are reported as ``val_auc/<name>``, ...
+        label_column: the position of its label among the data's labels.
+        weight: its weight in the total loss (``loss.task_weights`` sets it by name).
+    """
 
     name: str = "click"
     label_column: int = 0
@@ -375,6 +382,8 @@ class DataConfig:
             ``fraction``: the rows in file order are cut into train / val / test by
             ``val_fraction`` and ``test_fraction``; ``files``: the last day is test, the one
             before it validation (Terabyte: day 23 test, day 22 validation).
+        val_fraction / test_fraction: ``split: fraction``: the shares of the rows (the last
+            ones, in file order) that are validation and test.
         shuffle: reshuffle each worker's training rows every epoch (seeded); off keeps time order.
         synthetic: generator options when ``source`` is ``synthetic``.
         prefetch: training batches made ahead of the step in a background thread (0: on the
@@ -425,6 +434,8 @@ class OptimConfig:
         decay_start_step / decay_steps: polynomial decay (power ``decay_power``) to
             ``end_lr_factor * peak`` over ``decay_steps`` steps, as the DLRM reference's
             ``LRPolicyScheduler``. ``decay_steps = 0`` keeps the peak.
+        decay_power: the decay's exponent.
+        end_lr_factor: the final learning rate as a share of the peak.
         weight_decay: dense weight decay.
     """
 
@@ -561,7 +572,11 @@ class ShardingConfig:
 
 @dataclass
 class ExperimentConfig:
-    """One trial's whole configuration: a composition of the per-concern configs."""
+    """One trial's whole configuration: a composition of the per-concern configs.
+
+    Attributes:
+        name: the experiment's name; ``recsys-train`` names its run after it (unless ``--name``).
+    """
 
     name: str = "default"
     data: DataConfig = field(default_factory=DataConfig)

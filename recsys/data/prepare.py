@@ -106,7 +106,7 @@ class Executor:
 
             self.started = not ray.is_initialized()
             connect(address, num_cpus=None if address else workers, log_to_driver=False,
-                    object_store_memory=object_store_mb)  # fmt: skip
+                    object_store_memory=object_store_mb, dashboard=False)  # fmt: skip
 
     def close(self) -> None:
         if self.started:
