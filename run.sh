@@ -3,6 +3,7 @@
 #
 #   ./run.sh sweep [sweep.py args]   set up, then run the default sweep (local Ray, local MLflow)
 #   ./run.sh test  [pytest args]     set up, then lint, type-check and run the test suite
+#   ./run.sh train [train.py args]   set up, then train one configuration (the debug experiment)
 #   ./run.sh setup                   only set up the environment (.venv)
 #   ./run.sh gpu-check [item ...]    on a GPU host: set up the CUDA stack, run the GPU-only checks
 #   ./run.sh test-compat 2.11 [pytest args]  the suite on another supported torch (recsys/stack.py),

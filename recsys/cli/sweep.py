@@ -42,7 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "on CPU the node's memory over its workers)",
     )  # fmt: skip
     p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
-    p.add_argument("--data", help="override data.paths (a Criteo file or preprocessed folder)")
+    p.add_argument(
+        "--data", help="a prepared folder (recsys-preprocess) or TorchRec's Criteo folder: "
+        "replaces data.paths; features, tables and tasks follow it",
+    )  # fmt: skip
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument(
         "--storage", default="runs", help="checkpoints and Tune state; shared on a cluster"
