@@ -7,7 +7,7 @@ BENCHMARKS.md with the machine, versions, date and command.
     .venv/bin/python -m benchmarks data                # reader samples/s vs the training step
     .venv/bin/python -m benchmarks scale memory        # worker memory, 2 vs 8 Terabyte-shaped days
     .venv/bin/python -m benchmarks scale big --gib 32  # a folder larger than RAM (deleted after)
-    .venv/bin/python -m benchmarks scale preprocess    # rows/s: reference, 1 process, Ray 1 and 2
+    .venv/bin/python -m benchmarks scale preprocess    # Criteo text: rows/s, 0 / 1 / 2 workers
     .venv/bin/python -m benchmarks scale collisions    # hash mod rows vs vocabularies (Kaggle)
     .venv/bin/python -m benchmarks sweeps              # time to a FIFO sweep's best: ASHA, Optuna
     .venv/bin/python -m benchmarks store               # MLflow rows and bytes per trial-step
@@ -46,13 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o.add_argument("--trials", type=int, default=3)
     o.add_argument("--steps", type=int, default=100)
     q = sub.add_parser("qr", help="QR memory / accuracy trade-off")
-    q.add_argument("--data", help="a Criteo TSV or preprocessed folder (default: synthetic)")
+    q.add_argument("--data", help="a prepared Criteo folder (default: synthetic)")
     q.add_argument("--steps", type=int, default=300)
     q.add_argument("--collisions", nargs="+", type=int, default=[2, 4, 8, 16])
     q.add_argument("--ops", nargs="+", default=["mult", "add", "concat"])
     d = sub.add_parser("data", help="reader samples/s vs the training step")
     d.add_argument("--rows", type=int, default=200_000)
-    d.add_argument("--file", help="a Criteo TSV to read instead of generated rows")
+    d.add_argument("--file", help="a Criteo text file to prepare instead of generated rows")
     w = sub.add_parser("sweeps", help="sweep efficiency against a random FIFO sweep")
     w.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     w.add_argument("--trials", type=int, default=16)

@@ -99,3 +99,37 @@ def test_the_example_experiment_loads():
     assert cfg.data.source == "prepared"
     assert cfg.data.paths == ["data/clicklogs"]
     assert cfg.model.arch == "dlrm"
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    """Links between README.md, docs/ and BENCHMARKS.md point at files (and headings) that
+    exist."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", root / "BENCHMARKS.md", *sorted((root / "docs").glob("*.md"))]
+    bad = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                bad.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
+                bad.append(f"{page.name}: {target} (no such heading)")
+    assert not bad, "\n".join(bad)
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    import re
+
+    out = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
