@@ -33,6 +33,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from recsys.configlib import _optional_inner
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
 COMMAND = "python -m recsys.reference > docs/configuration.md"
@@ -228,14 +230,6 @@ class Section:
     keys: list[str]  # where it sits: "" (the root), "data.synthetic", "sharding.tables.<table>"
     notes: list[str] = field(default_factory=list)  # the parents' descriptions of it
     rows: list[Row] = field(default_factory=list)
-
-
-def _optional_inner(tp: Any) -> Any:
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(inner) == 1:
-            return inner[0]
-    return tp
 
 
 def _is_dataclass_type(tp: Any) -> bool:
