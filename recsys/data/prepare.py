@@ -37,7 +37,6 @@ import functools
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,7 +49,6 @@ from recsys.data.encode import (
     SPLIT_NAMES,
     BatchStats,
     Codes,
-    Encoded,
     Fitted,
     SplitPlan,
     Vocabulary,
@@ -65,6 +63,7 @@ from recsys.data.encode import (
 from recsys.data.errors import DataError
 from recsys.data.meta import FORMAT, META
 from recsys.data.schema import DatasetSchema
+from recsys.data.shards import ShardWriter
 from recsys.data.sources import (
     BadLine,
     Inspection,
@@ -79,132 +78,10 @@ from recsys.data.sources import (
     read_piece,
     with_rows,
 )
+from recsys.data.tasks import Executor, tree_merge
 
 HIST_BINS = 1 << 16
-HEADER_BYTES = 256  # fixed npy header length, so the row count can be written at the end
 CHUNK_MB = 64.0
-
-
-# ---------------------------------------------------------------------------------------------
-# Running tasks: in this process, or as Ray tasks
-
-
-class Executor:
-    """Runs a function over many argument tuples in this process (``workers=0``) or as Ray
-    tasks (one CPU each). The first failing call in input order raises, as it would in a loop:
-    later calls are cancelled, a ``DataError`` comes back as it was raised."""
-
-    def __init__(self, workers: int | None, address: str | None, object_store_mb: int | None,
-                 progress: bool) -> None:  # fmt: skip
-        self.local = workers == 0 and address is None
-        self.progress = progress
-        self.started = False
-        if not self.local:
-            import ray
-
-            from recsys.cluster import connect
-
-            self.started = not ray.is_initialized()
-            connect(address, num_cpus=None if address else workers, log_to_driver=False,
-                    object_store_memory=object_store_mb, dashboard=False)  # fmt: skip
-
-    def close(self) -> None:
-        if self.started:
-            import ray
-
-            ray.shutdown()
-
-    def put(self, obj: Any) -> Any:
-        """``obj`` for the tasks: stored once in Ray's object store (read without copies)."""
-        if self.local:
-            return obj
-        import ray
-
-        return ray.put(obj)
-
-    def map(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], what: str) -> list[Any]:
-        """``[fn(*args) for args in calls]``, with a progress bar of tasks done."""
-        return [r[0] for r in self._run(fn, calls, what, split=False)]
-
-    def map_keep(
-        self, fn: Callable[..., tuple[Any, Any]], calls: list[tuple[Any, ...]], what: str
-    ) -> list[tuple[Any, Any]]:
-        """As ``map`` for a ``fn`` returning ``(large, small)``: the small results come back,
-        the large ones stay where the tasks left them (Ray: object references, which later
-        tasks take as arguments; the driver never holds them all)."""
-        return self._run(fn, calls, what, split=True)
-
-    def get(self, obj: Any) -> Any:
-        if self.local:
-            return obj
-        import ray
-
-        return ray.get(obj)
-
-    def _run(
-        self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], what: str, split: bool
-    ) -> list[tuple[Any, Any]]:
-        from tqdm import tqdm
-
-        with tqdm(total=len(calls), desc=what, unit="piece", disable=not self.progress,
-                  file=sys.stderr, leave=False) as bar:  # fmt: skip
-            if self.local:
-                out = []
-                for args in calls:
-                    r = fn(*args)
-                    out.append(r if split else (r, None))
-                    bar.update(1)
-                return out
-            return self._gather(fn, calls, bar, split)
-
-    def _gather(
-        self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], bar: Any, split: bool
-    ) -> list[tuple[Any, Any]]:
-        import ray
-
-        remote = ray.remote(num_cpus=1, max_retries=0, num_returns=2 if split else 1)(fn)
-        started = [remote.remote(*args) for args in calls]
-        refs = [r[1] if split else r for r in started]  # waited on and fetched
-        index = {ref: i for i, ref in enumerate(refs)}
-        results: dict[int, Any] = {}
-        pending, failed, error = list(refs), len(refs), None
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                i = index[ref]
-                try:
-                    results[i] = ray.get(ref)
-                    bar.update(1)
-                except ray.exceptions.RayTaskError as e:
-                    if i < failed:  # an earlier piece's error wins: cancel everything after it
-                        failed, error = i, e.cause if isinstance(e.cause, DataError) else e
-                        for later in [r for r in pending if index[r] > i]:
-                            ray.cancel(later)
-                        pending = [r for r in pending if index[r] < i]
-        if error is not None:
-            raise error
-        if split:
-            return [(started[i][0], results[i]) for i in range(len(refs))]
-        return [(results[i], None) for i in range(len(refs))]
-
-
-def tree_merge(ex: Executor, items: list[Any], merge: Callable[[Any, Any], Any]) -> Any:
-    """``items`` (values or object references) merged pairwise by a tree of merge tasks
-    (``merge`` is associative); the result is fetched."""
-    level = items
-    while len(level) > 1:
-        pairs = [(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        merged = [big for big, _ in ex.map_keep(_with_nothing(merge), pairs, "merge")]
-        level = merged + ([level[-1]] if len(level) % 2 else [])
-    return ex.get(level[0])
-
-
-def _with_nothing(fn: Callable[..., Any]) -> Callable[..., tuple[Any, None]]:
-    def run(*args: Any) -> tuple[Any, None]:
-        return fn(*args), None
-
-    run.__name__ = getattr(fn, "__name__", "merge")
-    return run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,15 +227,6 @@ def needs_fit(schema: DatasetSchema) -> bool:
     return vocab or any(c.transform == "standardize" for c in schema.dense.values())
 
 
-@dataclass
-class Shard:
-    """A piece's part of one split: its file stem (``part-<k>``), rows and ids per feature."""
-
-    name: str
-    rows: int
-    ids: dict[str, int]
-
-
 def write_piece(
     piece: Piece, fitted: Fitted, folder: str, dropped: np.ndarray | None
 ) -> dict[str, Any]:
@@ -388,92 +256,6 @@ def write_piece(
     shards = {SPLIT_NAMES[s]: w.close(piece.name) for s, w in writers.items()}
     fit = PieceFit(BatchStats.merge_all(parts), skips) if dropped is None else None
     return {"shards": shards, "truncated": truncated, "fit": fit}
-
-
-# ---------------------------------------------------------------------------------------------
-# Writing shards
-
-
-def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """A version-1.0 npy header padded to ``HEADER_BYTES`` (the same length for any shape)."""
-    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    text = repr(d).encode("latin1")
-    pad = HEADER_BYTES - 10 - len(text) - 1
-    if pad < 0:
-        raise ValueError(f"npy header for {shape} longer than {HEADER_BYTES} bytes")
-    body = text + b" " * pad + b"\n"
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
-
-
-class NpyAppender:
-    """An npy file written in pieces: rows are appended, the shape written on ``close``."""
-
-    def __init__(self, path: str, dtype: str, width: int | None) -> None:
-        self.path, self.dtype, self.width = path, np.dtype(dtype), width
-        self.rows = 0
-        self.f = open(path, "wb")  # noqa: SIM115 (closed in close)
-        self.f.write(b"\0" * HEADER_BYTES)
-
-    def append(self, array: np.ndarray) -> None:
-        self.f.write(np.ascontiguousarray(array, dtype=self.dtype).tobytes())
-        self.rows += len(array)
-
-    def close(self) -> None:
-        shape = (self.rows,) if self.width is None else (self.rows, self.width)
-        self.f.seek(0)
-        self.f.write(npy_header(self.dtype, shape))
-        self.f.close()
-
-
-def shard_files(schema: DatasetSchema) -> dict[str, tuple[str, int | None]]:
-    """A shard's files by suffix, with dtype and width (``None``: one-dimensional): ``dense``
-    ``[N, I]``, ``labels`` ``[N, L]``, ``ids`` ``[N, F1]`` (the one-hot features, in schema
-    order), and per multi-hot feature ``j`` (its place among all sparse features)
-    ``list_{j}.values`` ``[nnz]`` and ``list_{j}.offsets`` ``[N + 1]``."""
-    one_hot = [n for n, c in schema.sparse.items() if not c.multi_hot]
-    out: dict[str, tuple[str, int | None]] = {
-        "dense": ("<f4", len(schema.dense)),
-        "labels": ("i1", len(schema.labels)),
-        "ids": ("<u4", len(one_hot)),
-    }
-    for j, spec in enumerate(schema.sparse.values()):
-        if spec.multi_hot:
-            out[f"list_{j}.values"] = ("<u4", None)
-            out[f"list_{j}.offsets"] = ("<i8", None)
-    return out
-
-
-class ShardWriter:
-    """Appends encoded rows to one shard (``<stem>.<suffix>.npy`` files)."""
-
-    def __init__(self, stem: str, schema: DatasetSchema) -> None:
-        self.schema = schema
-        self.files = {k: NpyAppender(f"{stem}.{k}.npy", dt, w)
-                      for k, (dt, w) in shard_files(schema).items()}  # fmt: skip
-        self.ends = {j: 0 for j, c in enumerate(schema.sparse.values()) if c.multi_hot}
-        for j in self.ends:
-            self.files[f"list_{j}.offsets"].append(np.zeros(1, np.int64))
-
-    def append(self, enc: Encoded) -> None:
-        assert enc.labels is not None
-        self.files["dense"].append(enc.dense)
-        self.files["labels"].append(enc.labels)
-        one_hot = [enc.ids[n] for n, c in self.schema.sparse.items() if not c.multi_hot]
-        self.files["ids"].append(np.stack(one_hot, 1) if one_hot else np.zeros((len(enc), 0)))
-        for j, name in enumerate(self.schema.sparse):
-            lens = enc.lengths[name]
-            if lens is None:
-                continue
-            self.files[f"list_{j}.values"].append(enc.ids[name])
-            self.files[f"list_{j}.offsets"].append(self.ends[j] + np.cumsum(lens))
-            self.ends[j] += int(lens.sum())
-
-    def close(self, name: str) -> dict[str, Any]:
-        for f in self.files.values():
-            f.close()
-        rows = self.files["dense"].rows
-        ids = {n: self.ends.get(j, rows) for j, n in enumerate(self.schema.sparse)}
-        return {"name": name, "rows": rows, "ids": ids}
 
 
 # ---------------------------------------------------------------------------------------------
