@@ -126,17 +126,30 @@ def postgres() -> Iterator[Postgres]:
         pg.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def tracking_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Where a test's sweep tracks: a fresh SQLite file, or a real tracking server (``mlflow
-    server`` over a fresh PostgreSQL database, artifacts served from the test's folder)."""
+def _tracking(request: pytest.FixtureRequest, folder: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'mlflow.db'}"
+        yield f"sqlite:///{folder / 'mlflow.db'}"
         return
     pg: Postgres = request.getfixturevalue("postgres")
     store = pg.database(f"t{next(_databases)}")
-    server = servers.MlflowServer(store, tmp_path / "artifacts").start()
+    server = servers.MlflowServer(store, folder / "artifacts").start()
     try:
         yield server.uri
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def tracking_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Where a test's sweep tracks: a fresh SQLite file, or a real tracking server (``mlflow
+    server`` over a fresh PostgreSQL database, artifacts served from the test's folder)."""
+    yield from _tracking(request, tmp_path)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_tracking_uri(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``tracking_uri`` for a whole module: one sweep tracked, read back by several tests (pytest
+    runs the module's tests of one backend, then of the other)."""
+    yield from _tracking(request, tmp_path_factory.mktemp("tracking"))

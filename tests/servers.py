@@ -4,7 +4,8 @@ one of its databases, with a local artifact root served by the server (``mlflow-
 Used by the tests' ``postgresql`` tracking backend (``tests/conftest.py``) and by the soak
 benchmark, which also takes the server down and brings it back. PostgreSQL refuses to run as root:
 as root its programs run as the ``postgres`` user of Debian's package, in a folder of their own.
-``./run.sh test`` installs Debian's ``postgresql`` where it can (``scripts/test_services.sh``).
+``./run.sh test`` installs Debian's ``postgresql`` where it can (``scripts/test_services.sh``),
+unless ``RECSYS_NO_APT=1``; without it the tests that need it are skipped, saying why.
 """
 
 from __future__ import annotations
@@ -50,8 +51,14 @@ def _version(path: str) -> int:
 def missing() -> str | None:
     """Why a PostgreSQL-backed server cannot be had here, or None when it can."""
     if pg_bin() is None:
+        where = "no initdb on PATH or in /usr/lib/postgresql/*/bin"
+        if os.environ.get("RECSYS_NO_APT") == "1":
+            return (
+                f"PostgreSQL not found ({where}) and RECSYS_NO_APT=1 kept ./run.sh test from "
+                "installing it: unset RECSYS_NO_APT, or install Debian's postgresql, to run this"
+            )
         return (
-            "PostgreSQL not found (no initdb on PATH or in /usr/lib/postgresql/*/bin); "
+            f"PostgreSQL not found ({where}); "
             "./run.sh test installs Debian's postgresql where apt-get can run (as root)"
         )
     if os.geteuid() == 0:

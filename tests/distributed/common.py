@@ -1,10 +1,16 @@
-"""Configs and helpers shared by the multi-process tests (importable by spawned ranks)."""
+"""Configs, rank functions and checks shared by the multi-process tests (importable by spawned
+ranks): the CPU tests in this folder (gloo) and the GPU tests in ``tests/gpu`` (NCCL) run the same
+rank functions and the same assertions. A test file never imports another test file."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+import torch
+
 from recsys.config import ExperimentConfig
+from tests.distributed.harness import run_ranks
 
 
 def tiny_config(**overrides: Any) -> ExperimentConfig:
@@ -39,7 +45,6 @@ def tiny_config(**overrides: Any) -> ExperimentConfig:
 
 def copy_full_into_sharded(local: dict, full: dict) -> None:
     """Copy full (unsharded) tensors into a sharded state dict's local shards, in place."""
-    import torch
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
     with torch.no_grad():
@@ -78,3 +83,303 @@ def own_data_config(folder):
         }
     )
     return resolve(cfg)
+
+
+# --- the sharded model equals the unsharded one (test_sharded_equivalence.py, tests/gpu) ---
+
+EQUIVALENCE_STEPS = 5
+
+
+def global_batches(cfg, steps):
+    """The batches rank 0 and rank 1 see at each step, concatenated = the global batch."""
+    from recsys.data import TrainStream, load_splits
+
+    splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
+    streams = [
+        TrainStream(
+            splits.train,
+            rank=r,
+            world_size=2,
+            batch_size=cfg.train.batch_size,
+            layout=cfg.embeddings.layout(),
+            seed=cfg.train.seed,
+            shuffle=True,
+        )
+        for r in range(2)
+    ]
+    return [[next(s) for s in streams] for _ in range(steps)]
+
+
+def concat_batches(parts):
+    from torchrec.datasets.utils import Batch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    kjts = [p.sparse_features for p in parts]
+    keys = kjts[0].keys()
+    values, lengths = [], []
+    for k in keys:
+        for kjt in kjts:
+            values.append(kjt[k].values())
+    for i, _ in enumerate(keys):
+        for kjt in kjts:
+            lengths.append(kjt.lengths().view(len(keys), -1)[i])
+    kjt = KeyedJaggedTensor(
+        keys=keys,
+        values=torch.cat(values),
+        lengths=torch.cat(lengths),
+        stride=sum(k.stride() for k in kjts),
+    )
+    return Batch(
+        torch.cat([p.dense_features for p in parts]), kjt, torch.cat([p.labels for p in parts])
+    )
+
+
+def unsharded_reference(cfg):
+    from recsys.models import DLRM, ModelAndLoss
+
+    torch.manual_seed(cfg.train.seed)
+    model = ModelAndLoss(DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks)), cfg.loss)
+    tables = [p for n, p in model.named_parameters() if "embedding_bags" in n]
+    dense = [p for n, p in model.named_parameters() if "embedding_bags" not in n]
+    opts = [
+        torch.optim.Adagrad(tables, lr=cfg.optim.embedding_lr, eps=cfg.optim.eps),
+        torch.optim.Adagrad(dense, lr=cfg.optim.lr, eps=cfg.optim.eps),
+    ]
+    return model, opts
+
+
+def without_dense(batch):
+    """``batch`` with its dense features dropped, ``[B, 0]``: what the loader gives for data
+    without dense columns (the synthetic data always has some)."""
+    from torchrec.datasets.utils import Batch
+
+    return Batch(batch.dense_features[:, :0], batch.sparse_features, batch.labels)
+
+
+def equivalence_rank(rank, world, pipeline, use_gpu=False, dense=True):
+    """One rank of the comparison; ``use_gpu``: NCCL, ``cuda:rank``, and the smallest table
+    row-wise (CUDA-only sharding) beside the table-wise and column-wise ones; ``dense=False``: a
+    model without dense features (``model.num_dense=0``, no bottom MLP) fed ``[B, 0]`` ones."""
+    from recsys.distributed.debug import describe, gather_table
+    from recsys.distributed.env import current
+    from recsys.train.build import build
+    from recsys.train.stepper import Stepper
+
+    data_cfg = cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
+    if not dense:
+        cfg = cfg.with_overrides({"model.num_dense": 0})
+    if use_gpu:
+        row_wise = {"sharding_types": ["row_wise"]}
+        tables = {**table_overrides(cfg), "t_cat_0": row_wise}
+        cfg = cfg.with_overrides({"sharding.tables": tables})
+    env = current(use_gpu=use_gpu)
+    ref, ref_opts = unsharded_reference(cfg)
+    built = build(cfg, env)
+    dmp, optimizer, summary = built.model, built.optimizer, built.plan
+    copy_full_into_sharded(dmp.state_dict(), ref.state_dict())
+    # the pipeline reads two batches ahead
+    batches = global_batches(data_cfg, EQUIVALENCE_STEPS + 3)
+    if not dense:
+        batches = [[without_dense(b) for b in step] for step in batches]
+    mine = [b[rank].to(env.device) for b in batches]
+
+    out = {"plan": summary["tables"], "sharded": [], "reference": []}
+    out["bottom_mlp"] = [n for n in dmp.state_dict() if "dense_arch" in n]
+    # the debug helper reassembles a column-wise table on rank 0
+    full = gather_table(dmp, "t_cat_3")
+    name = "model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_3.weight"
+    out["gathered"] = (full, ref.state_dict()[name].clone()) if rank == 0 else None
+    out["described"] = describe(dmp)
+    with torch.no_grad():
+        _, local = dmp(mine[0])
+        _, full = ref(concat_batches(batches[0]))
+    out["forward"] = (local["logits"].cpu(), full["logits"][rank * 32 : (rank + 1) * 32])
+    stepper = Stepper(dmp, optimizer, env.device, pipeline)
+    train_both(stepper, ref, ref_opts, mine, batches, rank, out)
+    if pipeline:
+        out["pipelined"] = [type(m).__name__ for m in stepper.pipeline._pipelined_modules]
+    return out
+
+
+def train_both(stepper, ref, ref_opts, mine, batches, rank, out):
+    """``EQUIVALENCE_STEPS`` steps of the sharded model (this rank's batches) and of the reference
+    (the global batches): both losses per step into ``out``, then both forwards on the next
+    batch."""
+    stream = iter(mine)
+    for step in range(EQUIVALENCE_STEPS):
+        out["sharded"].append(stepper(stream)["loss"].item())
+        for o in ref_opts:
+            o.zero_grad()
+        ref_loss, _ = ref(concat_batches(batches[step]))
+        ref_loss.backward()
+        for o in ref_opts:
+            o.step()
+        out["reference"].append(ref_loss.item())
+    b = mine[EQUIVALENCE_STEPS].dense_features.shape[0]
+    with torch.no_grad(), stepper.plain_model() as plain:
+        _, local = plain(mine[EQUIVALENCE_STEPS])
+        _, full = ref(concat_batches(batches[EQUIVALENCE_STEPS]))
+    out["after"] = (local["logits"].cpu(), full["logits"][rank * b : (rank + 1) * b])
+
+
+def table_overrides(cfg):
+    return {k: {"sharding_types": v.sharding_types, "min_partition": v.min_partition}
+            for k, v in cfg.sharding.tables.items()}  # fmt: skip
+
+
+def check_against_unsharded(results, pipeline, atol, row_wise=False):
+    """The assertions on ``equivalence_rank``'s results (2 gloo ranks here, 2 NCCL ranks in
+    ``tests/gpu``)."""
+    if pipeline:  # the collection (QR tables included) is pipelined: input dist overlaps compute
+        assert results[0]["pipelined"] == ["ShardedEmbeddingBagCollection"], results[0]
+    plan = results[0]["plan"]
+    kinds = {t: p["sharding_type"] for t, p in plan.items()}
+    tw_ranks = {p["ranks"][0] for p in plan.values() if p["sharding_type"] == "table_wise"}
+    assert tw_ranks == {0, 1}, plan
+    if row_wise:
+        assert kinds["t_cat_0"] == "row_wise" and sorted(plan["t_cat_0"]["ranks"]) == [0, 1]
+    assert kinds["t_cat_3"] == "column_wise" and sorted(plan["t_cat_3"]["ranks"]) == [0, 1], plan
+    assert {"t_cat_4_q", "t_cat_4_r"} <= set(plan)  # the QR tables are sharded like any other
+    torch.testing.assert_close(*results[0]["gathered"], atol=0, rtol=0)
+    held = [d for r in results for d in r["described"] if d["name"].endswith("t_cat_3.weight")]
+    assert sorted(s["offsets"][1] for d in held for s in d["local_shards"]) == [0, 8]
+    for r in results:
+        torch.testing.assert_close(*r["forward"], atol=atol, rtol=0)
+        torch.testing.assert_close(*r["after"], atol=atol, rtol=0)
+    # the global loss is the mean of the two ranks' local losses
+    for step in range(EQUIVALENCE_STEPS):
+        sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
+        assert abs(sharded - results[0]["reference"][step]) < atol
+    assert results[0]["reference"][-1] < results[0]["reference"][0]
+
+
+# --- resume is exact (test_resume.py, tests/gpu) ---
+
+RESUME_STEPS = 6  # checkpoint and validation every RESUME_STEPS; 2 x RESUME_STEPS in all
+
+OPTIMIZERS = {
+    "adagrad": {},  # row-wise Adagrad on the tables, Adagrad on the rest (the defaults)
+    "adam": {"optim.dense_optimizer": "adam"},  # FBGEMM's CPU kernels have no embedding Adam
+    "sgd": {"optim.embedding_optimizer": "exact_sgd", "optim.dense_optimizer": "sgd"},
+    # FBGEMM's fused Adam on the tables (its step counter restored by set_optimizer_step): GPU only
+    "embedding_adam": {"optim.embedding_optimizer": "adam", "optim.dense_optimizer": "adam"},
+}
+
+
+def resume_rank(
+    rank, world, root, steps, pipeline="off", use_gpu=False, dtype="fp32", optim="adagrad",
+    prefetch=2,
+):  # fmt: skip
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    from recsys.distributed.env import current
+    from recsys.train.build import build
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
+
+    cfg = tiny_config(
+        **{
+            "train.steps": steps,
+            "train.checkpoint_every": RESUME_STEPS,
+            "train.eval_every": RESUME_STEPS,
+            "sharding.pipeline": pipeline,
+            "embeddings.dtype": dtype,
+            **OPTIMIZERS[optim],
+            "data.prefetch": prefetch,
+        }
+    )
+    reporter = LocalReporter(root, rank)
+    env = current(use_gpu=use_gpu)
+    metrics = Trainer(cfg, env, reporter, log=lambda s: None).train()
+    folder = reporter.completed()[-1]
+    extra = torch.load(f"{folder}/worker_{rank}.pt", weights_only=True)
+    del extra["torch_rng"]
+    assert ("cuda_rng" in extra) == use_gpu  # a GPU worker saves its device's generator too
+    extra.pop("cuda_rng", None)
+    cost = {k: extra.pop(k) for k in ("wall_s", "worker_s")}  # times differ between runs
+    model = build(cfg, env).model
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    tensors = {
+        k: [s.tensor.cpu() for s in v.local_shards()] if isinstance(v, ShardedTensor) else [v.cpu()]
+        for k, v in state["model"].items()
+    }
+    history = [h for r in reporter.reports for h in r["loss_history"]]
+    return {
+        "metrics": metrics, "extra": extra, "cost": cost, "weights": tensors, "history": history
+    }  # fmt: skip
+
+
+def check_resume_is_exact(
+    tmp_path,
+    pipeline,
+    atol,
+    use_gpu=False,
+    dtype="fp32",
+    backend="gloo",
+    world_size=2,
+    optim="adagrad",
+):
+    """2K steps straight vs K, stop, resume, K more (K = ``RESUME_STEPS``; on gloo here, on NCCL
+    in ``tests/gpu``)."""
+
+    def train(folder, steps):
+        args = (str(tmp_path / folder), steps, pipeline, use_gpu, dtype, optim)
+        return run_ranks(resume_rank, *args, backend=backend, world_size=world_size)
+
+    straight = train("a", 2 * RESUME_STEPS)
+    first = train("b", RESUME_STEPS)
+    resumed = train("b", 2 * RESUME_STEPS)
+    for s, f, r in zip(straight, first, resumed, strict=True):
+        assert s["extra"] == r["extra"] == {**s["extra"], "step": 2 * RESUME_STEPS}
+        # the cost goes on from the checkpoint: samples of every rank, seconds of both attempts
+        assert r["extra"]["samples_seen"] == 2 * RESUME_STEPS * world_size * 32
+        assert r["cost"]["wall_s"] > f["cost"]["wall_s"] > 0
+        assert r["cost"]["worker_s"] == pytest.approx(world_size * r["cost"]["wall_s"])
+        assert r["metrics"]["wall_s"] == r["cost"]["wall_s"]
+        assert s["metrics"]["loss"] == pytest.approx(r["metrics"]["loss"], abs=atol)
+        assert s["metrics"]["val_auc"] == pytest.approx(r["metrics"]["val_auc"], abs=atol)
+        for name, tensor in s["weights"].items():
+            torch.testing.assert_close(tensor, r["weights"][name], atol=atol, rtol=0)
+    # the resumed run reported only the steps after the checkpoint: no step twice
+    assert [step for step, _ in resumed[0]["history"]] == [8, 10, 12]
+    assert [step for step, _ in straight[0]["history"]] == [2, 4, 6, 8, 10, 12]
+
+
+def check_pipeline_equals_plain(tmp_path, atol, use_gpu=False, backend="gloo"):
+    plain, piped = (
+        run_ranks(
+            resume_rank, str(tmp_path / p), RESUME_STEPS, p, use_gpu, backend=backend, world_size=1
+        )[0]
+        for p in ("off", "on")
+    )
+    assert piped["metrics"]["loss"] == pytest.approx(plain["metrics"]["loss"], abs=atol)
+    for name, tensor in plain["weights"].items():
+        torch.testing.assert_close(piped["weights"][name], tensor, atol=atol, rtol=0)
+
+
+# --- export of a trained checkpoint (test_export.py, tests/gpu) ---
+
+INT8_MAX_PROB_DIFF = 0.02  # row-wise INT8 tables: |p_int8 - p_fp32| on every test row
+
+
+def export_rank(rank, world, root, use_gpu=False):
+    from recsys.distributed.env import current
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
+
+    reporter = LocalReporter(root, rank)
+    Trainer(export_config(), current(use_gpu), reporter, log=lambda s: None).train()
+
+
+def export_config():
+    return tiny_config(
+        **{
+            "train.steps": 30,
+            "train.checkpoint_every": 30,
+            "train.eval_every": 30,
+            "embeddings.dims": [8, 16, 8, 16, 16],  # mixed dims, projected for `dot`
+            "sharding.tables": {},
+        }
+    )

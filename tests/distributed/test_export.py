@@ -10,32 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from tests.distributed.common import tiny_config
+from tests.distributed.common import INT8_MAX_PROB_DIFF, export_config, export_rank
 from tests.distributed.harness import run_ranks
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
-INT8_MAX_PROB_DIFF = 0.02  # row-wise INT8 tables: |p_int8 - p_fp32| on every test row
 INT8_MAX_AUC_DELTA = 0.005
-
-
-def _train(rank, world, root, use_gpu=False):
-    from recsys.distributed.env import current
-    from recsys.train.reporting import LocalReporter
-    from recsys.train.trainer import Trainer
-
-    Trainer(cfg(), current(use_gpu), LocalReporter(root, rank), log=lambda s: None).train()
-
-
-def cfg():
-    return tiny_config(
-        **{
-            "train.steps": 30,
-            "train.checkpoint_every": 30,
-            "train.eval_every": 30,
-            "embeddings.dims": [8, 16, 8, 16, 16],  # mixed dims, projected for `dot`
-            "sharding.tables": {},
-        }
-    )
 
 
 def test_export_int8_matches_fp32_and_serves(tmp_path):
@@ -48,8 +27,8 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     from recsys.tune.publish import log_served_model, serving_example
     from recsys.tune.tracking import Tracker
 
-    run_ranks(_train, str(tmp_path / "ckpt"), world_size=2)
-    c = cfg()
+    run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
+    c = export_config()
     assert c.embeddings.qr.applies_to(c.embeddings.num_embeddings[4])
     report = export(c, str(tmp_path / "ckpt" / "step_00000030"), str(tmp_path / "out"), "int8")
     assert report.max_prob_diff < INT8_MAX_PROB_DIFF, report

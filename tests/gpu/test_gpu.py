@@ -13,7 +13,15 @@ import cloudpickle
 import pytest
 import torch
 
-from tests.distributed import test_export, test_resume, test_sharded_equivalence
+from tests.distributed.common import (
+    INT8_MAX_PROB_DIFF,
+    check_against_unsharded,
+    check_pipeline_equals_plain,
+    check_resume_is_exact,
+    equivalence_rank,
+    export_config,
+    export_rank,
+)
 from tests.distributed.harness import run_ranks
 
 pytestmark = [pytest.mark.gpu(gpus=2), pytest.mark.distributed]
@@ -25,23 +33,21 @@ GPU_ATOL = 1e-4
 def test_nccl_sharded_matches_unsharded_row_and_table_wise(pipeline):
     """2 NCCL ranks: row-wise, table-wise, column-wise and QR tables equal the unsharded model,
     through the plain step and through TrainPipelineSparseDist; the debug gather works on NCCL."""
-    results = run_ranks(test_sharded_equivalence._rank_fn, pipeline, True, backend="nccl")
-    test_sharded_equivalence.check_against_unsharded(results, pipeline, GPU_ATOL, row_wise=True)
+    results = run_ranks(equivalence_rank, pipeline, True, backend="nccl")
+    check_against_unsharded(results, pipeline, GPU_ATOL, row_wise=True)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_nccl_resume_is_exact(tmp_path, dtype):
     """Resume through a checkpoint on NCCL (the all-ranks-agree collective, DCP), pipeline on;
     half-precision tables round stochastically with the CUDA generator, saved and restored."""
-    test_resume.check_resume_is_exact(
-        tmp_path, "on", atol=1e-6, use_gpu=True, dtype=dtype, backend="nccl"
-    )
+    check_resume_is_exact(tmp_path, "on", atol=1e-6, use_gpu=True, dtype=dtype, backend="nccl")
 
 
 def test_nccl_resume_is_exact_with_embedding_adam(tmp_path):
     """FBGEMM's fused Adam on the tables: its moments in the checkpoint, its step counter (kept
     outside the optimizer state) restored with ``set_optimizer_step``; dense Adam beside it."""
-    test_resume.check_resume_is_exact(
+    check_resume_is_exact(
         tmp_path, "on", atol=1e-6, use_gpu=True, backend="nccl", optim="embedding_adam"
     )
 
@@ -50,7 +56,7 @@ def test_nccl_resume_is_exact_with_embedding_adam(tmp_path):
 @pytest.mark.parametrize("optim", ["adagrad", "embedding_adam"])
 def test_one_gpu_resume_is_exact(tmp_path, optim):
     """The resume item on one GPU (NCCL with one rank: DCP, the agree collective, CUDA RNG)."""
-    test_resume.check_resume_is_exact(
+    check_resume_is_exact(
         tmp_path, "on", atol=1e-6, use_gpu=True, backend="nccl", world_size=1, optim=optim
     )
 
@@ -58,17 +64,17 @@ def test_one_gpu_resume_is_exact(tmp_path, optim):
 @pytest.mark.gpu(gpus=1)
 def test_one_gpu_pipeline_equals_plain_steps(tmp_path):
     """TrainPipelineSparseDist on CUDA streams trains the same model as plain steps (1 rank)."""
-    test_resume.check_pipeline_equals_plain(tmp_path, GPU_ATOL, use_gpu=True, backend="nccl")
+    check_pipeline_equals_plain(tmp_path, GPU_ATOL, use_gpu=True, backend="nccl")
 
 
 @pytest.mark.gpu(gpus=1)
 def test_export_of_a_one_gpu_checkpoint(tmp_path):
     from recsys.export import export
 
-    run_ranks(test_export._train, str(tmp_path / "ckpt"), True, backend="nccl", world_size=1)
-    report = export(test_export.cfg(), str(tmp_path / "ckpt" / "step_00000030"),
+    run_ranks(export_rank, str(tmp_path / "ckpt"), True, backend="nccl", world_size=1)
+    report = export(export_config(), str(tmp_path / "ckpt" / "step_00000030"),
                     str(tmp_path / "out"), "int8")  # fmt: skip
-    assert report.max_prob_diff < test_export.INT8_MAX_PROB_DIFF, report
+    assert report.max_prob_diff < INT8_MAX_PROB_DIFF, report
 
 
 @pytest.mark.gpu(gpus=1)
@@ -78,7 +84,7 @@ def test_killed_worker_on_one_gpu_restarts_from_last_checkpoint(tmp_path):
 
     from recsys.cluster import connect
     from recsys.train.ray_trainer import Resources
-    from tests.ray.test_trainer import fit_killed_once
+    from tests.helpers import fit_killed_once
 
     connect(None, log_to_driver=False)
     try:
@@ -90,10 +96,10 @@ def test_killed_worker_on_one_gpu_restarts_from_last_checkpoint(tmp_path):
 def test_export_of_a_gpu_trained_checkpoint(tmp_path):
     from recsys.export import export
 
-    run_ranks(test_export._train, str(tmp_path / "ckpt"), True, backend="nccl")
-    report = export(test_export.cfg(), str(tmp_path / "ckpt" / "step_00000030"),
+    run_ranks(export_rank, str(tmp_path / "ckpt"), True, backend="nccl")
+    report = export(export_config(), str(tmp_path / "ckpt" / "step_00000030"),
                     str(tmp_path / "out"), "int8")  # fmt: skip
-    assert report.max_prob_diff < test_export.INT8_MAX_PROB_DIFF, report
+    assert report.max_prob_diff < INT8_MAX_PROB_DIFF, report
 
 
 @pytest.mark.ray
@@ -104,7 +110,7 @@ def test_killed_gpu_worker_restarts_from_last_checkpoint(tmp_path):
 
     from recsys.cluster import connect
     from recsys.train.ray_trainer import Resources
-    from tests.ray.test_trainer import fit_killed_once
+    from tests.helpers import fit_killed_once
 
     connect(None, log_to_driver=False)
     try:

@@ -89,12 +89,16 @@ def test_a_count_that_cannot_fill_nodes_evenly_is_refused_before_launch(two_node
 
 def test_trial_waits_for_one_node_instead_of_splitting_over_two(two_nodes, tmp_path):
     """Other work holds one CPU on each node, so a 3-worker trial could only be split 2 + 1 (Ray's
-    default best-effort PACK does that at once). It is placed on one node once one is free."""
+    default best-effort PACK does that at once). It is placed on one node once one is free.
+
+    Waiting is observed, not assumed from time passing: the trial's request for its 3 workers
+    reaches Ray and Ray reports it cannot place it (4 CPUs are free, but no node has 3), while
+    the fit is still running; only then is one node freed."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from recsys.train.ray_trainer import Resources, make_trainer
-    from tests.ray.test_trainer import config
+    from tests.helpers import trainer_config
 
     @ray.remote(num_cpus=1)
     class Blocker:
@@ -107,15 +111,53 @@ def test_trial_waits_for_one_node_instead_of_splitting_over_two(two_nodes, tmp_p
         for n in nodes
     ]
     assert ray.get([b.node.remote() for b in blockers]) == nodes
-    cfg = config(**{"train.steps": 20, "train.checkpoint_every": 10, "train.eval_every": 20})
-    trainer = make_trainer(cfg, Resources(3, False, 1.0), name="split", storage_path=str(tmp_path))
+    steps = {"train.steps": 20, "train.checkpoint_every": 10, "train.eval_every": 20}
+    trainer = make_trainer(
+        trainer_config(**steps), Resources(3, False, 1.0), name="split", storage_path=str(tmp_path)
+    )
     result: dict = {}
     fit = threading.Thread(target=lambda: result.update(r=trainer.fit()))
     fit.start()
-    time.sleep(15)
-    assert fit.is_alive()  # waiting for a node with 3 free CPUs, not running split 2 + 1
+    waiting = wait_for_unplaceable_workers(3, fit, timeout=180)
+    assert fit.is_alive() and not placed_worker_groups(3), waiting  # not running split 2 + 1
     ray.kill(blockers[1])
     fit.join(timeout=300)
     assert not fit.is_alive() and result["r"].error is None
     assert result["r"].metrics["worker_nodes"] == nodes[1]  # all three workers on the freed node
     ray.kill(blockers[0])
+
+
+def worker_groups(workers: int) -> list[dict]:
+    """Ray's placement groups of ``workers`` one-CPU bundles (a trial's worker group), as
+    ``ray.util.placement_group_table`` gives them."""
+    import ray
+
+    one_cpu = {"CPU": 1.0}
+    return [
+        pg for pg in ray.util.placement_group_table().values()
+        if len(pg["bundles"]) == workers and all(b == one_cpu for b in pg["bundles"].values())
+    ]  # fmt: skip
+
+
+def placed_worker_groups(workers: int) -> list[dict]:
+    return [pg for pg in worker_groups(workers) if pg["state"] == "CREATED"]
+
+
+def wait_for_unplaceable_workers(workers: int, fit: threading.Thread, timeout: float) -> dict:
+    """Until Ray has tried to place a group of ``workers`` one-CPU workers and reported that no
+    node has room (``NO_RESOURCES``, still ``PENDING``); that group. Fails at once if one was
+    placed or the fit ended, and after ``timeout`` seconds if no such request reached Ray."""
+    deadline = time.monotonic() + timeout
+    groups: list[dict] = []
+    while time.monotonic() < deadline:
+        groups = worker_groups(workers)
+        assert not placed_worker_groups(workers), f"placed though no node had room: {groups}"
+        assert fit.is_alive(), "the fit ended before its workers could be placed"
+        for pg in groups:
+            if pg["state"] == "PENDING" and pg["stats"]["scheduling_state"] == "NO_RESOURCES":
+                return pg
+        time.sleep(0.5)
+    raise AssertionError(
+        f"no request for {workers} workers that Ray could not place within {timeout:.0f} s "
+        f"(the trial's start-up too slow, or its request not what this test expects): {groups}"
+    )

@@ -1,14 +1,17 @@
-"""The default space's smoke sweep through the command line (a local Ray of its own): its whole
-console output, and everything read back from MLflow with ``MlflowClient``: the search's trials
-and the smoke variant's baseline (lr) marked as a reference; with a SQLite store and with a
-tracking server over PostgreSQL. A ``recsys-train`` runs beside it
-with a local Ray of its own: neither console shows the other's instance."""
+"""The default space's smoke sweep through the command line (a local Ray of its own), run once per
+tracking backend (a SQLite store, a tracking server over PostgreSQL) with a ``recsys-train``
+beside it (a local Ray of its own), and read back by one test per concern: the sweep's console
+(short, no noise), the training beside it (neither console shows the other's instance), the
+search's runs in MLflow (read with ``MlflowClient``), the smoke variant's baseline (lr) marked as
+a reference, and the MLflow server's REST API listing the runs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -32,26 +35,56 @@ NOISE = [
 ]
 
 
-def test_default_smoke_sweep_console_and_mlflow(tmp_path, tracking_uri):
-    uri = tracking_uri
+@dataclass
+class Smoke:
+    """One smoke sweep and the training beside it, as the tests read them."""
+
+    uri: str  # where the sweep tracked
+    sweep_out: str  # the sweep's console: stdout, then stderr
+    sweep_stdout: str
+    beside_code: int  # the training beside it: exit code and console
+    beside_out: str
+    client: MlflowClient
+    experiment_id: str
+    runs: list[Any]  # every run of the sweep's experiment
+
+    def kind(self, kind: str) -> list[Any]:
+        return [r for r in self.runs if r.data.tags.get("recsys.kind") == kind]
+
+
+@pytest.fixture(scope="module")
+def smoke(module_tracking_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Smoke:
+    """The smoke sweep (named t2) through the command line, and a ``recsys-train`` started just
+    before it and running beside it; run once per tracking backend, shared by this file's tests.
+    Fails (every test of the backend errors, with the sweep's last output) if the sweep does."""
+    uri, tmp = module_tracking_uri, tmp_path_factory.mktemp("smoke")
     cmd = [sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--smoke-test",
-           "--name", "t2", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri,
+           "--name", "t2", "--storage", str(tmp / "runs"), "--tracking-uri", uri,
            "--num-workers", "1", "--cpus-per-worker", "1.5"]  # fmt: skip
     train = [sys.executable, os.path.join(ROOT, "experiments", "train.py"), "--num-workers", "1",
-             "--cpus-per-worker", "0.5", "--storage", str(tmp_path / "beside"),
+             "--cpus-per-worker", "0.5", "--storage", str(tmp / "beside"),
              "--set", "train.steps=60", "--set", "train.checkpoint_every=20"]  # fmt: skip
     # both inherit a dead local Ray's dashboard address, as from an earlier connect in a parent
     # (this test process's other Ray tests): each must use its own
     stale = "http://127.0.0.1:9"
     env = {**os.environ, "RAY_API_SERVER_ADDRESS": stale, "RECSYS_LOCAL_RAY_API_SERVER": stale}
-    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "cwd": tmp_path}
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "cwd": tmp}
     beside = subprocess.Popen(train, env=env, **pipe)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
     beside_out = beside.communicate(timeout=600)[0]
-    assert beside.returncode == 0, beside_out[-3000:]
-    assert [n for n in NOISE if n in beside_out] == [], beside_out
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("t2")
+    assert exp is not None, out[-3000:]
+    return Smoke(uri, out, done.stdout, beside.returncode, beside_out, client,
+                 exp.experiment_id, client.search_runs([exp.experiment_id]))  # fmt: skip
+
+
+def test_the_sweeps_console_is_short_and_has_no_noise(smoke):
+    """Ray's start, the phases, one line as each trial (and the baseline) starts and ends, the
+    table against the baseline, where to look: nothing else (no library noise)."""
+    out = smoke.sweep_out
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) <= LINES_FIXED + LINES_PER_TRIAL * (1 + 1), out
     assert [n for n in NOISE if n in out] == [], out
@@ -60,23 +93,31 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path, tracking_uri):
     table = out[out.index("best trials") : out.index("against the baselines")]
     assert "lr (ref)" in table and "worker_s" in table
     assert "beats lr (trial" in out or "does NOT beat lr (trial" in out
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("t2")
-    last = done.stdout.strip().splitlines()[-1]
-    if uri.startswith("http"):  # a tracking server: its page of the sweep's experiment
-        assert last == f"compare the runs: {uri}/#/experiments/{exp.experiment_id}"
+    last = smoke.sweep_stdout.strip().splitlines()[-1]
+    if smoke.uri.startswith("http"):  # a tracking server: its page of the sweep's experiment
+        assert last == f"compare the runs: {smoke.uri}/#/experiments/{smoke.experiment_id}"
     else:
-        assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + uri)
-    runs = client.search_runs([exp.experiment_id])
-    parents = [r for r in runs if r.data.tags.get("recsys.kind") == "sweep:t2"]
-    trials = [r for r in runs if r.data.tags.get("recsys.kind") == "trial"]
+        assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + smoke.uri)
+
+
+def test_a_training_beside_the_sweep_runs_on_its_own_ray(smoke):
+    """The ``recsys-train`` that ran beside the sweep finished, and its console is as clean (no
+    other Ray instance found, no library noise); the sweep's is checked above."""
+    assert smoke.beside_code == 0, smoke.beside_out[-3000:]
+    assert [n for n in NOISE if n in smoke.beside_out] == [], smoke.beside_out
+
+
+def test_the_sweep_and_its_trial_are_in_mlflow(smoke):
+    """The sweep's run (its artifacts, metric and best score) and its one trial under it: params,
+    loss and validation histories, the best report, cost figures, checkpoints."""
+    client = smoke.client
+    parents, trials = smoke.kind("sweep:t2"), smoke.kind("trial")
     assert len(parents) == 1 and len(trials) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "auc_vs_memory.png", "best_config.yaml", "search_space.yaml"} <= artifacts
     assert parent.data.tags["recsys.metric"] == "val_auc" and "best_val_auc" in parent.data.metrics
-    check_baselines(client, runs, parent, tmp_path)
     for r in trials:  # embedding precision is a sweep dimension; the bytes follow the dtype
         width = {"fp32": 4, "fp16": 2}[r.data.params["embeddings.dtype"]]
         assert r.data.metrics["emb_bytes"] == r.data.metrics["emb_params"] * width
@@ -101,8 +142,16 @@ def test_default_smoke_sweep_console_and_mlflow(tmp_path, tracking_uri):
         assert {"sharding_plan.json", "checkpoint_best"} <= names
         assert run.data.tags["checkpoint.last"].endswith("step_00000020")
 
-    # the MLflow UI server, on loopback, lists the sweep's runs over its REST API
-    assert_server_lists_runs(uri, exp.experiment_id, {r.info.run_id for r in runs}, tmp_path)
+
+def test_the_baseline_is_a_marked_reference(smoke, tmp_path):
+    (parent,) = smoke.kind("sweep:t2")
+    check_baselines(smoke.client, smoke.runs, parent, tmp_path)
+
+
+def test_the_mlflow_server_lists_the_runs_over_rest(smoke, tmp_path):
+    """The MLflow UI server, on loopback, lists the sweep's runs over its REST API."""
+    run_ids = {r.info.run_id for r in smoke.runs}
+    assert_server_lists_runs(smoke.uri, smoke.experiment_id, run_ids, tmp_path)
 
 
 def check_baselines(client, runs, parent, tmp_path) -> None:

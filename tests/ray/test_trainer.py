@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 
-import cloudpickle
 import numpy as np
 import pytest
 import torch
 from sklearn.metrics import log_loss, roc_auc_score
 
-from recsys.config import ExperimentConfig
 from recsys.train.ray_trainer import Resources, make_trainer
+from tests.helpers import fit_killed_once
+from tests.helpers import trainer_config as config
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def config(**overrides) -> ExperimentConfig:
-    cfg = ExperimentConfig.from_dict(
-        {
-            "embeddings": {"num_embeddings": [50, 200, 1000, 3000, 100, 400], "dim": 8},
-            "model": {"bottom_mlp": [16], "top_mlp": [16]},
-            "data": {"synthetic": {"num_samples": 24000, "seed": 4}},
-            "train": {"steps": 120, "batch_size": 128, "eval_every": 60, "checkpoint_every": 30},
-            "sharding": {"default": {"sharding_types": ["table_wise"]}},
-        }
-    )
-    return cfg.with_overrides(overrides)
 
 
 def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
@@ -68,48 +52,6 @@ def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
     with open(os.path.join(result.checkpoint.path, "sharding_plan.json")) as f:
         plan = json.load(f)
     assert {t["sharding_type"] for t in plan["tables"].values()} == {"table_wise"}
-
-
-def killing_train_func(config: dict) -> None:
-    """The real worker, but rank 1 SIGKILLs itself right after the step-``kill_at`` report on
-    the first attempt (the marker file says whether it already did)."""
-    import ray.train
-
-    from recsys.train import worker
-
-    marker, kill_at = config["marker"], config["kill_at"]
-    real_report = worker.RayReporter.report
-
-    def report(self, metrics, folder, step):
-        real_report(self, metrics, folder, step)
-        rank = ray.train.get_context().get_world_rank()
-        if step == kill_at and rank == 1 and not os.path.exists(marker):
-            open(marker, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    worker.RayReporter.report = report
-    worker.train_func(config)
-
-
-def fit_killed_once(tmp_path, resources: Resources):
-    """90 steps, a worker SIGKILLed at step 60, one restart allowed; asserts the failure happened,
-    the run completed and every step's loss reached Ray exactly once, in order."""
-    cfg = config(**{"train.steps": 90, "train.eval_every": 0, "train.log_every": 10})
-    trainer = make_trainer(
-        cfg,
-        resources,
-        name="kill",
-        storage_path=str(tmp_path),
-        max_failures=1,
-        keep_checkpoints=None,
-        train_loop=killing_train_func,
-    )
-    trainer.train_loop_config.update(marker=str(tmp_path / "killed"), kill_at=60)
-    result = trainer.fit()
-    assert os.path.exists(tmp_path / "killed")  # the failure happened
-    assert result.error is None and result.metrics["step"] == 90
-    steps = [s for _, m in result.best_checkpoints for s, _ in m["loss_history"]]
-    assert sorted(steps) == list(range(10, 100, 10))
 
 
 def test_killed_worker_restarts_from_last_checkpoint(ray_2_cpus, tmp_path):

@@ -77,6 +77,59 @@ def test_model_code_imports_neither_ray_nor_torch_distributed():
         assert not bad, f"{path.name} imports {bad}"
 
 
+def imported_test_files(tree: ast.AST, package: str) -> set[str]:
+    """The ``tests.*.test_*`` modules a source imports, however it names them (``import
+    tests.x.test_y``, ``from tests.x import test_y``, ``from tests.x.test_y import f``, ``from
+    .test_y import f``; ``package``: the source's own package, for the relative forms)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for name in names:
+            parts = name.split(".")
+            hits = [i for i, p in enumerate(parts) if i > 0 and p.startswith("test_")]
+            if parts[0] == "tests" and hits:
+                found.add(".".join(parts[: hits[0] + 1]))
+    return found
+
+
+def test_no_test_file_imports_another():
+    """Shared test code lives in helper modules (``tests/helpers.py``, the ``conftest.py`` files,
+    ``tests/distributed/common.py``, ...), never in a test file: a test file imported by another
+    runs its module-level code (markers, pickling registrations) twice and ties the two together."""
+    bad = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        if found := imported_test_files(ast.parse(path.read_text()), package):
+            bad[str(path.relative_to(ROOT))] = sorted(found)
+    assert bad == {}, f"imports of test files (move what they share to a helper): {bad}"
+
+
+def test_an_import_of_a_test_file_would_be_found():
+    source = (
+        "import tests.ray.test_trainer\n"
+        "from tests.distributed import test_export, common\n"
+        "def f():\n    from tests.unit.test_space import write\n"
+        "from .test_resume import check\n"
+        "from tests.distributed.common import tiny_config\n"
+        "from tests import helpers, conftest\n"
+    )
+    assert imported_test_files(ast.parse(source), "tests.distributed") == {
+        "tests.ray.test_trainer",
+        "tests.distributed.test_export",
+        "tests.unit.test_space",
+        "tests.distributed.test_resume",
+    }
+
+
 def test_the_library_does_not_import_the_benchmarks():
     for path in PACKAGE.rglob("*.py"):
         assert not {i for i in imports_of(path) if i.startswith("benchmarks")}, path

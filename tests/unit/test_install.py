@@ -93,3 +93,29 @@ def test_a_new_venv_is_made_and_set_up_past_its_creation(tmp_path):
     assert (tmp_path / "venv" / "bin" / "python").exists()
     assert "torch 2.13.0 (pinned): torchrec==1.8.0, FBGEMM 1.8.0 (cpu)" in out.stderr
     assert out.returncode != 0 and "No matching distribution found for" in out.stderr
+
+
+def test_the_postgresql_install_says_what_and_why_first_and_can_be_skipped():
+    """``./run.sh test`` installs Debian's postgresql for the tests' tracking server: it says so
+    (package, size, purpose, how to skip) before apt-get runs, and RECSYS_NO_APT=1 leaves before
+    any apt-get (this machine may have PostgreSQL already, so the script is read, not run)."""
+    with open(os.path.join(ROOT, "scripts", "test_services.sh")) as f:
+        script = f.read()
+    first_apt = script.index("apt-get update")
+    said = script.index('log "installing PostgreSQL (Debian package postgresql, about')
+    assert said < first_apt and "RECSYS_NO_APT=1 to skip" in script[said:first_apt]
+    assert "127.0.0.1" in script[said:first_apt]
+    no_apt = script.index("if [[ ${RECSYS_NO_APT:-} == 1 ]]; then")
+    assert no_apt < first_apt and "exit 0" in script[no_apt:first_apt]
+
+
+def test_without_postgresql_the_skip_reason_names_recsys_no_apt_when_set(monkeypatch):
+    from tests import servers
+
+    monkeypatch.setattr(servers, "pg_bin", lambda: None)
+    monkeypatch.setenv("RECSYS_NO_APT", "1")
+    why = servers.missing()
+    assert why and "PostgreSQL not found" in why and "RECSYS_NO_APT=1 kept ./run.sh test" in why
+    monkeypatch.delenv("RECSYS_NO_APT")
+    why = servers.missing()
+    assert why and "RECSYS_NO_APT" not in why and "installs Debian's postgresql" in why

@@ -108,7 +108,7 @@ def test_a_staging_folder_without_room_is_refused_naming_it(tmp_path):
 def test_a_sweep_whose_metric_the_data_cannot_give_stops_before_launch(tmp_path):
     import numpy as np
 
-    from tests.unit.test_space import metric_space, prepared_log
+    from tests.helpers import metric_space, prepared_log
 
     click = (np.random.default_rng(0).random(1000) < 0.3).astype(np.int8)
     click[600:800] = 0  # the validation rows (split by order)

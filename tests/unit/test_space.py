@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from recsys.configlib import ConfigError
 from recsys.tune import space as spaces
+from tests.helpers import metric_space, prepared_log, space_file
 
 SHIPPED = sorted(f[:-5] for f in os.listdir(spaces.SPACES_DIR) if f.endswith(".yaml"))
 
@@ -40,12 +39,6 @@ def test_default_space_is_small_and_smoke_is_smaller():
     assert smoke.base.train.steps < full.base.train.steps
 
 
-def write(tmp_path, body: str) -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text("base: debug\n" + body)
-    return str(path)
-
-
 @pytest.mark.parametrize(
     ("body", "match"),
     [
@@ -72,7 +65,7 @@ def write(tmp_path, body: str) -> str:
 )
 def test_bad_spaces_are_refused(tmp_path, body, match):
     with pytest.raises(ConfigError, match=match) as err:
-        spaces.load(write(tmp_path, body))
+        spaces.load(space_file(tmp_path, body))
     assert "s.yaml" in str(err.value)
 
 
@@ -83,37 +76,12 @@ def test_impossible_combination_is_named(tmp_path):
         "  embeddings.qr.operation: {choice: [mult, concat]}\n"
     )
     with pytest.raises(ConfigError, match=r"combination .*'embeddings.dim': 12.*'concat'"):
-        spaces.load(write(tmp_path, body))
+        spaces.load(space_file(tmp_path, body))
 
 
 def test_unknown_space_name():
     with pytest.raises(ConfigError, match="search space 'nope' not found"):
         spaces.load("nope")
-
-
-def prepared_log(folder, labels: dict[str, np.ndarray], val_fraction: float = 0.2) -> str:
-    """A tiny log of ids and ``labels`` prepared without Ray, split by input order (the rows
-    600..799 of 1000 are validation with ``val_fraction=0.2``)."""
-    from recsys.data.prepare import prepare
-    from recsys.data.schema import DatasetSchema
-
-    rng = np.random.default_rng(0)
-    n = len(next(iter(labels.values())))
-    table = pa.table({"user": rng.integers(0, 50, n), **labels})
-    os.makedirs(folder / "raw")
-    pq.write_table(table, folder / "raw" / "log.parquet")
-    schema = DatasetSchema.from_dict({
-        "labels": list(labels), "dense": {}, "sparse": {"user": {}},
-        "split": {"by": "order", "val_fraction": val_fraction, "test_fraction": 0.2},
-    })  # fmt: skip
-    out = str(folder / "prepared")
-    prepare(schema, [str(folder / "raw")], out, workers=0, log=lambda s: None)
-    return out
-
-
-def metric_space(tmp_path, metric: str, mode: str = "max") -> str:
-    return write(tmp_path, f"space:\n  optim.lr: {{choice: [0.01, 0.02]}}\nmetric: {metric}\n"
-                           f"mode: {mode}\n")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
