@@ -98,6 +98,17 @@ class Columns(RowSource):
     def num_sparse(self) -> int:
         return int(self.sparse.shape[1])
 
+    @property
+    def values(self) -> tuple[np.ndarray, ...]:
+        """Each feature's ids of all rows in row order (``RaggedColumns``' view of them)."""
+        return tuple(self.sparse[:, f, :].reshape(-1) for f in range(self.num_sparse))
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``[N, F]`` ids per row and feature: ``H`` each."""
+        n, f, h = self.sparse.shape
+        return np.full((n, f), h, np.int64)
+
     def read(self, start: int, stop: int) -> Columns:
         return self.rows(start, stop)
 

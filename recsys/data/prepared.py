@@ -19,12 +19,21 @@ from typing import Any
 
 import numpy as np
 
-from recsys.data.columns import Concat, DataError, RaggedColumns, RowSource, Splits, ragged_take
+from recsys.data.columns import (
+    Columns,
+    Concat,
+    DataError,
+    RaggedColumns,
+    RowSource,
+    Splits,
+    ragged_take,
+)
 from recsys.data.meta import SPLITS, read_meta
 
 
 class PreparedShard(RowSource):
-    """One shard of a split, memory-mapped; reads give ``RaggedColumns``."""
+    """One shard of a split, memory-mapped; reads give ``RaggedColumns``, or ``Columns``
+    (``sparse [N, F, 1]``, one gather of the ids matrix) when every feature is one-hot."""
 
     def __init__(self, folder: str, split: str, shard: dict[str, Any], schema: dict[str, Any]
                  ) -> None:  # fmt: skip
@@ -39,6 +48,8 @@ class PreparedShard(RowSource):
                 raise DataError(f"{path}: not readable: {e}") from None
 
         self.dense, self.labels, ids = load("dense"), load("labels"), load("ids")
+        self.ids = ids
+        self.one_hot = not any(spec.get("multi_hot") for spec in schema["sparse"].values())
         self.features: list[tuple[np.ndarray, np.ndarray | None]] = []
         one_hot = 0
         for j, spec in enumerate(schema["sparse"].values()):
@@ -54,8 +65,10 @@ class PreparedShard(RowSource):
     def __len__(self) -> int:
         return len(self.dense)
 
-    def read(self, start: int, stop: int) -> RaggedColumns:
+    def read(self, start: int, stop: int) -> Any:
         stop = min(stop, len(self))
+        if self.one_hot:
+            return self._dense_ids(slice(start, stop))
         values, lengths = [], []
         for ids, offsets in self.features:
             if offsets is None:
@@ -68,8 +81,10 @@ class PreparedShard(RowSource):
         return self._columns(np.asarray(self.dense[start:stop]), values, lengths,
                              np.asarray(self.labels[start:stop]))  # fmt: skip
 
-    def take(self, idx: np.ndarray) -> RaggedColumns:
+    def take(self, idx: np.ndarray) -> Any:
         idx = np.asarray(idx, dtype=np.int64)
+        if self.one_hot:
+            return self._dense_ids(idx)
         values, lengths = [], []
         for ids, offsets in self.features:
             if offsets is None:
@@ -82,15 +97,24 @@ class PreparedShard(RowSource):
         return self._columns(np.asarray(self.dense[idx]), values, lengths,
                              np.asarray(self.labels[idx]))  # fmt: skip
 
+    def _dense_ids(self, rows: slice | np.ndarray) -> Columns:
+        ids = np.asarray(self.ids[rows])
+        return Columns(np.asarray(self.dense[rows]), ids.reshape(len(ids), -1, 1),
+                       np.asarray(self.labels[rows]), self.source)  # fmt: skip
+
     def _columns(self, dense: Any, values: list[Any], lengths: list[Any], labels: Any) -> Any:
         lens = np.stack(lengths, 1) if lengths else np.zeros((len(dense), 0), np.int64)
         return RaggedColumns(dense, tuple(values), lens, labels, self.source)
 
 
-def empty_split(meta: dict[str, Any], folder: str) -> RaggedColumns:
+def empty_split(meta: dict[str, Any], folder: str) -> Any:
     """A split without rows (``val_fraction: 0``), in the data set's widths."""
     schema = meta["schema"]
     f = len(schema["sparse"])
+    if not any(spec.get("multi_hot") for spec in schema["sparse"].values()):
+        return Columns(np.zeros((0, len(schema["dense"])), np.float32),
+                       np.zeros((0, f, 1), np.uint32),
+                       np.zeros((0, len(meta["labels"])), np.int8), folder)  # fmt: skip
     return RaggedColumns(
         np.zeros((0, len(schema["dense"])), np.float32),
         tuple(np.zeros(0, np.uint32) for _ in range(f)),
