@@ -595,6 +595,11 @@ class ExperimentConfig:
             check(task in names, "train.monitor", self.train.monitor, why)
         if self.model.arch != "dlrm":
             check_reference(self.model.arch, self.embeddings)
+        m = self.model
+        if m.arch == "dlrm" and m.interaction == "dot" and not m.interaction_itself:
+            pairs = self.embeddings.num_features + (1 if m.num_dense else 0)
+            why = "dot needs two vectors (no numeric feature and one id feature): use cat or sum"
+            check(pairs >= 2, "model.interaction", m.interaction, why)
 
     @property
     def tables(self) -> EmbeddingConfig:

@@ -118,11 +118,11 @@ def prepared_log(folder: Path, labels: dict[str, np.ndarray], val_fraction: floa
 
     rng = np.random.default_rng(0)
     n = len(next(iter(labels.values())))
-    table = pa.table({"user": rng.integers(0, 50, n), **labels})
+    table = pa.table({"user": rng.integers(0, 50, n), "item": rng.integers(0, 20, n), **labels})
     os.makedirs(folder / "raw")
     pq.write_table(table, folder / "raw" / "log.parquet")
     schema = DatasetSchema.from_dict({
-        "labels": list(labels), "dense": {}, "sparse": {"user": {}},
+        "labels": list(labels), "dense": {}, "sparse": {"user": {}, "item": {}},
         "split": {"by": "order", "val_fraction": val_fraction, "test_fraction": 0.2},
     })  # fmt: skip
     out = str(folder / "prepared")

@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"best trial run {run_id}; MLflow model {model_uri}")
         else:
-            cfg = from_file(args.config) if args.config else named(args.experiment)
+            from recsys.data.dataset import resolve
+
+            cfg = resolve(from_file(args.config) if args.config else named(args.experiment))
             out = args.out or os.path.join(args.checkpoint, "export")
             report = export(cfg, args.checkpoint, out, args.dtype)
     except (ConfigError, ValueError) as e:

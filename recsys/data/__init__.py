@@ -1,4 +1,5 @@
-"""Click-log data: Criteo readers, the binary form, the synthetic generator, per-worker batches.
+"""Click-log data: the schema, the one preparation, prepared folders, TorchRec's Criteo folders,
+the synthetic generators, per-worker batches.
 
 The batch-building names (``TrainStream``, ``to_batch``, ...) import torch and TorchRec; they are
 loaded on first use, so that code needing only ``DataError`` or the readers starts fast.

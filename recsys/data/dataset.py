@@ -144,8 +144,8 @@ def write_serving(cfg: ExperimentConfig, folder: str) -> None:
 
 
 def raw_examples(cfg: ExperimentConfig, schema: DatasetSchema, n: int = 5) -> Any:
-    """A few raw rows of the validation split in ``serving_schema``'s columns: synthetic rows
-    as generated; a TorchRec day's rows with their counts and hex hashes recovered."""
+    """A few raw rows in ``serving_schema``'s columns: the first synthetic rows as generated; a
+    TorchRec folder's first validation rows with their counts and hex hashes recovered."""
     import numpy as np
     import pandas as pd
 

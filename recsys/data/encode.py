@@ -1,6 +1,6 @@
 """Per-batch transforms of click-log rows (a pyarrow ``Table`` of schema columns) into the
-prepared form: the one implementation that preparation (on Ray Data), its single-process baseline
-and serving all call, so training and serving see the same ids and values.
+prepared form: the one implementation that preparation (its tasks, on Ray or in one process) and
+serving both call, so training and serving see the same ids and values.
 
 - ``check``: the rows whose values are bad (null or non-0/1 label, text or a list in a numeric
   column, a scalar where a list is declared...), per column, with the first bad value.
@@ -31,17 +31,6 @@ from recsys.data.schema import DatasetSchema, SparseColumn
 
 TRAIN, VAL, TEST = 0, 1, 2
 SPLIT_NAMES = ("train", "val", "test")
-
-
-class BadValue(ValueError):
-    """A bad value in a batch: its file, column, the value and why (the row is located later)."""
-
-    def __init__(self, path: str, column: str, value: Any, why: str) -> None:
-        super().__init__(path, column, value, why)
-        self.path, self.column, self.value, self.why = path, column, value, why
-
-    def __str__(self) -> str:
-        return f"{self.path}: column {self.column!r}: {self.why} (got {self.value!r})"
 
 
 def _array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -184,9 +173,7 @@ def id_codes(arr: pa.Array, hex_ids: bool = False, identity: bool = False) -> Id
         wrong &= ~blank
         values: np.ndarray = numbers.view(np.int64)
     elif identity and is_text(dictionary.type):
-        blank = pc.fill_null(pc.equal(dictionary, ""), True).to_numpy(zero_copy_only=False)
-        number = pc.cast(pc.if_else(pa.array(blank), None, dictionary), pa.int64())
-        values = pc.fill_null(number, 0).to_numpy(zero_copy_only=False)
+        values, blank, wrong = row_numbers(dictionary)
     elif is_text(dictionary.type) or pa.types.is_binary(dictionary.type):
         values = dictionary.to_numpy(zero_copy_only=False).astype(object)
         blank = values == ""
@@ -317,7 +304,7 @@ def column_problem(
     if spec.identity and not spec.hex:
         bad = _not_row(arr, spec)
         if bad.any():
-            return bad, "identity ids must be non-negative integers"
+            return bad, "identity ids must be non-negative whole numbers"
     if spec.hex and (is_text(tp) or csv_text):
         why = "declared hex: true, but not 1 to 16 hex digits"
         got, lengths = codes[name] if codes and name in codes else sparse_codes_of(arr, spec)
@@ -328,12 +315,37 @@ def column_problem(
     return np.zeros(n, bool), ""
 
 
+def row_numbers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(int64 values, blank, wrong)`` of ``identity`` ids: integers as they are, text parsed
+    as a whole decimal number (exactly: not through floats); negative or other text is wrong."""
+    arr = _array(arr)
+    if not is_text(arr.type):
+        values = pc.fill_null(pc.cast(arr, pa.int64()), 0).to_numpy(zero_copy_only=False)
+        return values, arr.is_null().to_numpy(zero_copy_only=False), values < 0
+    blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(arr), ""), True)
+    try:
+        cast = pc.cast(pc.if_else(blank, None, arr), pa.int64())
+        values = pc.fill_null(cast, 0).to_numpy(zero_copy_only=False)
+        wrong = values < 0
+    except pa.ArrowInvalid:
+        values, wrong = np.zeros(len(arr), np.int64), np.zeros(len(arr), bool)
+        for i, v in enumerate(arr.to_pylist()):
+            try:
+                values[i] = int(v) if v is not None and v.strip() else 0
+            except (ValueError, OverflowError):
+                wrong[i] = True
+        wrong |= values < 0
+    blank_np = blank.to_numpy(zero_copy_only=False)
+    return values, blank_np, wrong & ~blank_np
+
+
 def _not_row(arr: pa.Array, spec: SparseColumn) -> np.ndarray:
     """Rows of an ``identity`` column holding something other than a non-negative integer."""
     n = len(arr)
     flat, lengths = as_list(arr, spec) if spec.multi_hot else (arr, np.ones(n, np.int64))
-    values, missing, bad = numeric(flat)
-    bad = bad | (~missing & ((values < 0) | (values != np.floor(values))))
+    if pa.types.is_floating(flat.type):
+        return np.ones(n, bool)
+    bad = row_numbers(flat)[2]
     return np.bincount(np.repeat(np.arange(n), lengths)[bad], minlength=n) > 0
 
 
@@ -368,14 +380,6 @@ def check(
         if bad.any():
             out[name] = (bad, why)
     return out
-
-
-def first_bad(table: pa.Table, problems: dict[str, tuple[np.ndarray, str]], path_col: str) -> Any:
-    """The first bad value of a batch as a ``BadValue`` (its file from ``path_col``)."""
-    column, (bad, why) = next(iter(problems.items()))
-    i = int(np.flatnonzero(bad)[0])
-    path = str(table.column(path_col)[i].as_py()) if path_col in table.column_names else "<rows>"
-    return BadValue(path, column, table.column(column)[i].as_py(), why)
 
 
 # ---------------------------------------------------------------------------------------------

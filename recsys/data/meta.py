@@ -21,15 +21,6 @@ OLD = {  # formats of earlier versions: prepared again with the one path
 }
 
 
-def is_prepared(folder: str) -> bool:
-    """Whether ``folder`` is a finished prepared folder (its ``meta.json`` names the format)."""
-    path = os.path.join(folder, META)
-    if not os.path.isfile(path):
-        return False
-    with open(path) as f:
-        return bool(json.load(f).get("format") == FORMAT)
-
-
 def read_meta(folder: str) -> dict[str, Any]:
     """The folder's ``meta.json``; a folder that is not a finished preparation is refused, and
     one prepared by an earlier version is named with the command that prepares it again."""

@@ -398,23 +398,31 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
     from recsys.data.encode import numeric
 
     cols = [*schema.dense, *schema.sparse]
-    batches = (b.table for p in pieces for b in read_piece(p, schema, cols, []) if b.table.num_rows)
-    table = next(batches).slice(0, 5)
+    batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))
+    table = next(t for t in batches if t.num_rows).slice(0, 5)
     for name in schema.dense:
         i = table.column_names.index(name)
         table = table.set_column(i, name, pa.array(numeric(table.column(name))[0]))
     pq.write_table(table, os.path.join(folder, "examples.parquet"))
 
 
+def good(table: pa.Table, schema: DatasetSchema) -> pa.Table:
+    """The rows of ``table`` without a bad value (``skip`` left them out of the output)."""
+    bad = np.zeros(table.num_rows, bool)
+    for mask, _ in check(table, schema).values():
+        bad |= mask
+    return table.filter(pa.array(~bad)) if bad.any() else table
+
+
 def id_types(types: dict[str, Any], schema: DatasetSchema) -> dict[str, str]:
     """Per sparse column, the type its ids are hashed as (serving casts raw values to it)."""
     out = {}
-    for name, spec in schema.sparse.items():
+    for name in schema.sparse:
         tp = types.get(name)
         inner = tp.value_type if tp is not None and is_list(tp) else tp
         if inner is not None and pa.types.is_dictionary(inner):
             inner = inner.value_type
-        integer = inner is not None and pa.types.is_integer(inner) and not spec.hex
+        integer = inner is not None and pa.types.is_integer(inner)  # hex reads text only
         out[name] = "int" if integer else "string"
     return out
 
@@ -510,6 +518,7 @@ def _prepare(
         fits = ex.map_keep(fit_piece, [(p, schema, plan) for p in pieces], "fit")
         fit = tree_merge(ex, [f for f, _ in fits], PieceFit.merge)
         drops = [dropped for _, dropped in fits]
+        del fits  # the pieces' statistics: merged, so Ray may free them
         log(f"prepare: checked and fitted {int(fit.stats.rows.sum()):,} rows of {len(files)} "
             f"file(s) in {len(pieces)} piece(s) ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
     fitted = fitted_from(fit.stats, schema, plan)

@@ -99,7 +99,7 @@ class PreparedShard(RowSource):
 
     def _dense_ids(self, rows: slice | np.ndarray) -> Columns:
         ids = np.asarray(self.ids[rows])
-        return Columns(np.asarray(self.dense[rows]), ids.reshape(len(ids), -1, 1),
+        return Columns(np.asarray(self.dense[rows]), ids.reshape(len(ids), ids.shape[1], 1),
                        np.asarray(self.labels[rows]), self.source)  # fmt: skip
 
     def _columns(self, dense: Any, values: list[Any], lengths: list[Any], labels: Any) -> Any:

@@ -47,7 +47,6 @@ from recsys.configlib import ConfigError, check, check_choices, from_dict, to_di
 Format = Literal["parquet", "csv"]
 Transform = Literal["log1p", "standardize", "none"]
 SplitBy = Literal["auto", "hash", "time", "order", "files"]
-RESERVED = ("path", "__split")  # names earlier versions added to a batch
 SCHEMAS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "schemas")
 
 
@@ -125,7 +124,9 @@ class SplitSpec:
       of timestamps are test, the ``val_fraction`` before them validation, the rest training
       (cut points from a histogram of the time column over all rows).
     - ``hash`` (the default without one): each row is assigned at random from a stable hash of
-      its values and ``seed`` (the same values give the same split however a file encodes them).
+      its values and ``seed`` (the same values give the same split whether or not a Parquet writer
+      dictionary-encoded a column; a CSV copy of a Parquet file hashes its text, so it may split
+      otherwise).
     - ``order``: the input's rows in order (files as given, rows as written): the last
       ``test_fraction`` of them are test, the ``val_fraction`` before them validation (Criteo
       Kaggle). Fractions count input rows, bad ones included.
@@ -230,7 +231,6 @@ class DatasetSchema:
         seen: dict[str, str] = {}
         for role, names in self.roles().items():
             for name in names:
-                check(name not in RESERVED, role, name, "is a reserved column name")
                 check(name not in seen, role, name, f"is already used as {seen.get(name)}")
                 seen[name] = role
         if self.format == "csv" and not self.csv.header:

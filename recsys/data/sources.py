@@ -65,16 +65,23 @@ def is_gzip(path: str) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+def natural(path: str) -> list[Any]:
+    """A sort key that orders numbers in names by value: ``day_2`` before ``day_10``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", os.path.basename(path))]
+
+
 def input_files(inputs: list[str], fmt: str) -> list[str]:
     """The files to read: files as given, folders expanded to their files (``*.parquet``; for
-    text every file not starting with ``.`` or ``_``), in name order."""
+    text every file not starting with ``.`` or ``_``), in name order, numbers by value
+    (``day_2`` before ``day_10``: the order ``split.by: order`` and time-ordered data need)."""
     files: list[str] = []
     for path in inputs:
         if os.path.isdir(path):
             pattern = "*.parquet" if fmt == "parquet" else "*"
             found = sorted(
-                f for f in glob.glob(os.path.join(path, pattern))
-                if os.path.isfile(f) and not os.path.basename(f).startswith((".", "_"))
+                (f for f in glob.glob(os.path.join(path, pattern))
+                 if os.path.isfile(f) and not os.path.basename(f).startswith((".", "_"))),
+                key=natural,
             )  # fmt: skip
             if not found:
                 raise DataError(f"{path}: a folder with no {pattern} files")
@@ -103,7 +110,7 @@ def text_header(path: str, schema: DatasetSchema) -> tuple[list[str], int]:
         first = f.readline()
     if not first.strip():
         raise DataError(f"{path}: empty file (a header line is needed)")
-    text = first.decode("utf-8", errors="replace")
+    text = first.decode("utf-8-sig", errors="replace")
     names = next(csv.reader([text], delimiter=opts.delimiter))
     return [n.strip() for n in names], len(first)
 

@@ -68,3 +68,13 @@ def test_every_literal_field_is_checked_with_its_derived_choices():
         with pytest.raises(ConfigError, match=rf"{key}(\[0\])?='nonsense': not one of") as e:
             ExperimentConfig().with_overrides({key: value})
         assert str(allowed) in str(e.value)  # the message lists the choices the type declares
+
+
+def test_dot_over_a_single_vector_is_refused_with_the_config():
+    """No numeric feature and one id feature leave ``dot`` no pair: refused when the config is
+    built (so a search space's check catches it before launch), not when the model is."""
+    one = {"model": {"num_dense": 0, "interaction": "dot"}, "embeddings": {"num_embeddings": [9]}}
+    with pytest.raises(ConfigError, match="dot needs two vectors"):
+        ExperimentConfig.from_dict(one)
+    ExperimentConfig.from_dict({**one, "model": {"num_dense": 0, "interaction": "cat"}})
+    ExperimentConfig.from_dict({**one, "model": {"num_dense": 1, "interaction": "dot"}})

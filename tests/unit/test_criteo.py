@@ -92,7 +92,6 @@ def test_gzip_detected_by_content(tmp_path):
 
 BAD = [
     (row().replace("\t", "\t\t", 1), "bad.txt:3: expected 40 fields, got 41"),
-    (row()[:-3] + "\n", ""),  # a short line: its last field is only shorter, not missing
     (row().rsplit("\t", 1)[0] + "\n", "bad.txt:3: expected 40 fields, got 39"),
     (row(dense=["x1", *["0"] * 12]), r"column 'I1', row 2 \(line 3\): a dense column needs"),
     (row(cats=["zzzzzzzz", *["0"] * 25]), r"column 'C1', row 2 \(line 3\): .*hex digits"),
@@ -101,7 +100,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("bad", "message"), [b for b in BAD if b[1]])
+@pytest.mark.parametrize(("bad", "message"), BAD)
 def test_a_malformed_line_is_named_by_file_and_line_and_nothing_is_written(tmp_path, bad, message):
     path = tmp_path / "bad.txt"
     path.write_text(row() + row() + bad + row() * 20)
@@ -112,7 +111,7 @@ def test_a_malformed_line_is_named_by_file_and_line_and_nothing_is_written(tmp_p
 
 def test_malformed_lines_are_skipped_and_counted(tmp_path):
     path = tmp_path / "bad.txt"
-    path.write_text(row("1") + BAD[0][0] + BAD[3][0] + BAD[4][0] + row("0") * 20)
+    path.write_text(row("1") + BAD[0][0] + BAD[2][0] + BAD[3][0] + row("0") * 20)
     schema = DatasetSchema.from_dict({**KAGGLE.to_dict(), "on_bad_row": "skip"})
     splits, meta = run(tmp_path, [path], schema)
     assert meta["skipped"] == {"lines": 1, "I1": 1, "C1": 1}
@@ -171,7 +170,7 @@ def test_hashed_ids_prepare_in_one_pass_with_the_same_checks(tmp_path, monkeypat
     schema = DatasetSchema.from_dict({**schema, "on_bad_row": "skip"})
     data = write_criteo(str(tmp_path / "a.txt"), rows=300, seed=4)
     with open(tmp_path / "a.txt", "a") as f:
-        f.write(BAD[0][0] + BAD[4][0])
+        f.write(BAD[0][0] + BAD[3][0])
     monkeypatch.setattr(prepare_mod, "fit_piece", None)  # never called
     splits, meta = run(tmp_path, [tmp_path / "a.txt"], schema)
     assert meta["skipped"] == {"lines": 1, "C1": 1} and sum(meta["rows"].values()) == 300

@@ -120,3 +120,22 @@ def test_a_sweep_whose_metric_the_data_cannot_give_stops_before_launch(tmp_path)
     assert (f"val_auc cannot be computed: the validation split of {folder} has 200 rows, all "
             "with click=0 (meta.json label_counts)") in r.stderr  # fmt: skip
     assert not (tmp_path / "runs").exists() and not db.exists()  # nothing started
+
+
+def test_export_by_checkpoint_resolves_its_config_against_the_prepared_folder(
+    demo_prepared, tmp_path, monkeypatch
+):
+    """``recsys-export --checkpoint --config``: the model it builds has the data's features and
+    tasks (the config file names only the folder), as the trained one had."""
+    import recsys.export
+    from recsys.cli import export as cli
+
+    seen = []
+    monkeypatch.setattr(recsys.export, "export", lambda cfg, *a: seen.append(cfg) or 1 / 0)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data: {{source: prepared, paths: [{demo_prepared}]}}\n")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["--checkpoint", str(tmp_path), "--config", str(config)])
+    (cfg,) = seen
+    assert cfg.model.num_dense == 2 and cfg.loss.names() == ["click", "like"]
+    assert cfg.embeddings.names() == ["user_id", "item_id", "country", "history", "tags"]

@@ -446,3 +446,48 @@ def test_a_dictionary_encoded_id_column_prepares_as_its_plain_strings(tmp_path):
         ids = read(both, meta, split).values[0]
         half = len(ids) // 2
         assert np.array_equal(ids[:half], ids[half:])
+
+
+@pytest.mark.parametrize("policy", ["error", "skip"])
+def test_identity_ids_that_are_not_whole_numbers_are_bad_values(tmp_path, policy):
+    """``identity`` ids in text: a word or a decimal is named (error) or skipped and counted,
+    never a traceback; big integers are read exactly (not through floats)."""
+    data = rows(10)
+    data["u"] = ["3", "abc", "2.0", str(2**53 + 1), *["7"] * 6]  # 2**53 + 1: not a float
+    path = write_text(tmp_path / "a.csv", data)
+    sparse = {"u": {"identity": True, "hash_buckets": 1000}, "h": {"multi_hot": True}}
+    schema = {**SCHEMA, "format": "csv", "on_bad_row": policy, "sparse": sparse}
+    if policy == "error":
+        with pytest.raises(DataError, match=r"column 'u', row 1 \(line 3\): identity ids must"):
+            run(tmp_path, [path], schema)
+        return
+    out, meta = run(tmp_path, [path], schema)
+    assert meta["skipped"] == {"u": 2}
+    assert read(out, meta).values[0].tolist() == [3, (2**53 + 1) % 1000, *[7] * 6]  # 993
+
+
+def test_integer_ids_declared_hex_are_served_as_the_integers_they_were_prepared_as(tmp_path):
+    data = {**rows(30), "u": np.arange(30) * 255}
+    path = write_parquet(tmp_path / "a.parquet", data)
+    schema = {**SCHEMA, "sparse": {"u": {"hex": True}, "h": {"multi_hot": True}}}
+    _, meta = run(tmp_path, [path], schema)
+    assert meta["id_types"]["u"] == "int"
+
+
+def test_the_example_rows_are_good_rows(tmp_path):
+    """``skip``: a bad value among the first rows is left out of the served model's example."""
+    data = rows(20)
+    data["x"] = ["oops", *[str(v) for v in data["x"][1:]]]
+    path = write_text(tmp_path / "a.csv", data)
+    out, _ = run(tmp_path, [path], {**SCHEMA, "format": "csv", "on_bad_row": "skip"})
+    example = pq.read_table(os.path.join(out, "examples.parquet"))
+    assert example.column("u").to_pylist() == data["u"][1:6]
+
+
+def test_a_folders_files_are_read_with_numbers_in_their_names_by_value(tmp_path):
+    from recsys.data.sources import input_files
+
+    for k in (10, 2, 1):
+        write_parquet(tmp_path / f"day_{k}.parquet", rows(3))
+    names = [os.path.basename(f) for f in input_files([str(tmp_path)], "parquet")]
+    assert names == ["day_1.parquet", "day_2.parquet", "day_10.parquet"]

@@ -52,7 +52,6 @@ def test_an_empty_column_entry_takes_the_defaults():
         ({"sparse": {"user_id": {"identity": True}}}, "identity ids need hash_buckets"),
         ({"sparse": {"price": {}}}, "already used as dense"),
         ({"time": "click"}, "already used as labels"),
-        ({"sparse": {"path": {}}}, "reserved"),
         ({"sparse": {"user_id": {"min_count": 0}}}, "min_count"),
         ({"sparse": {"user_id": {"pooling": "max"}}}, "pooling"),
         ({"split": {"val_fraction": 0.5, "test_fraction": 0.5}}, "leaves no training"),
