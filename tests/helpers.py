@@ -128,3 +128,41 @@ def prepared_log(folder: Path, labels: dict[str, np.ndarray], val_fraction: floa
     out = str(folder / "prepared")
     prepare(schema, [str(folder / "raw")], out, workers=0, log=lambda s: None)
     return out
+
+
+def assert_int8_export_close(model: Any, dense: Any, kjt: Any, tol: float = 0.01) -> None:
+    """``model`` (FP32, raw ids in) quantized to INT8, traced and scripted scores ``(dense, kjt)``
+    within ``tol`` of itself in probability."""
+    import torch
+
+    from recsys.export import quantize_and_script
+
+    with torch.no_grad():
+        want = torch.sigmoid(model(dense, kjt))
+    scripted, _ = quantize_and_script(model, "int8", (dense, kjt))
+    got = torch.sigmoid(scripted(dense, kjt))
+    assert isinstance(scripted, torch.jit.ScriptModule)
+    assert (got - want).abs().max() < tol
+
+
+def served_in_a_fresh_process(tracking_uri: str, model_uri: str, rows: Any, folder: Path) -> Any:
+    """What the MLflow model ``model_uri`` returns for the DataFrame ``rows``, loaded with
+    ``mlflow.pyfunc`` in a new Python process (as a user's scoring job would): a DataFrame."""
+    import json
+    import subprocess
+
+    import pandas as pd
+
+    path = folder / "rows.parquet"
+    rows.to_parquet(path)
+    code = (
+        "import json, mlflow, pandas as pd\n"
+        f"mlflow.set_tracking_uri({tracking_uri!r})\n"
+        f"m = mlflow.pyfunc.load_model({model_uri!r})\n"
+        f"p = m.predict(pd.read_parquet({str(path)!r}))\n"
+        "print(json.dumps({'columns': list(p.columns), 'rows': p.to_numpy().tolist()}))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return pd.DataFrame(out["rows"], columns=out["columns"])

@@ -3,15 +3,12 @@ FP32, log and register it in MLflow, and score Criteo rows with it in a fresh pr
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from tests.distributed.common import INT8_MAX_PROB_DIFF, export_config, export_rank
 from tests.distributed.harness import run_ranks
+from tests.helpers import served_in_a_fresh_process
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 INT8_MAX_AUC_DELTA = 0.005
@@ -41,17 +38,7 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     out = str(tmp_path / "out")
     example = serving_example(f"{out}/prepared")  # the first generated rows, raw
     log_served_model(Tracker(uri), run_id, out, example, registered_name="tiny-dlrm")
-    example.to_json(tmp_path / "rows.json", orient="split")
-    code = (
-        "import json, sys, mlflow, pandas as pd\n"
-        f"mlflow.set_tracking_uri({uri!r})\n"
-        "m = mlflow.pyfunc.load_model('models:/tiny-dlrm/1')\n"
-        f"rows = pd.read_json({str(tmp_path / 'rows.json')!r}, orient='split', dtype=False)\n"
-        "print(json.dumps([float(p) for p in m.predict(rows)['click']]))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    probs = json.loads(out.stdout.strip().splitlines()[-1])
+    probs = served_in_a_fresh_process(uri, "models:/tiny-dlrm/1", example, tmp_path)["click"]
     rows = SyntheticRows(c.data.synthetic, 13, c.embeddings.num_embeddings).read(0, len(probs))
     batch = to_batch(rows, raw_layout(c))  # the same rows as training read them
     with torch.no_grad():

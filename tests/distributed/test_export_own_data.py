@@ -5,10 +5,7 @@ MLflow model gives the same scores in a fresh process."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +16,7 @@ import torch
 from recsys.tune.publish import plain_columns, serving_example
 from tests.distributed.common import own_data_config
 from tests.distributed.harness import run_ranks
+from tests.helpers import served_in_a_fresh_process
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 INT8_MAX_PROB_DIFF = 0.02
@@ -91,15 +89,5 @@ def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_
     log_served_model(tracker, run_id, out, example, registered_name="own-dlrm")
     rows = raw.drop(columns=["click", "like", "event_ts"]).head(50)
     rows.loc[3, "age"] = None  # a missing value in a column the example has none in
-    rows.to_parquet(tmp_path / "rows.parquet")
-    code = (
-        "import json, mlflow, pandas as pd\n"
-        f"mlflow.set_tracking_uri({uri!r})\n"
-        "m = mlflow.pyfunc.load_model('models:/own-dlrm/1')\n"
-        f"p = m.predict(pd.read_parquet({str(tmp_path / 'rows.parquet')!r}))\n"
-        "print(json.dumps(p.to_numpy().tolist()))\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    fresh = np.array(json.loads(res.stdout.strip().splitlines()[-1]))
-    np.testing.assert_allclose(fresh, scorer.predict(None, rows).to_numpy(), atol=1e-6)
+    fresh = served_in_a_fresh_process(uri, "models:/own-dlrm/1", rows, tmp_path)
+    np.testing.assert_allclose(fresh.to_numpy(), scorer.predict(None, rows).to_numpy(), atol=1e-6)

@@ -23,6 +23,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from tests.helpers import served_in_a_fresh_process
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 3000
@@ -122,7 +124,6 @@ def test_log_of_ids_only_prepares_sweeps_exports_and_scores_raw_rows(tmp_path):
 
     rows = log[IDS].head(40).copy()  # raw rows: the id columns only, as the log holds them
     rows.loc[0, "user"], rows.loc[1, "item"] = "never-seen", 999_999  # unseen ids: row 0
-    rows.to_parquet(tmp_path / "rows.parquet")
     scorer = TabularScorer()
     artifacts = {"model": str(export / "model.pt"), "meta": str(export / "meta.json"),
                  "prepared": str(export / "prepared")}  # fmt: skip
@@ -132,16 +133,7 @@ def test_log_of_ids_only_prepares_sweeps_exports_and_scores_raw_rows(tmp_path):
     assert ((here.to_numpy() > 0) & (here.to_numpy() < 1)).all()
     assert here["click"].std() > 0  # the rows' ids move the score
 
-    code = (
-        "import json, mlflow, pandas as pd\n"
-        f"mlflow.set_tracking_uri({uri!r})\n"
-        "m = mlflow.pyfunc.load_model('models:/ids-dlrm/1')\n"
-        f"p = m.predict(pd.read_parquet({str(tmp_path / 'rows.parquet')!r}))\n"
-        "print(json.dumps({'columns': list(p.columns), 'probs': p.to_numpy().tolist()}))\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    fresh = json.loads(res.stdout.strip().splitlines()[-1])
-    assert fresh["columns"] == ["click"]
-    np.testing.assert_allclose(np.array(fresh["probs"]), here.to_numpy(), atol=1e-6)
+    fresh = served_in_a_fresh_process(uri, "models:/ids-dlrm/1", rows, tmp_path)
+    assert list(fresh.columns) == ["click"]
+    np.testing.assert_allclose(fresh.to_numpy(), here.to_numpy(), atol=1e-6)
     print(f"ids-only log, end to end: {time.perf_counter() - t0:.0f} s")

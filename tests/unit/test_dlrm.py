@@ -13,6 +13,7 @@ from recsys.models import DLRM, ModelAndLoss, materialize
 from recsys.models.dlrm import WithRawIds
 from recsys.models.embeddings import qr_split_kjt
 from tests.conftest import make_kjt
+from tests.helpers import assert_int8_export_close
 
 ROWS = [50, 300, 20, 1000]
 GRID = list(itertools.product(["dot", "cat", "sum", "dcn"], [False, True], [False, True]))
@@ -158,16 +159,8 @@ def test_num_dense_zero_is_allowed_negative_is_not():
 def test_without_dense_exports_as_int8_torchscript(op):
     """The export's own path (quantize the tables, shard for inference, trace, script) with a
     ``[B, 0]`` dense input."""
-    from recsys.export import quantize_and_script
-
     model_cfg, emb = no_dense(op)
     torch.manual_seed(0)
     model = WithRawIds(materialize(DLRM(model_cfg, emb, embedding_device="meta")), emb.layout().qr)
-    model = model.eval()
     dense, kjt = torch.empty(64, 0), make_kjt(emb.names(), ROWS, batch=64, seed=3)
-    with torch.no_grad():
-        want = torch.sigmoid(model(dense, kjt))
-    scripted, _ = quantize_and_script(model, "int8", (dense, kjt))
-    got = torch.sigmoid(scripted(dense, kjt))
-    assert isinstance(scripted, torch.jit.ScriptModule)
-    assert (got - want).abs().max() < 0.01
+    assert_int8_export_close(model.eval(), dense, kjt)

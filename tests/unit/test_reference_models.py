@@ -18,6 +18,7 @@ from recsys.models import build_model, embedding_report, materialize
 from recsys.models.dlrm import WithRawIds
 from recsys.models.embeddings import table_specs
 from tests.conftest import make_kjt
+from tests.helpers import assert_int8_export_close
 
 ROWS = [50, 300, 20, 1000]
 DENSE = 3
@@ -148,17 +149,10 @@ def test_factorization_machine_without_dense_is_its_formula(qr, tasks, hot):
 @pytest.mark.parametrize("arch", ["lr", "fm"])
 def test_reference_without_dense_exports_as_int8_torchscript(arch):
     """As ``test_reference_exports_as_int8_torchscript``, with a ``[B, 0]`` dense input."""
-    from recsys.export import quantize_and_script
-
     emb = emb_config("mult")
     model = WithRawIds(model_of(arch, emb, 1, num_dense=0), emb.layout().qr).eval()
     dense, kjt = torch.empty(64, 0), make_kjt(emb.names(), ROWS, batch=64, seed=3)
-    with torch.no_grad():
-        want = torch.sigmoid(model(dense, kjt))
-    scripted, _ = quantize_and_script(model, "int8", (dense, kjt))
-    got = torch.sigmoid(scripted(dense, kjt))
-    assert isinstance(scripted, torch.jit.ScriptModule)
-    assert (got - want).abs().max() < 0.01
+    assert_int8_export_close(model, dense, kjt)
 
 
 def test_reference_tables_are_the_same_features_at_their_own_width():
@@ -197,14 +191,7 @@ def test_unknown_arch_is_named():
 @pytest.mark.parametrize("arch", ["lr", "fm"])
 def test_reference_exports_as_int8_torchscript(arch):
     """The export's own path (quantize the tables, shard for inference, trace, script)."""
-    from recsys.export import quantize_and_script
-
     emb = emb_config("mult")
     model = WithRawIds(model_of(arch, emb, 1), emb.layout().qr).eval()
     dense, kjt = torch.randn(64, DENSE), make_kjt(emb.names(), ROWS, batch=64, seed=3)
-    with torch.no_grad():
-        want = torch.sigmoid(model(dense, kjt))
-    scripted, _ = quantize_and_script(model, "int8", (dense, kjt))
-    got = torch.sigmoid(scripted(dense, kjt))
-    assert isinstance(scripted, torch.jit.ScriptModule)
-    assert (got - want).abs().max() < 0.01
+    assert_int8_export_close(model, dense, kjt)
