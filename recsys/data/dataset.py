@@ -74,16 +74,7 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
 def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
     """``cfg`` with what its prepared folder fixes (``overrides_for``); others unchanged."""
     overrides = overrides_for(cfg)
-    if not overrides:
-        return cfg
-    data = cfg.to_dict()
-    for key, value in overrides.items():
-        section, _, leaf = key.rpartition(".")
-        node = data
-        for part in section.split("."):
-            node = node[part]
-        node[leaf] = value
-    return ExperimentConfig.from_dict(data)
+    return cfg.with_overrides(overrides) if overrides else cfg
 
 
 def with_data(base: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:

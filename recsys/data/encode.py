@@ -478,22 +478,7 @@ class BatchStats:
         return out
 
     def merge(self, other: BatchStats) -> BatchStats:
-        pos = self.positives if other.positives.size == 0 else other.positives
-        if self.positives.size and other.positives.size:
-            pos = self.positives + other.positives
-        out = BatchStats(self.rows + other.rows, positives=pos)
-        for k in {*self.counts, *other.counts}:
-            empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
-            out.counts[k] = vocab.merge_counts(
-                self.counts.get(k, empty), other.counts.get(k, empty)
-            )
-        for k in {*self.dense, *other.dense}:
-            a, b = self.dense.get(k), other.dense.get(k)
-            if a is None or b is None:
-                out.dense[k] = a if b is None else b  # type: ignore[assignment]
-            else:
-                out.dense[k] = _merge_dense(a, b)
-        return out
+        return BatchStats.merge_all([self, other])
 
 
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
