@@ -489,8 +489,7 @@ def _plan(ex: Executor, schema: DatasetSchema, pieces: list[Piece], splits: dict
     need = [p for p in pieces if p.rows is None and (p.stop is not None or by == "order")]
     counts = ex.map(count_rows, [(p, schema) for p in need], "count rows") if need else []
     counted = dict(zip([p.index for p in need], counts, strict=True))
-    pieces = with_rows(pieces, [counted.get(p.index, p.rows) or 0 for p in pieces])
-    pieces = [p if p.index in counted or p.rows else _unknown(p) for p in pieces]
+    pieces = with_rows(pieces, [counted.get(p.index, p.rows) for p in pieces])
     if by == "time":
         return pieces, SplitPlan("time", cuts=time_cuts(ex, pieces, schema))
     if by == "order":
@@ -499,11 +498,6 @@ def _plan(ex: Executor, schema: DatasetSchema, pieces: list[Piece], splits: dict
     if by == "files":
         return pieces, SplitPlan("files", files=splits)
     return pieces, SplitPlan("hash")
-
-
-def _unknown(p: Piece) -> Piece:
-    """A gzip piece whose rows were not counted (not needed): row numbers from 0."""
-    return Piece(p.index, p.file, p.path, p.start, p.stop, 0, None)
 
 
 def _prepare(

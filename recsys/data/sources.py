@@ -284,14 +284,15 @@ def _count_lines(path: str, start: int, stop: int) -> int:
     return n + (last != 10)
 
 
-def with_rows(pieces: list[Piece], counts: list[int]) -> list[Piece]:
-    """The pieces with their row counts and first rows (within their files) filled in."""
+def with_rows(pieces: list[Piece], counts: list[int | None]) -> list[Piece]:
+    """The pieces with their row counts and first rows (within their files) filled in; a count
+    of None (a gzip file not counted: one piece, its rows numbered from 0) stays unknown."""
     out, row, file = [], 0, -1
     for p, n in zip(pieces, counts, strict=True):
         row = 0 if p.file != file else row
         file = p.file
         out.append(Piece(p.index, p.file, p.path, p.start, p.stop, row, n))
-        row += n
+        row += n or 0
     return out
 
 
