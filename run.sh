@@ -31,8 +31,9 @@ case $verb in
         "$py" -m ruff check .
         "$py" -m ruff format --check .
         "$py" -m mypy
-        # the files spread over 2 processes (RECSYS_TEST_PROCS; `-n 0` in the args: one)
-        exec "$py" -m pytest -n "${RECSYS_TEST_PROCS:-2}" --dist loadfile "$@" ;;
+        # the files spread over 2 processes (RECSYS_TEST_PROCS; `-n 0` in the args: one), in the
+        # units of work and the order tests/conftest.py gives them (all of tests/ray/ is one unit)
+        exec "$py" -m pytest -n "${RECSYS_TEST_PROCS:-2}" --dist loadfile --no-loadscope-reorder "$@" ;;
     gpu-check)
         if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
             echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi lists none); nothing was run" >&2
