@@ -13,6 +13,9 @@ BENCHMARKS.md with the machine, versions, date and command.
     .venv/bin/python -m benchmarks store               # MLflow rows and bytes per trial-step
     .venv/bin/python -m benchmarks soak                # 200 trials, a PostgreSQL-backed server,
                                                        # driver/server/worker faults mid-flight
+    .venv/bin/python -m benchmarks quality             # the sweep's best against a plain MLP,
+                                                       # its references against scikit-learn's LR
+                                                       # and a plain FM, and the oracle
 
 They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
 Ray/MLflow drivers here are measuring tools, not part of the library.
@@ -80,10 +83,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     k.add_argument("--trials", type=int, default=200)
     k.add_argument("--small", type=int, default=16, help="trials of the reference sweep")
     k.add_argument("--seed", type=int, default=0, help="where the faults fall")
+    u = sub.add_parser(
+        "quality", help="the sweep's best against hand-written models and the oracle"
+    )
+    u.add_argument("--rows", type=int, default=75_000, help="planted log: rows (80%% training)")
+    u.add_argument("--demo-rows", type=int, default=100_000, help="demo log: rows")
+    u.add_argument("--samples", type=int, default=6, help="search trials per log")
+    u.add_argument("--logs", nargs="+", choices=["planted", "demo"], default=["planted", "demo"])
+    u.add_argument("--workers", type=int, default=1, help="Ray Train workers per trial")
+    u.add_argument("--concurrent", type=int, default=2, help="trials at a time")
+    u.add_argument("--smoke", action="store_true", help="the space's smoke variant (a dry run)")
     return p.parse_args(argv)
 
 
 def run(args: argparse.Namespace) -> str:
+    if args.bench == "quality":
+        from benchmarks import quality
+
+        return quality.run(
+            args.rows,
+            args.demo_rows,
+            args.samples,
+            args.logs,
+            args.workers,
+            args.concurrent,
+            args.smoke,
+        )
     if args.bench == "own-data":
         from benchmarks import own_data
 

@@ -30,6 +30,7 @@ from recsys.configlib import (
 
 Arch = Literal["dlrm", "lr", "fm"]
 Interaction = Literal["dot", "cat", "sum", "dcn"]
+MLPNorm = Literal["none", "batch", "layer"]
 QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
 EmbeddingDType = Literal["fp32", "fp16", "bf16"]
@@ -38,6 +39,7 @@ Source = Literal["synthetic", "prepared", "torchrec"]
 SplitMode = Literal["fraction", "files"]
 BadRowPolicy = Literal["error", "skip"]
 EmbeddingOptimizer = Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"]
+EmbeddingDecayMode = Literal["l2", "decoupled"]
 DenseOptimizer = Literal["adagrad", "sgd", "adam"]
 ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
 ComputeKernel = Literal["fused", "dense"]
@@ -231,6 +233,29 @@ class ModelConfig:
         interaction: ``dot``, ``cat``, ``sum`` or ``dcn``.
         interaction_itself: ``dot`` only: keep the diagonal (self-interaction) too.
         dcn_layers / dcn_low_rank: depth and rank of the ``dcn`` low-rank cross network.
+        dropout: the probability, in ``[0, 1)``, of zeroing an activation while training
+            (``torch.nn.Dropout``: the kept ones are scaled by ``1 / (1 - dropout)``; evaluation
+            and the exported model use every activation, unscaled). Applied after the activation
+            of every layer of the bottom MLP (its ``embeddings.dim``-wide output layer included)
+            and of every hidden layer of the top MLP, never after the final layer to the logits;
+            with ``interaction: dcn`` also to the cross network's output, before the top MLP.
+            ``0``: none. The reference models (``lr``, ``fm``) have no MLP and ignore it; their
+            regularisation is weight decay (``optim.embedding_weight_decay``,
+            ``optim.weight_decay``).
+        norm: a normalisation after each of those MLP layers' ``Linear``, before its ReLU
+            (``Linear -> norm -> ReLU -> dropout``): ``none``, ``layer`` (``LayerNorm`` over the
+            layer's width: per sample, the same in training, evaluation and export, and on any
+            number of workers) or ``batch`` (``BatchNorm1d``: in training each worker normalises
+            over its own batch of ``train.batch_size`` rows, never the global one: synchronised
+            batch norm is GPU-only in torch, and the statistics of ``train.batch_size`` rows are
+            what it sees on any number of workers; a batch of one row cannot be normalised, so
+            ``train.batch_size`` must then be at least 2).
+            Batch norm keeps running means and variances, which evaluation, checkpoints and the
+            exported model (FP32, INT8 or INT4 tables alike: the MLPs are not quantized) use in
+            place of a batch's: before every evaluation and every checkpoint the trainer replaces
+            each worker's running statistics by their mean over the workers, so every worker
+            evaluates the same model and a checkpoint, which stores one copy of them, resumes
+            exactly. The reference models ignore it.
     """
 
     arch: Arch = "dlrm"
@@ -241,6 +266,8 @@ class ModelConfig:
     interaction_itself: bool = False
     dcn_layers: int = 2
     dcn_low_rank: int = 16
+    dropout: float = 0.0
+    norm: MLPNorm = "none"
 
     def __post_init__(self) -> None:
         check_choices(self, "model")
@@ -250,6 +277,8 @@ class ModelConfig:
                 check(w >= 1, f"model.{name}[{i}]", w, "layer widths must be >= 1")
         check(self.dcn_layers >= 1, "model.dcn_layers", self.dcn_layers, "must be >= 1")
         check(self.dcn_low_rank >= 1, "model.dcn_low_rank", self.dcn_low_rank, "must be >= 1")
+        why = "a probability in [0, 1) (0: no dropout)"
+        check(0 <= self.dropout < 1, "model.dropout", self.dropout, why)
 
 
 LINEAR_WIDTH = 4  # a reference model's weight of an id for a task: the sum of a row's 4 columns
@@ -436,7 +465,30 @@ class OptimConfig:
             ``LRPolicyScheduler``. ``decay_steps = 0`` keeps the peak.
         decay_power: the decay's exponent.
         end_lr_factor: the final learning rate as a share of the peak.
-        weight_decay: dense weight decay.
+        weight_decay: dense weight decay (the ``dense_optimizer``'s own ``weight_decay``: L2, added
+            to the gradient). It also applies to a table trained by the dense optimizer: one
+            ``sharding`` constrains to ``data_parallel`` or the ``dense`` compute kernel (the
+            planner's own choice is the fused kernel).
+        embedding_weight_decay: weight decay on the embedding tables, applied by the fused FBGEMM
+            optimizer in backward (``0``: none). FBGEMM updates only the rows a batch looks up,
+            so a row is decayed at the steps that read it, never in between (a rare id is decayed
+            less often than a frequent one). How, by ``embedding_weight_decay_mode``. A table
+            trained by the dense optimizer (see ``weight_decay``) gets ``weight_decay`` instead.
+            CPU workers need ``embeddings.dtype: fp16`` for it: FBGEMM's CPU kernel for fp32
+            tables drops the decay (it is refused there, when the worker shards the model);
+            GPU workers apply it to tables of every dtype.
+        embedding_weight_decay_mode: ``l2``: ``wd * w`` is added to the row's gradient before the
+            optimizer sees it (as ``weight_decay`` does for the dense part): for
+            ``exact_rowwise_adagrad``, ``g' = g + wd * w``, the row's state ``+= mean(g'^2)``,
+            ``w -= lr * g' / (sqrt(state) + eps)``, ``lr`` the scheduled ``embedding_lr``. ``g``
+            is the gradient of the loss's mean over the global batch whatever the number of
+            workers (TorchRec divides the workers' sum by their number, as DDP averages the dense
+            gradients), so one worker and several regularise alike. ``decoupled``: the row is
+            shrunk apart from the gradient, ``w *= 1 - lr * wd`` at each update (AdamW's rule;
+            the optimizer's state sees the plain gradient). Which optimizer supports which
+            (FBGEMM's kernels):
+            ``exact_rowwise_adagrad`` both, ``adam`` ``decoupled`` only, ``exact_adagrad`` and
+            ``exact_sgd`` none (refused with ``embedding_weight_decay > 0``).
     """
 
     embedding_optimizer: EmbeddingOptimizer = "exact_rowwise_adagrad"
@@ -450,6 +502,8 @@ class OptimConfig:
     decay_power: float = 2.0
     end_lr_factor: float = 0.0
     weight_decay: float = 0.0
+    embedding_weight_decay: float = 0.0
+    embedding_weight_decay_mode: EmbeddingDecayMode = "l2"
 
     def __post_init__(self) -> None:
         check_choices(self, "optim")
@@ -467,6 +521,48 @@ class OptimConfig:
             )
         check(0 <= self.end_lr_factor <= 1, "optim.end_lr_factor", self.end_lr_factor, "in [0,1]")
         check(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "must be >= 0")
+        self._check_embedding_decay()
+
+    def _check_embedding_decay(self) -> None:
+        """``embedding_weight_decay`` a number >= 0 that the embedding optimizer supports in
+        ``embedding_weight_decay_mode`` (``EMBEDDING_DECAY_MODES``)."""
+        wd, mode = self.embedding_weight_decay, self.embedding_weight_decay_mode
+        ok = math.isfinite(wd) and wd >= 0
+        check(ok, "optim.embedding_weight_decay", wd, "must be a number >= 0 (0: none)")
+        if wd == 0:
+            return
+        opt = self.embedding_optimizer
+        modes = EMBEDDING_DECAY_MODES[opt]
+        if not modes:
+            why = (
+                f"optim.embedding_optimizer={opt!r} has no weight decay in FBGEMM: use "
+                "exact_rowwise_adagrad (l2 or decoupled) or adam (decoupled), or 0"
+            )
+            check(False, "optim.embedding_weight_decay", wd, why)
+        why = (
+            f"optim.embedding_optimizer={opt!r} with optim.embedding_weight_decay={wd!r} "
+            f"supports {' or '.join(modes)} only in FBGEMM"
+        )
+        check(mode in modes, "optim.embedding_weight_decay_mode", mode, why)
+        if mode == "decoupled":
+            shrink = self.embedding_lr * wd
+            why = (
+                f"decoupled decay multiplies a row by 1 - embedding_lr * embedding_weight_decay "
+                f"= {1 - shrink:.3g} at each update: embedding_lr * embedding_weight_decay must "
+                "be < 1"
+            )
+            check(shrink < 1, "optim.embedding_weight_decay", wd, why)
+
+
+# Which weight-decay modes FBGEMM's fused optimizers apply (its optimizer codegen): row-wise
+# Adagrad both (``weight_decay_mode`` L2 / DECOUPLE), Adam decoupled only (it takes no mode: ``w -=
+# lr * (update + wd * w)``), Adagrad and SGD none (their kernels take no ``weight_decay``).
+EMBEDDING_DECAY_MODES: dict[str, tuple[EmbeddingDecayMode, ...]] = {
+    "exact_rowwise_adagrad": ("l2", "decoupled"),
+    "adam": ("decoupled",),
+    "exact_adagrad": (),
+    "exact_sgd": (),
+}
 
 
 @dataclass
@@ -475,10 +571,26 @@ class TrainConfig:
 
     Attributes:
         batch_size: samples per worker per step (the global batch is ``batch_size * world_size``).
-        steps: training steps (the data is cycled by epochs if it runs out).
-        eval_every: validate every N steps (0: only at the end).
-        checkpoint_every: checkpoint and report every N steps (0: only at the end). Metrics are
-            reported together with a checkpoint, so a restarted worker never reports a step twice.
+        steps: training steps (the data is cycled by epochs if it runs out). With ``epochs`` set
+            it is derived (below) and a value given here is replaced.
+        epochs: the budget in epochs instead of steps (0: off, ``steps`` counts; fractions
+            allowed). One epoch is the training split once over all workers: ``steps_per_epoch
+            = ceil(train_rows / (batch_size * world_size))``; ``steps = ceil(epochs *
+            steps_per_epoch)``, and ``eval_every`` and ``checkpoint_every`` both become the
+            report interval ``max(1, steps_per_epoch // reports_per_epoch)`` (the last step
+            always reports). The workers derive them (``recsys.data.dataset.with_budget``, from
+            the training rows and their number), and so does a sweep's driver for its table and
+            its trials' status; ASHA counts in epochs (its grace period one epoch, its maximum
+            ``epochs``). The budget is in samples: a run resumed on another number of workers
+            derives again and trains the samples it has left at its new global batch. Every
+            report carries ``epochs_done`` (``samples_seen / train_rows``); patience and the
+            kept best checkpoint work as with steps.
+        reports_per_epoch: with ``epochs``: evaluate, checkpoint and report this many times per
+            epoch (at most once a step).
+        eval_every: validate every N steps (0: only at the end; with ``epochs``: derived).
+        checkpoint_every: checkpoint and report every N steps (0: only at the end; with
+            ``epochs``: derived). Metrics are reported together with a checkpoint, so a restarted
+            worker never reports a step twice.
         eval_batches: cap on validation batches per evaluation (0: the whole split).
         seed: seeds model init, data order and RNGs.
         log_every: record the training loss every N steps (reported with the next checkpoint).
@@ -499,6 +611,8 @@ class TrainConfig:
 
     batch_size: int = 256
     steps: int = 200
+    epochs: float = 0.0
+    reports_per_epoch: int = 1
     eval_every: int = 100
     checkpoint_every: int = 100
     eval_batches: int = 0
@@ -516,6 +630,10 @@ class TrainConfig:
         check(self.patience >= 0, "train.patience", self.patience, "must be >= 0 (0: off)")
         check(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
         check(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
+        ok = math.isfinite(self.epochs) and self.epochs >= 0
+        check(ok, "train.epochs", self.epochs, "must be a number >= 0 (0: train.steps counts)")
+        rpe = self.reports_per_epoch
+        check(rpe >= 1, "train.reports_per_epoch", rpe, "must be >= 1")
         for name in ("eval_every", "checkpoint_every", "eval_batches"):
             check(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), "must be >= 0")
         check(self.log_every >= 1, "train.log_every", self.log_every, "must be >= 1")

@@ -100,6 +100,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "`RAY_API_SERVER_ADDRESS`, so a later connect (in this process or a child) knows that "
         "address is a stale one of its own, not the user's",
     ),
+    "RECSYS_CHROMIUM": (
+        TESTS,
+        "a Chromium binary for the MLflow UI browser test and `scripts/mlflow_screenshot.py` "
+        "(default: `chromium` on PATH; without one the browser test is skipped, saying why)",
+    ),
     "RECSYS_NO_APT": (
         TESTS,
         "`1`: `./run.sh test` never runs apt-get (`scripts/test_services.sh`); where PostgreSQL "

@@ -132,26 +132,48 @@ class Postgres:
 
 
 class MlflowServer:
-    """``mlflow server`` over a store URI on 127.0.0.1, artifacts served from ``artifacts``."""
+    """``mlflow server`` over a store URI on 127.0.0.1, artifacts served from ``artifacts``; or,
+    with ``command``, that ``mlflow ...`` command (as a sweep prints it: ``mlflow ui
+    --backend-store-uri ... --port 5000``) on a free port of 127.0.0.1 instead."""
 
-    def __init__(self, store: str, artifacts: Path, port: int | None = None) -> None:
-        self.store, self.artifacts = store, artifacts
+    def __init__(
+        self,
+        store: str = "",
+        artifacts: Path | None = None,
+        port: int | None = None,
+        command: list[str] | None = None,
+    ) -> None:
+        self.store, self.artifacts, self.command = store, artifacts, command
         self.port = port or free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.log = Path(tempfile.mkstemp(prefix="mlflow-server-", suffix=".log")[1])
 
+    def _cmd(self) -> list[str]:
+        if self.command is not None:
+            assert self.command[0] == "mlflow", self.command
+            args = list(self.command[1:])
+            for flag, value in (("--host", "127.0.0.1"), ("--port", str(self.port))):
+                if flag in args:
+                    args[args.index(flag) + 1] = value
+                else:
+                    args += [flag, value]
+            return [sys.executable, "-m", "mlflow", *args]
+        assert self.artifacts is not None, "a server needs its artifact folder"
+        return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store,
+                "--artifacts-destination", self.artifacts.as_uri(), "--host", "127.0.0.1",
+                "--port", str(self.port), "--workers", "1"]  # fmt: skip
+
     def start(self, timeout: float = 120) -> MlflowServer:
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store,
-               "--artifacts-destination", self.artifacts.as_uri(), "--host", "127.0.0.1",
-               "--port", str(self.port), "--workers", "1"]  # fmt: skip
+        cmd = self._cmd()
         # no GenAI job runners (huey consumers that outlive a stopped server); a session of its own,
         # so that stop() ends the server and every process it started
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with open(self.log, "a") as out:
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+            self.proc = subprocess.Popen(  # (cwd: where `mlflow ui` puts a default ./mlartifacts)
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                cwd=tempfile.mkdtemp(prefix="mlflow-server-"),
+            )  # fmt: skip
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:

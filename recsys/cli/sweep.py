@@ -8,7 +8,10 @@
     mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1   # compare the runs
 
 (``python experiments/sweep.py`` is the same command.) Re-running with the same --name resumes
-too: finished trials stay finished, unfinished ones continue from their last checkpoint.
+too: finished trials stay finished, unfinished ones continue from their last checkpoint. The
+last line printed is the link to the sweep's runs in the MLflow UI (after the ``mlflow ui``
+command that serves a local store): its trials and baselines, best first, with the score and
+the searched parameters as columns.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from recsys.data.columns import DataError
 
 RESULT_KEYS = [
     "step",
+    "epochs_done",
     "loss",
     "val_auc",
     "val_log_loss",

@@ -6,12 +6,16 @@ config itself reads no file: ``recsys.config`` is pure).
   pooling, ``model.num_dense`` and the tasks (the labels, in order). Table sizes the config
   already gives for this data's features are kept (a sweep may size its own tables).
 - ``source_for(path)``: the ``data.source`` of a folder a user names (``--data``).
+- ``train_rows(cfg)`` and ``with_budget(cfg, train_rows, world_size)``: a budget in epochs
+  (``train.epochs``) made steps, for the workers and the sweep's driver alike.
 - ``write_serving(cfg, folder)``: what serving needs beside an export, for every source.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 from typing import Any
 
@@ -83,6 +87,107 @@ def with_data(base: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentCo
     data = {k: v for k, v in overrides.items() if k == "data" or k.startswith("data.")}
     rest = {k: v for k, v in overrides.items() if k not in data}
     return resolve(base.with_overrides(data)).with_overrides(rest)
+
+
+# ---------------------------------------------------------------------------------------------
+# A budget in epochs (``train.epochs``): steps, evaluation and checkpoints derived from the
+# training split's rows and the workers
+
+
+def train_rows(cfg: ExperimentConfig) -> int:
+    """The rows of ``cfg``'s training split, without reading the data: a prepared folder's from
+    its ``meta.json`` (its shards' row counts), synthetic data's from ``num_samples`` and the
+    split fractions, a TorchRec folder's from its label files' headers; split as
+    ``recsys.data.columns.split`` splits them."""
+    data = cfg.data
+    if data.source == "prepared":
+        return _prepared_train_rows(cfg)
+    if data.source == "synthetic":
+        parts = [data.synthetic.num_samples]
+    else:
+        parts = _torchrec_day_rows(data.paths)
+    if data.split == "files":
+        if len(parts) < 3:
+            raise ConfigError(f"data.split=files needs >= 3 files, got {len(parts)}")
+        return sum(parts[:-2])
+    n = sum(parts)
+    return n - round(n * data.test_fraction) - round(n * data.val_fraction)
+
+
+def _prepared_train_rows(cfg: ExperimentConfig) -> int:
+    if len(cfg.data.paths) != 1:
+        raise ConfigError(
+            f"data.source=prepared: data.paths must name one folder, got {cfg.data.paths}"
+        )
+    try:
+        meta = read_meta(cfg.data.paths[0])
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    return sum(int(shard["rows"]) for shard in meta["shards"]["train"])
+
+
+def _torchrec_day_rows(folders: list[str]) -> list[int]:
+    """Each day's rows of TorchRec folders, in order (a label file's ``.npy`` header)."""
+    import numpy as np
+
+    from recsys.data import torchrec_npy
+
+    rows = []
+    try:
+        for folder in folders:
+            for k in torchrec_npy.days(folder):
+                path = torchrec_npy.day_paths(folder, k)["labels"]
+                rows.append(int(np.load(path, mmap_mode="r").shape[0]))
+    except (DataError, ValueError, OSError) as e:
+        raise ConfigError(f"train.epochs needs the training rows: {e}") from None
+    return rows
+
+
+def steps_per_epoch(train_rows: int, batch_size: int, world_size: int) -> int:
+    """Steps that read the training split once over all workers: ``ceil(train_rows /
+    (batch_size * world_size))``."""
+    return -(-train_rows // (batch_size * world_size))
+
+
+def with_budget(
+    cfg: ExperimentConfig,
+    train_rows: int,
+    world_size: int,
+    done_steps: int = 0,
+    done_samples: int = 0,
+) -> ExperimentConfig:
+    """``cfg`` with its budget in epochs (``train.epochs > 0``) made steps for ``world_size``
+    workers on a training split of ``train_rows`` rows; ``cfg`` itself when ``train.epochs`` is
+    0. Pure, and idempotent: a derived config derives to itself.
+
+    - ``steps_per_epoch = ceil(train_rows / (batch_size * world_size))``;
+    - ``train.steps = ceil(epochs * steps_per_epoch)``;
+    - ``train.eval_every = train.checkpoint_every = max(1, steps_per_epoch //
+      reports_per_epoch)`` (every report is evaluated; the last step reports too).
+
+    ``done_steps`` / ``done_samples``: a resumed run's step and training samples (all workers'),
+    from its checkpoint. The budget is in samples: a run resumed on another number of workers
+    (another global batch) trains the samples still left of what a run on these workers trains,
+    ``ceil((steps * global_batch - done_samples) / global_batch)`` more steps (``steps`` as
+    above); on the same workers it ends at ``steps`` exactly."""
+    tc = cfg.train
+    if tc.epochs <= 0:
+        return cfg
+    if train_rows < 1 or world_size < 1:
+        raise ConfigError(
+            f"train.epochs={tc.epochs}: needs a training split with rows and at least one worker "
+            f"(got {train_rows} rows, {world_size} workers)"
+        )
+    global_batch = tc.batch_size * world_size
+    per_epoch = steps_per_epoch(train_rows, tc.batch_size, world_size)
+    steps = max(1, math.ceil(round(tc.epochs * per_epoch, 6)))  # (0.1 * 30 is 3.0000000000000004)
+    if done_steps > 0:
+        done = done_samples or done_steps * global_batch  # (a checkpoint that counted no samples)
+        left = -(-(steps * global_batch - done) // global_batch)
+        steps = max(1, done_steps + max(0, left))
+    every = max(1, per_epoch // tc.reports_per_epoch)
+    train = dataclasses.replace(tc, steps=steps, eval_every=every, checkpoint_every=every)
+    return dataclasses.replace(cfg, train=train)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,21 @@ def sum_(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def average_(tensors: list[torch.Tensor]) -> None:
+    """Replace each tensor (floating point, on the worker's device) by its mean over ranks, in
+    place: one all-reduce of them all, flattened. A no-op on one rank."""
+    if _world() == 1 or not tensors:
+        return
+    with torch.no_grad():
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+        dist.all_reduce(flat)
+        flat /= _world()
+        start = 0
+        for t in tensors:
+            t.copy_(flat[start : start + t.numel()].view_as(t))
+            start += t.numel()
+
+
 def mean_over_ranks(value: torch.Tensor) -> float:
     """The mean over ranks of a scalar tensor on the worker's device."""
     t = value.detach().float().reshape(1).clone()

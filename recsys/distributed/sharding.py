@@ -1,7 +1,10 @@
 """Sharding applied from outside the model: planner, constraints, fused optimizer, DMP.
 
 The embedding optimizer is fused into the backward pass through the sharder's fused params
-(FBGEMM ``EmbOptimType``), so embedding gradients are never materialised.
+(FBGEMM ``EmbOptimType``), so embedding gradients are never materialised; so is the tables' weight
+decay (``optim.embedding_weight_decay``: FBGEMM's ``weight_decay`` and ``weight_decay_mode``).
+Every model (DLRM and the references) and every number of workers (one included) is sharded here,
+so the fused parameters reach every table that a fused kernel trains.
 
 The planner is told the machine it plans for (``topology``): the device's memory (a GPU's real
 HBM, not TorchRec's default 32 GiB; on CPU the host memory per worker), the host memory per
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
+from fbgemm_gpu.split_table_batched_embeddings_ops_training import WeightDecayMode
 from torch import nn
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -55,16 +59,47 @@ EMB_OPTIMIZERS = {
 }
 
 
+DECAY_MODES = {"l2": WeightDecayMode.L2, "decoupled": WeightDecayMode.DECOUPLE}
+
+
 def fused_params(optim: OptimConfig) -> dict[str, Any]:
-    """FBGEMM fused-optimizer parameters of the embedding tables."""
-    return {
+    """FBGEMM fused-optimizer parameters of the embedding tables.
+
+    With ``optim.embedding_weight_decay`` also ``weight_decay`` and ``weight_decay_mode``
+    (``WeightDecayMode.L2`` / ``DECOUPLE``; ``OptimConfig`` has refused what the optimizer
+    lacks). The gradient FBGEMM gets is that of the global batch's mean loss on any number of
+    workers (TorchRec divides the workers' sum by their number: its ``gradient_division``, on by
+    default), as DDP's for the dense part, so L2's ``wd * w`` weighs alike on one worker and
+    several."""
+    params: dict[str, Any] = {
         "optimizer": EMB_OPTIMIZERS[optim.embedding_optimizer],
         "learning_rate": optim.embedding_lr,
         "eps": optim.eps,
     }
+    wd, mode = optim.embedding_weight_decay, optim.embedding_weight_decay_mode
+    if wd > 0:
+        params["weight_decay"] = wd
+        params["weight_decay_mode"] = DECAY_MODES[mode]
+    return params
+
+
+def check_fused_decay(optim: OptimConfig, device_type: str, half: bool) -> None:
+    """Refuse an embedding weight decay that FBGEMM would silently drop. Its CPU backward of
+    ``exact_rowwise_adagrad`` over fp32 tables takes a fast path, FBGEMM's ``SparseAdaGrad``
+    kernel, called with ``weight_decay=0`` whatever it was given (``embedding_backward_split_cpu_
+    template.cpp`` in FBGEMM 1.6 to 1.8, every supported stack); its generic CPU path (fp16
+    tables) and its CUDA kernels apply it. ``half``: the tables are fp16/bf16."""
+    wd = optim.embedding_weight_decay
+    if wd > 0 and device_type == "cpu" and not half:
+        raise ConfigError(
+            f"optim.embedding_weight_decay={wd!r}: FBGEMM's CPU kernel for fp32 tables ignores "
+            "weight decay; use embeddings.dtype='fp16' on CPU workers (its CPU kernel applies "
+            "it), GPU workers, or 0"
+        )
 
 
 def sharders(optim: OptimConfig) -> list[ModuleSharder[nn.Module]]:
+    """The sharders of the model's embedding collection, with ``fused_params``."""
     return [EmbeddingBagCollectionSharder(fused_params=fused_params(optim))]  # type: ignore[list-item]
 
 
@@ -231,6 +266,7 @@ def shard(
 ) -> tuple[DistributedModelParallel, PlanEstimate]:
     """Shard the model's embedding tables (created on ``meta``) and place the rest on the device;
     dense parts are data-parallel (DDP). ``half``: the tables are fp16/bf16."""
+    check_fused_decay(optim, env.device.type, half)
     sharding_plan, estimate = plan(model, env, cfg, optim, table_names, batch_size, half)
     dmp = DistributedModelParallel(
         module=model, device=env.device, plan=sharding_plan, sharders=sharders(optim)

@@ -15,20 +15,24 @@ interaction runs over the ``F`` embeddings alone (``recsys.models.interactions``
 import torch
 from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import EmbeddingConfig, ModelConfig
 from recsys.models.embeddings import SparseArch, qr_split_kjt
 from recsys.models.interactions import NEEDS_EQUAL_DIMS, make_interaction
+from recsys.models.mlp import MLP
 
 
 class DLRM(nn.Module):
     """Bottom MLP, embedding tables, an interaction, a top MLP; no bottom MLP when
     ``model.num_dense == 0`` (the interaction is over the embeddings alone, ``bottom_mlp`` unused).
 
+    Every MLP layer is ``Linear -> norm -> ReLU -> dropout`` (``recsys.models.mlp``; ``model.norm``
+    and ``model.dropout``), the bottom MLP's ``D``-wide output layer included; the top MLP's final
+    ``Linear`` to the ``T`` logits has neither. ``dcn`` drops out its cross network's output too.
+
     Args:
-        model: architecture (MLP widths, interaction op).
+        model: architecture (MLP widths, interaction op, norm, dropout).
         embeddings: the tables (rows, dims, QR, dtype).
         num_tasks: logits per sample ``T`` (one per loss task).
         embedding_device: where the tables are created; ``meta`` defers their allocation to
@@ -57,7 +61,11 @@ class DLRM(nn.Module):
         dim = embeddings.dim
         project = NEEDS_EQUAL_DIMS[model.interaction] and embeddings.mixed
         self.has_dense = model.num_dense > 0
-        self.dense_arch = MLP(model.num_dense, [*model.bottom_mlp, dim]) if self.has_dense else None
+        self.dense_arch = (
+            MLP(model.num_dense, [*model.bottom_mlp, dim], model.norm, model.dropout)
+            if self.has_dense
+            else None
+        )
         self.sparse_arch = SparseArch(
             embeddings,
             project_to=dim if project else None,
@@ -72,11 +80,14 @@ class DLRM(nn.Module):
             dcn_layers=model.dcn_layers,
             dcn_low_rank=model.dcn_low_rank,
             has_dense=self.has_dense,
+            dropout=model.dropout,
         )
         top_in = self.interaction.out_dim
+        top: nn.Module = nn.Identity()
+        if model.top_mlp:
+            top = MLP(top_in, model.top_mlp, model.norm, model.dropout)
         self.over_arch = nn.Sequential(
-            MLP(top_in, model.top_mlp) if model.top_mlp else nn.Identity(),
-            nn.Linear(model.top_mlp[-1] if model.top_mlp else top_in, num_tasks),
+            top, nn.Linear(model.top_mlp[-1] if model.top_mlp else top_in, num_tasks)
         )
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:

@@ -86,13 +86,20 @@ class SumInteraction(nn.Module):
 
 class DCNInteraction(nn.Module):
     """Low-rank cross network (DCN-v2, as in MLPerf DLRM-DCNv2) over ``[dense, e_1..e_F]``, or
-    over ``[e_1..e_F]`` without dense.
+    over ``[e_1..e_F]`` without dense; ``dropout > 0``: its output is dropped out in training
+    (``nn.Dropout``), before the top MLP.
 
     ``out_dim = D * F'``. Requires every ``d_f == D``.
     """
 
     def __init__(
-        self, num_features: int, dim: int, num_layers: int, low_rank: int, has_dense: bool = True
+        self,
+        num_features: int,
+        dim: int,
+        num_layers: int,
+        low_rank: int,
+        has_dense: bool = True,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.has_dense = has_dense
@@ -100,12 +107,13 @@ class DCNInteraction(nn.Module):
         self.crossnet = LowRankCrossNet(
             in_features=self.out_dim, num_layers=num_layers, low_rank=low_rank
         )
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, dense: torch.Tensor, sparse: list[torch.Tensor]) -> torch.Tensor:
         """``dense: [B, D]`` (ignored without dense), ``sparse: F x [B, D]`` -> ``[B, D F']``."""
         if not self.has_dense:
-            return self.crossnet(torch.cat(sparse, dim=1))
-        return self.crossnet(torch.cat([dense, *sparse], dim=1))
+            return self.dropout(self.crossnet(torch.cat(sparse, dim=1)))
+        return self.dropout(self.crossnet(torch.cat([dense, *sparse], dim=1)))
 
 
 NEEDS_EQUAL_DIMS = {"dot": True, "sum": True, "dcn": True, "cat": False}
@@ -120,9 +128,11 @@ def make_interaction(
     dcn_layers: int = 2,
     dcn_low_rank: int = 16,
     has_dense: bool = True,
+    dropout: float = 0.0,
 ) -> DotInteraction | CatInteraction | SumInteraction | DCNInteraction:
     """Build interaction ``op``; ``sparse_dims`` are the dims the op will see (after projection);
-    ``has_dense=False``: no dense vector, the op runs over the embeddings alone. An op with
+    ``has_dense=False``: no dense vector, the op runs over the embeddings alone; ``dropout``:
+    ``dcn``'s dropout on its output (the other ops have no tower and ignore it). An op with
     nothing to output (``dot`` over one embedding, without dense or ``itself``) is refused."""
     if NEEDS_EQUAL_DIMS.get(op) and any(d != dim for d in sparse_dims):
         raise ValueError(
@@ -141,5 +151,5 @@ def make_interaction(
     if op == "sum":
         return SumInteraction(dim, has_dense)
     if op == "dcn":
-        return DCNInteraction(num_features, dim, dcn_layers, dcn_low_rank, has_dense)
+        return DCNInteraction(num_features, dim, dcn_layers, dcn_low_rank, has_dense, dropout)
     raise ValueError(f"unknown interaction op {op!r}; choose one of {sorted(NEEDS_EQUAL_DIMS)}")

@@ -9,6 +9,10 @@ FBGEMM needs table widths in multiples of 4, so an id's weight for task ``t`` is
 row's columns ``4t..4t+3`` (``LINEAR_WIDTH``): a linear model all the same (the four columns get
 equal gradients, so it is one weight learning at four times the table's learning rate).
 
+Neither has an MLP, so ``model.dropout`` and ``model.norm`` do not apply to them (ignored, as
+DLRM's other fields); their regularisation is weight decay: ``optim.embedding_weight_decay`` on
+the tables (the fused FBGEMM optimizer, as DLRM's) and ``optim.weight_decay`` on the dense terms.
+
 Without dense features (``model.num_dense == 0``) both have no dense terms: LR's dense linear
 layer is a bias alone (``bias``), FM has no dense factors. The ``[B, 0]`` dense input is ignored.
 

@@ -10,6 +10,11 @@ It runs inside any launcher that has set up the process group (Ray Train's ``Tor
 One report = one checkpoint + the metrics since the previous one (training-loss history at its real
 steps, validation metrics when due). A worker restarted from the last checkpoint therefore never
 reports a step twice.
+
+Batch norm (``model.norm: batch``) normalises over each worker's batch and keeps running statistics
+per worker; before every evaluation and checkpoint (``_report_point``) they are replaced by their
+mean over the workers (``sync_batch_norm``), so every worker evaluates the same model and the
+checkpoint, which holds one copy of them, resumes exactly.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from recsys.config import ExperimentConfig
 from recsys.data import TrainStream, load_splits, shard_range
+from recsys.data.dataset import with_budget
 from recsys.data.loader import map_position
 from recsys.data.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
@@ -43,6 +50,25 @@ from recsys.train.stepper import Stepper, use_pipeline
 def pin_batches(device: torch.device) -> bool:
     """Page-locked batches make the host-to-GPU copy asynchronous; CPU-only torch cannot pin."""
     return device.type == "cuda"
+
+
+def batch_norm_stats(model: nn.Module) -> list[torch.Tensor]:
+    """The running means and variances (``[C]`` each) of every batch norm in ``model``, in
+    module order (the same on every rank); empty without batch norm."""
+    out: list[torch.Tensor] = []
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            assert m.running_mean is not None and m.running_var is not None
+            out += [m.running_mean, m.running_var]
+    return out
+
+
+def sync_batch_norm(model: nn.Module) -> None:
+    """Every batch norm's running statistics := their mean over the ranks (in place; a no-op on
+    one rank or without batch norm). The mean of the workers' running variances, not the variance
+    of all their rows together: in training each worker normalises by its own batch's variance,
+    which is what its running variance estimates (timm's ``distribute_bn`` averages alike)."""
+    collectives.average_(batch_norm_stats(model))
 
 
 def due(step: int, every: int, last: int) -> bool:
@@ -108,6 +134,10 @@ class Trainer:
         self.plan = built.plan
         self.state = restore(reporter, built.model, built.optimizer, env, log)
         self.resume_note = self._reshard_position()
+        # a budget in epochs made steps for these workers and the samples still left
+        self.cfg = cfg = with_budget(
+            cfg, len(self.splits.train), env.world_size, self.state.step, self.state.samples_seen
+        )
         self.stream = TrainStream(
             self.splits.train,
             rank=env.rank,
@@ -230,6 +260,7 @@ class Trainer:
             **self._take_note(),
             "step": self.state.step,
             "epoch": self.epoch,
+            "epochs_done": self.state.samples_seen / len(self.splits.train),
             "loss": self.history[-1][1] if self.history else float("nan"),
             "samples_per_s": self.clock.samples_per_s(global_batch),
             "ids_hashed": self.stream.ids_hashed,
@@ -265,6 +296,7 @@ class Trainer:
         metrics = self._interval_metrics(lr_factor)
         with self.stepper.plain_model() as model:
             t0 = time.perf_counter()
+            sync_batch_norm(model)  # one set of statistics: evaluated, then checkpointed
             if due(step, cfg.train.eval_every, cfg.train.steps):
                 metrics.update(evaluate(model, self.splits.val, cfg, env, "val"))
             metrics.update(self.scorer.update(self.state, metrics))
@@ -311,6 +343,7 @@ class Trainer:
             **self._take_note(),
             "step": self.state.step,
             "epoch": self.epoch,
+            "epochs_done": self.state.samples_seen / len(self.splits.train),
             "loss_history": [],
             **self._cost(advance=False),
             **self.scorer.update(self.state, {}),

@@ -34,10 +34,13 @@ class RayReporter:
     local staging folder (``train.checkpoint_staging``, default the system's temp folder; its free
     space is checked first), which ``ray.train.report`` uploads and merges, then it is removed.
 
-    Reports also say which Ray nodes the worker group runs on (``worker_nodes``)."""
+    Reports also say which Ray nodes the worker group runs on (``worker_nodes``) and the step
+    the run trains to (``train_steps``: ``train.steps``, or the steps a budget in epochs came to
+    for these workers), which a sweep decides a trial's status against."""
 
     def __init__(self, worker_nodes: str = "", staging: str = "", need_bytes: int = 0) -> None:
         self.worker_nodes = worker_nodes
+        self.train_steps = 0  # set once the trainer has derived its budget
         self.suffix = ""
         self.staging, self.need_bytes = staging or tempfile.gettempdir(), need_bytes
         storage = ray.train.get_context().get_storage()
@@ -73,6 +76,8 @@ class RayReporter:
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
         metrics = {**metrics, "worker_nodes": self.worker_nodes}
+        if self.train_steps:
+            metrics["train_steps"] = self.train_steps
         if not folder:
             ray.train.report(metrics)
             return
@@ -127,7 +132,10 @@ def train_func(config: dict[str, Any]) -> None:
     """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool}``.
 
     TorchRec (and FBGEMM, which logs every library it loads at INFO on the root logger, which Ray
-    Train sets to INFO in its workers) is imported only after ``quiet_libraries``."""
+    Train sets to INFO in its workers) is imported only after ``quiet_libraries``. A budget in
+    epochs (``train.epochs``) is made steps by the ``Trainer`` (``recsys.data.dataset.
+    with_budget``): it is the one place that knows this worker group's size, the training
+    split's rows and, on a resume, the steps and samples the checkpoint had done."""
     quiet_libraries()
     from recsys.train.trainer import Trainer
 
@@ -146,6 +154,7 @@ def train_func(config: dict[str, Any]) -> None:
     reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
+    reporter.train_steps = trainer.cfg.train.steps  # (a budget in epochs: derived by the trainer)
     trainer.train()
     hold_after_training(cfg.train.seed)
 

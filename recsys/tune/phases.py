@@ -6,8 +6,13 @@ in MLflow with their role (``Tag.KIND``). The order: baselines (the bar to beat)
 the seed check, whose K x N points come from the search's ranking and are kept in its own Tune
 state, so a resumed check re-trains exactly those.
 
-- **Baselines**: each ``model.arch`` the space lists, trained once with the base config (the
-  space's data and budget), FIFO: no scheduler stops a reference early.
+- **Baselines**: each reference ``model.arch`` the space lists, searched by its rules
+  (``recsys.tune.space.Reference``: a small grid of learning rates and weight decays over the base
+  config, each point trained with a budget in epochs and patience), FIFO: no scheduler stops a
+  reference early. The best of an arch's trials by the space's metric is its reference: the one
+  the summary, the table and ``lead_over_<arch>`` compare with (``Outcome``), described as
+  ``best of N: embedding_lr=..., ...`` on the parent run (``recsys.reference.<arch>``) and on its
+  own run (``recsys.reference``); every reference trial is in ``references.csv``.
 - **Seed check**: the ``top`` best finished search trials (stopped early by patience or ASHA
   count too), each re-trained with ``seeds`` new seeds (``train.seed`` + 1 .. + N: init, data
   order and every random draw; the data itself is the same). Statistics: ``recsys.tune.confirm``.
@@ -23,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from recsys.config import ExperimentConfig
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
 from recsys.tune.results import status
@@ -33,6 +39,8 @@ from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_tria
 
 PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}
 CONFIRMABLE = ("finished", "early_stopped", "stopped")
+REFERENCE_TAG = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate"
+REFERENCE = "reference"  # the frame's column describing a chosen reference
 
 
 def trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
@@ -44,7 +52,39 @@ def trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
 
 
 def baseline_points(space: SearchSpace) -> list[dict[str, Any]]:
-    return [space.baseline_params(arch) for arch in space.baselines]
+    """Every reference trial's params (``SearchSpace.reference_points``)."""
+    return space.reference_points()
+
+
+def common_params(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The keys every point sets to the same value (``model.arch`` aside): the baselines phase
+    puts them in its trials' base config, so that a trial's params (its console line, its
+    ``recsys.searched`` tag) are its arch and grid values alone."""
+    if not points:
+        return {}
+    first = points[0]
+    return {k: v for k, v in first.items()
+            if k != "model.arch" and all(k in p and p[k] == v for p in points[1:])}  # fmt: skip
+
+
+def baseline_header(space: SearchSpace) -> str:
+    """The console's line as the baselines phase starts: each reference and its trials."""
+    refs = [space.references[a] for a in space.baselines]
+    parts = ", ".join(f"{r.arch} ({r.trials} trial{'s' if r.trials > 1 else ''})" for r in refs)
+    return f"baselines: {parts}; each reference is the best of its trials by {space.metric}"
+
+
+def phase_steps(space: SearchSpace, points: list[dict[str, Any]], workers: int) -> int:
+    """The steps a phase's trials train to, for its progress lines: the first point's budget
+    (made steps for ``workers`` workers when it is in epochs), else the base's."""
+    if not points:
+        return space.base.train.steps
+    cfg = space.config_for({k: v for k, v in points[0].items() if not k.startswith("_")})
+    if cfg.train.epochs <= 0:
+        return cfg.train.steps
+    from recsys.data.dataset import train_rows, with_budget
+
+    return with_budget(cfg, train_rows(cfg), workers).train.steps
 
 
 def confirm_points(trials: pd.DataFrame, space: SearchSpace) -> list[dict[str, Any]]:
@@ -81,13 +121,20 @@ def phase_tuner(
     from recsys.tune.progress import Progress
 
     phase_spec = dataclasses.replace(spec, role=role)
+    if role == "baseline":  # the rules every reference trial shares go in the phase's base
+        common = common_params(points)
+        base = ExperimentConfig.from_dict(spec.base).with_overrides(common)
+        phase_spec = dataclasses.replace(phase_spec, base=base.to_dict())
+        points = [{k: v for k, v in p.items() if k not in common} for p in points]
     path = os.path.join(sweep_dir(opts), PHASE_DIRS[role])
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=trainable(opts, phase_spec), resume_unfinished=True,
             resume_errored=True,
         )  # fmt: skip
-    score, steps = space.objectives[0], space.base.train.steps
+    score = space.objectives[0]
+    steps = phase_steps(space, baseline_points(space) if role == "baseline" else points,
+                        opts.num_workers)  # fmt: skip
     progress = Progress(space.metric, steps, mode=score.mode, total=len(points), label=role)
     return tune.Tuner(
         trainable(opts, phase_spec),
@@ -141,12 +188,35 @@ def spreads(seeds: pd.DataFrame, space: SearchSpace) -> tuple[list[Spread], list
     return out, short
 
 
+def chosen_references(frame: pd.DataFrame, space: SearchSpace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``frame`` (ranked) with each reference arch's trials reduced to its best by the space's
+    score (the first of its rows; its ``reference`` column says of how many and with what), and
+    every reference trial (``chosen`` marks the kept ones)."""
+    if frame.empty or "role" not in frame or not (frame["role"] == "baseline").any():
+        return frame, pd.DataFrame()
+    refs = frame[frame["role"] == "baseline"].copy()
+    refs["chosen"] = ~refs.duplicated("arch", keep="first")
+    common = common_params(baseline_points(space))  # (in the phase's base, not the params)
+    described = []
+    for _, row in refs.iterrows():
+        arch = str(row["arch"])
+        ref, n = space.references.get(arch), int((refs["arch"] == arch).sum())
+        what = ref.describe({**common, **dict(row["params"])}) if ref is not None else ""
+        described.append(f"best of {n}: {what}" if what else f"best of {n}")
+    refs[REFERENCE] = described
+    kept = refs[refs["chosen"]].drop(columns="chosen")
+    out = pd.concat([frame[frame["role"] != "baseline"], kept], ignore_index=False)
+    return out.sort_index().reset_index(drop=True), refs.reset_index(drop=True)
+
+
 class Outcome:
-    """What a sweep's phases found: the search's and baselines' rows in one ranking (``frame``),
-    the seed runs (``seeds``), each confirmed configuration's spread, best mean first, and the
-    best search trial (by confirmed mean when the seed check ran)."""
+    """What a sweep's phases found: the search's rows and each reference's best in one ranking
+    (``frame``; every reference trial in ``references``), the seed runs (``seeds``), each
+    confirmed configuration's spread, best mean first, and the best search trial (by confirmed
+    mean when the seed check ran)."""
 
     def __init__(self, frame: pd.DataFrame, seeds: pd.DataFrame, space: SearchSpace) -> None:
+        frame, self.references = chosen_references(frame, space)
         self.frame, self.seeds, self.space = frame, seeds, space
         found, self.short = spreads(seeds, space)
         self.spreads = confirm.ranked(found, space.mode)
@@ -197,7 +267,8 @@ class Outcome:
             leads = self.leads()
             for _, row in self.baselines.iterrows():
                 lead = leads.get(str(row["arch"]))
-                ref = f"{row['arch']} (trial {row['trial']}) {metric} {float(row[key]):.4f}"
+                how = f", {row[REFERENCE]}" if isinstance(row.get(REFERENCE), str) else ""
+                ref = f"{row['arch']} (trial {row['trial']}{how}) {metric} {float(row[key]):.4f}"
                 if lead is None:
                     out.append(f"  {ref}: no score ({row['status']})")
                 elif lead > 0:
@@ -206,13 +277,37 @@ class Outcome:
                     out.append(f"  does NOT beat {ref}: {lead:+.4f}")
             if self.spreads:
                 std = self.spreads[0].std
-                out.append(f"  (a baseline is one run; the best's seed std is {std:.4f})")
+                out.append(f"  (a reference is the best of its own runs, not seed-checked; the "
+                           f"best's seed std is {std:.4f})")  # fmt: skip
         return "\n".join(out)
 
 
+def log_references(tracker: Tracker, parent: str, experiment_id: str, result: Outcome) -> None:
+    """The references on the parent run (``references.csv``: every reference trial, ``chosen``
+    marking each arch's best; a tag ``recsys.reference.<arch>``: its trial and how it was
+    chosen) and on each reference trial's run (``recsys.reference``: ``best of N: ...`` on the
+    chosen, ``candidate`` on the others)."""
+    refs = result.references
+    if refs.empty:
+        return
+    tracker.log_text(parent, refs.drop(columns="params").to_csv(index=False), "references.csv")
+    tags = {}
+    for _, row in refs.iterrows():
+        chosen = bool(row["chosen"])
+        if chosen:
+            tags[f"{REFERENCE_TAG}.{row['arch']}"] = f"trial {row['trial']}, {row[REFERENCE]}"
+        run = tracker.find_trial_run(experiment_id, str(row["trial"])) if row["trial"] else None
+        if run is not None:
+            mark = row[REFERENCE] if chosen else "candidate"
+            tracker.set_tags(run.info.run_id, {REFERENCE_TAG: mark})
+    tracker.set_tags(parent, tags)
+
+
 def log_confirmation(tracker: Tracker, parent: str, experiment_id: str, result: Outcome) -> None:
-    """The seed check on the parent run (CSVs, the order by confirmed mean, whether the top two
-    are separable) and on each confirmed trial's run (its mean, std and interval)."""
+    """The later phases on the parent run: the references (``log_references``), then the seed
+    check (CSVs, the order by confirmed mean, whether the top two are separable) and on each
+    confirmed trial's run (its mean, std and interval)."""
+    log_references(tracker, parent, experiment_id, result)
     if result.seeds.empty:
         return
     tracker.log_text(parent, result.seeds.to_csv(index=False), "confirm.csv")

@@ -30,11 +30,16 @@ STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
 
 def trial_status(metrics: dict[str, Any], steps: int) -> str:
     """A trial's outcome from its last report: ``infeasible``, ``diverged``, ``early_stopped``
-    (patience), ``stopped`` (the scheduler ended it before ``steps``) or ``finished``."""
+    (patience), ``stopped`` (the scheduler ended it before its last step) or ``finished``. Its
+    last step is the one its workers report training to (``train_steps``: a budget in epochs
+    comes to its own steps for the trial's batch size and workers), else ``steps`` (the sweep's
+    base config's, derived for the sweep's workers)."""
     for key in (INFEASIBLE, "diverged", "early_stopped"):
         if metrics.get(key):
             return key
-    return "finished" if metrics.get("step", 0) >= steps else STOPPED
+    own = metrics.get("train_steps")
+    last = own if isinstance(own, (int, float)) and own > 0 else steps
+    return "finished" if metrics.get("step", 0) >= last else STOPPED
 
 
 def status(result: Any, last: dict[str, Any], steps: int) -> str:

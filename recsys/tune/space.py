@@ -15,11 +15,25 @@ A space file::
     mode: max
     num_samples: 8                   # trials (``--num-samples`` overrides)
     smoke: {num_samples: 2, overrides: {train.steps: 20}}   # the --smoke-test variant
-    baselines: [lr, fm]              # reference models trained once, with the base config
+    baselines: [lr, fm]              # reference models, each the best of a small search
     confirm: {top: 2, seeds: 3}      # after the search: the 2 best re-trained with 3 new seeds
 
 ``baselines`` and ``confirm`` are the sweep's later phases (``recsys.tune.phases``); ``smoke`` may
 set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
+
+A reference model is a fair bar only when it is trained as well as the winner, so each one listed
+is searched by rules (``REFERENCE_RULES``, ``REFERENCE_GRIDS``): a grid of a few learning rates
+and weight decays on the base config, each point trained with a budget in epochs and patience;
+the best by the space's metric is the reference. A mapping sets an arch's grid and fixed keys::
+
+    baselines:
+      lr:                            # its grid replaced (here 3 x 2 = 6 trials; at most 8)
+        grid: {optim.embedding_lr: [0.003, 0.01, 0.03], optim.embedding_weight_decay: [0, 1.0e-4]}
+        overrides: {train.epochs: 20} # over the rules' fixed keys
+      fm: {}                         # the default rules
+
+Under ``--smoke-test`` each reference is one trial (the first value of each grid key) trained with
+the smoke variant's budget (the rules' and the arch's budget keys, ``BUDGET_KEYS``, left out).
 
 Several objectives search for a trade-off rather than a maximum (``--search optuna`` runs Optuna's
 multi-objective TPE; the results mark the non-dominated trials)::
@@ -59,6 +73,36 @@ SECTIONS = (
 )  # fmt: skip
 SMOKE_SECTIONS = ("num_samples", "overrides", "baselines", "confirm")
 BASELINES = ("lr", "fm")  # model.arch values a sweep can train as references
+MAX_REFERENCE_TRIALS = 8  # a reference's grid: a handful of trials, not a second search
+# What every reference trial gets (the rules; a space's ``baselines.<arch>.overrides`` go over
+# them): the optimizers and batch the grids' values are for (row-wise Adagrad on the tables with
+# L2 weight decay, Adagrad on the bias and dense terms, a constant learning rate, 512 rows a
+# worker); fp16 tables, because
+# FBGEMM's CPU kernel applies weight decay to fp16 tables only (LR and FM train as they do in
+# fp32: BENCHMARKS.md, quality); and a budget in epochs that patience ends once validation
+# stops improving (a reference is trained to convergence, not to the search's step budget).
+REFERENCE_RULES: dict[str, Any] = {
+    "embeddings.dtype": "fp16",
+    "optim.embedding_optimizer": "exact_rowwise_adagrad",
+    "optim.dense_optimizer": "adagrad",
+    "optim.embedding_weight_decay_mode": "l2",
+    "optim.warmup_steps": 0,
+    "optim.decay_steps": 0,
+    "train.batch_size": 512,
+    "train.epochs": 20.0,
+    "train.reports_per_epoch": 2,
+    "train.patience": 3,
+}
+# Each reference's default grid (a space's ``baselines.<arch>.grid`` replaces it): two learning
+# rates, without and with weight decay. LR's tables are LINEAR_WIDTH columns whose sum is the
+# weight: it learns at four times ``embedding_lr``, hence its smaller rates.
+REFERENCE_GRIDS: dict[str, dict[str, list[Any]]] = {
+    "lr": {"optim.embedding_lr": [0.01, 0.03], "optim.embedding_weight_decay": [0.0, 1.0e-3]},
+    "fm": {"optim.embedding_lr": [0.03, 0.1], "optim.embedding_weight_decay": [0.0, 1.0e-3]},
+}
+BUDGET_KEYS = ("train.epochs", "train.steps", "train.batch_size", "train.reports_per_epoch",
+               "train.patience", "train.eval_every", "train.checkpoint_every")  # fmt: skip
+REFERENCE_SECTIONS = ("grid", "overrides")
 VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
 
 
@@ -134,6 +178,46 @@ class Confirm:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """One reference model's search: ``arch`` (``model.arch``), its ``grid`` (dotted key ->
+    values: every combination is a trial) and the keys fixed for each trial (``overrides``: the
+    rules', then the space's)."""
+
+    arch: str
+    grid: dict[str, list[Any]]
+    overrides: dict[str, Any]
+
+    @property
+    def trials(self) -> int:
+        return math.prod(len(v) for v in self.grid.values())
+
+    def points(self, base: ExperimentConfig) -> list[dict[str, Any]]:
+        """Each trial's params over ``base``: the arch (its mixed dims dropped: a reference has
+        one table width), the fixed keys, then the grid's combination."""
+        arch = reference_params(base, self.arch)
+        keys = list(self.grid)
+        return [
+            {**arch, **self.overrides, **dict(zip(keys, combo, strict=True))}
+            for combo in itertools.product(*(self.grid[k] for k in keys))
+        ]
+
+    def describe(self, params: dict[str, Any]) -> str:
+        """The grid's values of a trial: ``embedding_lr=0.01, embedding_weight_decay=0``."""
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={params.get(k)!r}" for k in self.grid)
+
+
+def reference_params(base: ExperimentConfig, arch: str) -> dict[str, Any]:
+    """``model.arch: arch`` over ``base``, and its mixed dims dropped (a reference has one table
+    width)."""
+    params: dict[str, Any] = {"model.arch": arch}
+    if base.embeddings.dims is not None:
+        params["embeddings.dims"] = None
+    if base.embeddings.md_alpha is not None:
+        params["embeddings.md_alpha"] = None
+    return params
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     name: str
     source: str
@@ -145,6 +229,7 @@ class SearchSpace:
     raw: dict[str, Any] = field(default_factory=dict)
     baselines: list[str] = field(default_factory=list)
     confirm: Confirm = field(default_factory=lambda: Confirm(0, 0))
+    references: dict[str, Reference] = field(default_factory=dict)  # by arch, as ``baselines``
 
     @property
     def metric(self) -> str:
@@ -166,14 +251,13 @@ class SearchSpace:
         return self.base.with_overrides(params)
 
     def baseline_params(self, arch: str) -> dict[str, Any]:
-        """A reference trial's params: the base config as ``arch`` (its mixed dims dropped: a
-        reference has one table width)."""
-        params: dict[str, Any] = {"model.arch": arch}
-        if self.base.embeddings.dims is not None:
-            params["embeddings.dims"] = None
-        if self.base.embeddings.md_alpha is not None:
-            params["embeddings.md_alpha"] = None
-        return params
+        """The base config as ``arch`` (its mixed dims dropped: a reference has one table
+        width); a reference's trials add its rules and grid (``reference_points``)."""
+        return reference_params(self.base, arch)
+
+    def reference_points(self) -> list[dict[str, Any]]:
+        """Every reference trial's params, arch after arch in ``baselines`` order."""
+        return [p for arch in self.baselines for p in self.references[arch].points(self.base)]
 
 
 def _fail(source: str, where: str, msg: str) -> ConfigError:
@@ -266,7 +350,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     _check_metric(path, base, objectives[0].metric)
     own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
     phases = {**raw, **own}  # the smoke variant's own phases, if it has them
-    baselines = _baselines(path, phases.get("baselines") or [], base)
+    references = _baselines(path, phases.get("baselines") or [], base, smoke)
     confirm = _confirm(path, phases.get("confirm"))
     return SearchSpace(
         name=os.path.splitext(os.path.basename(path))[0],
@@ -277,8 +361,9 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         constraints=_constraints(path, raw.get("constraints") or {}),
         smoke=smoke_raw,
         raw=raw,
-        baselines=baselines,
+        baselines=list(references),
         confirm=confirm,
+        references=references,
     )
 
 
@@ -293,26 +378,96 @@ def _smoke(path: str, smoke: Any) -> dict[str, Any]:
     return smoke
 
 
-def _baselines(path: str, value: Any, base: ExperimentConfig) -> list[str]:
-    """``baselines: [lr, fm]``: each a reference ``model.arch`` that builds from the base."""
-    if not isinstance(value, list):
-        raise ConfigError(f"{path}: baselines: a list of {list(BASELINES)}, got {value!r}")
-    for arch in value:
+def _baselines(
+    path: str, value: Any, base: ExperimentConfig, smoke: bool = False
+) -> dict[str, Reference]:
+    """``baselines``: a list of reference ``model.arch`` values (each by the default rules), or
+    a mapping of each to ``{grid: {key: [values]}, overrides: {key: value}}`` (either optional;
+    ``{}`` or null: the default rules). Every trial must build from the base."""
+    where = f"{path}: baselines"
+    if isinstance(value, list):
+        if len(set(map(str, value))) != len(value):
+            raise ConfigError(f"{where}: {value} lists a model twice")
+        value = {arch: None for arch in value}
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{where}: a list of {list(BASELINES)}, or a mapping of each to "
+            f"{{grid: ..., overrides: ...}}; got {value!r}"
+        )
+    out = {}
+    for arch, spec in value.items():
         if arch not in BASELINES:
             raise ConfigError(
-                f"{path}: baselines: {arch!r} is not a reference model; one of "
+                f"{where}: {arch!r} is not a reference model; one of "
                 f"{list(BASELINES)}{nearest(str(arch), BASELINES)}"
             )
-    if len(set(value)) != len(value):
-        raise ConfigError(f"{path}: baselines: {value} lists a model twice")
-    space = SearchSpace("", path, base, [])
-    for arch in value:
+        ref = _reference(f"{where}.{arch}", arch, spec, smoke)
+        _check_reference(where, ref, base)
+        out[arch] = ref
+    return out
+
+
+def _reference(where: str, arch: str, spec: Any, smoke: bool) -> Reference:
+    """One arch's grid and fixed keys from its entry (``None``: the default rules); under
+    ``smoke``, one trial (each grid key's first value) without the budget keys."""
+    spec = {} if spec is None else spec
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: expected {{grid: ..., overrides: ...}} or {{}}, got {spec!r}")
+    for key in spec:
+        if key not in REFERENCE_SECTIONS:
+            why = f"unknown {key!r}{nearest(str(key), REFERENCE_SECTIONS)}"
+            raise ConfigError(f"{where}: {why} (one of {list(REFERENCE_SECTIONS)})")
+    valid = ExperimentConfig.all_keys()
+    grid = spec.get("grid", REFERENCE_GRIDS[arch])
+    overrides = spec.get("overrides") or {}
+    for section, keys in (("grid", grid), ("overrides", overrides)):
+        if not isinstance(keys, dict) or (section == "grid" and not keys):
+            what = "a non-empty mapping of config keys to lists" if section == "grid" else (
+                "a mapping of config keys to values")  # fmt: skip
+            raise ConfigError(f"{where}.{section}: {what}, got {keys!r}")
+        for key in keys:
+            if key not in valid and not is_map_key(key):
+                raise ConfigError(
+                    f"{where}.{section}: unknown config key {key!r}{nearest(str(key), valid)}"
+                )
+            if key == "model.arch":
+                raise ConfigError(f"{where}.{section}: model.arch is the reference's own ({arch})")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.grid.{key}: a non-empty list of values, got {values!r}")
+    fixed = {**REFERENCE_RULES, **overrides}
+    if smoke:
+        grid = {k: v[:1] for k, v in grid.items()}
+        fixed = {k: v for k, v in fixed.items() if k not in BUDGET_KEYS}
+    ref = Reference(arch, {k: list(v) for k, v in grid.items()}, fixed)
+    if ref.trials > MAX_REFERENCE_TRIALS:
+        sizes = " x ".join(str(len(v)) for v in grid.values())
+        raise ConfigError(
+            f"{where}.grid: {sizes} = {ref.trials} trials; a reference's grid has at most "
+            f"{MAX_REFERENCE_TRIALS} (a few values of its learning rate and weight decay)"
+        )
+    return ref
+
+
+def _check_reference(where: str, ref: Reference, base: ExperimentConfig) -> None:
+    """``ref``'s arch builds from ``base``, and so does each of its trials, its budget in epochs
+    made steps (``where``: ``<space>: baselines``)."""
+    from recsys.data.dataset import train_rows, with_budget
+
+    try:
+        base.with_overrides(reference_params(base, ref.arch))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {ref.arch} cannot build from the base: {e}") from None
+    for point in ref.points(base):
         try:
-            base.with_overrides(space.baseline_params(arch))
+            cfg = base.with_overrides(point)
+            if cfg.train.epochs > 0:
+                with_budget(cfg, train_rows(cfg), 1)
         except ConfigError as e:
-            why = f"{path}: baselines: {arch} cannot build from the base: {e}"
-            raise ConfigError(why) from None
-    return list(value)
+            shown = {k: v for k, v in point.items() if k in ref.grid}
+            raise ConfigError(
+                f"{where}.{ref.arch}: the trial with {shown} cannot build: {e}"
+            ) from None
 
 
 def _confirm(path: str, value: Any) -> Confirm:

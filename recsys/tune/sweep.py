@@ -12,6 +12,7 @@ and the results (``recsys.tune.results``), MLflow and the export use it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ import pandas as pd
 import yaml
 
 from recsys.configlib import ConfigError
+from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
 from recsys.tune.phases import (
     Outcome,
     baseline_points,
@@ -42,27 +44,68 @@ from recsys.tune.state import (
     unlogged_dir,
     worker_change,
 )
-from recsys.tune.tracking import Tag, Tracker
+from recsys.tune.tracking import Tag, Tracker, compare_line
 from recsys.tune.trial import FinishStoppedTrials, TrialSpec
+
+EPOCHS_DONE = "epochs_done"  # in every report: training samples so far over the split's rows
+
+
+def budgeted(space: SearchSpace, num_workers: int) -> SearchSpace:
+    """``space`` with its base's budget in epochs (``train.epochs``) made steps for trials of
+    ``num_workers`` workers (``recsys.data.dataset.with_budget``): the last step the driver's
+    table and the trials' status count to where a report does not say its own (``train_steps``).
+    Unchanged when the base counts steps."""
+    if space.base.train.epochs <= 0:
+        return space
+    base = with_budget(space.base, train_rows(space.base), num_workers)
+    return dataclasses.replace(space, base=base)
+
+
+def budget_line(space: SearchSpace, num_workers: int) -> str:
+    """A budget in epochs and the steps it came to, for the console ('' for one in steps)."""
+    if space.base.train.epochs <= 0:
+        return ""
+    tc = budgeted(space, num_workers).base.train
+    rows = train_rows(space.base)
+    per_epoch = steps_per_epoch(rows, tc.batch_size, num_workers)
+    return (
+        f"budget: {tc.epochs:g} epochs of {rows} training rows = {tc.steps} steps of "
+        f"{num_workers} workers x {tc.batch_size} ({per_epoch} steps an epoch), a report every "
+        f"{tc.checkpoint_every} steps"
+    )
 
 
 def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
-    """FIFO, or ASHA on the first objective. ``single``: the Tuner itself has that metric and
-    mode, which Tune then refuses to see on the scheduler too (with several objectives the Tuner
-    has none, and ASHA needs its own)."""
+    """FIFO, or ASHA on the first objective. With a budget in steps its time is the training
+    step: rungs from one report interval (``train.checkpoint_every``) to ``train.steps``.
+
+    With a budget in epochs (``train.epochs``) its time is the reports' ``epochs_done``
+    (training samples over the split's rows): its grace period is one epoch (the whole budget if
+    shorter) and its maximum ``train.epochs``. Epochs, not the steps they come to, because a
+    trial's steps depend on its batch size and workers, and Tune restores a scheduler as it was
+    saved: in steps, a sweep resumed on fewer workers (more steps an epoch) would cut its trials
+    at the old maximum. ASHA does not end a trial at the maximum (``stop_last_trials=False``): a
+    trial ends at its own last step, whose ``epochs_done`` may pass ``train.epochs`` a report
+    early (an epoch of ``ceil(rows / global batch)`` steps reads a little more than the split).
+
+    ``single``: the Tuner itself has that metric and mode, which Tune then refuses to see on the
+    scheduler too (with several objectives the Tuner has none, and ASHA needs its own)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if opts.scheduler == "fifo":
         return FIFOScheduler()
-    steps = space.base.train.steps
-    grace = max(1, space.base.train.checkpoint_every or steps)
     score = space.objectives[0]
+    metric, mode = (None, None) if single else (score.key, score.mode)
+    tc = space.base.train
+    if tc.epochs > 0:
+        in_epochs: dict[str, Any] = {"max_t": tc.epochs, "grace_period": min(1.0, tc.epochs)}
+        return ASHAScheduler(  # (typed int, but any number: compared with the time attribute)
+            time_attr=EPOCHS_DONE, metric=metric, mode=mode, stop_last_trials=False, **in_epochs
+        )
+    steps = tc.steps
+    grace = max(1, tc.checkpoint_every or steps)
     return ASHAScheduler(
-        time_attr="step",
-        metric=None if single else score.key,
-        mode=None if single else score.mode,
-        max_t=steps,
-        grace_period=min(grace, steps),
+        time_attr="step", metric=metric, mode=mode, max_t=steps, grace_period=min(grace, steps)
     )
 
 
@@ -103,7 +146,8 @@ def build_tuner(
 
     path = sweep_dir(opts)
     total = space.num_trials(opts.num_samples)
-    progress = Progress(space.metric, space.base.train.steps, mode=space.mode, total=total)
+    steps = budgeted(space, opts.num_workers).base.train.steps
+    progress = Progress(space.metric, steps, mode=space.mode, total=total)
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=trainable(opts, spec), resume_unfinished=True, resume_errored=True
@@ -125,7 +169,7 @@ def build_tuner(
             storage_path=opts.storage,
             verbose=0,
             stop=stop,
-            callbacks=[progress, FinishStoppedTrials(spec, space.base.train.steps)],
+            callbacks=[progress, FinishStoppedTrials(spec, steps)],
         ),
     )
 
@@ -246,6 +290,7 @@ def launch(
     nodes = alive_nodes()
     check_fits(opts.num_workers, opts.cpus_per_worker, gpus, nodes, extra_cpus=opts.driver_cpus)
     table = run_sweep(space, opts, tracker, restore)
+    link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
     print(f"\nsweep folder: {sweep_dir(opts)}")
     if export:
         from recsys.tune.publish import export_best
@@ -261,16 +306,8 @@ def launch(
             f"artifacts MLflow could not store are kept in {kept} (one folder per run; the "
             "warnings above name each and the command that logs it later)"
         )
-    print(where_to_compare(opts.tracking_uri, tracker.experiment(opts.name)))
+    print(compare_line(opts.tracking_uri, link))
     return table
-
-
-def where_to_compare(uri: str, experiment_id: str) -> str:
-    """The console's last line: a tracking server's page of the sweep's experiment, or the
-    ``mlflow ui`` command that serves a local store."""
-    if uri.startswith(("http://", "https://")):
-        return f"compare the runs: {uri.rstrip('/')}/#/experiments/{experiment_id}"
-    return f"compare the runs: mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
 
 
 def run_sweep(
@@ -303,6 +340,9 @@ def run_sweep(
     verb = "resuming" if restore else "starting"
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by {scores}")
+    if line := budget_line(space, opts.num_workers):
+        print(line)
+    space = budgeted(space, opts.num_workers)  # (a resume on other workers derives again)
     result = run_phases(space, opts, spec, restore)
     log_sweep_summary(tracker, parent, experiment_id, space, result)
     tracker.finish(parent)

@@ -30,6 +30,7 @@ from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
+from recsys.data.dataset import train_rows, with_budget
 from recsys.distributed.sharding import Machine
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
@@ -76,8 +77,12 @@ def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
     """The trial's config, from ``params`` without the keys that start with ``_`` (the phases'
     own). In a sweep every report carries validation metrics (schedulers and searchers compare
     trials on them), so evaluation runs at every checkpoint; the sweep's metric scores the trial;
-    the workers print no per-step lines (the sweep's table shows progress)."""
+    the workers print no per-step lines (the sweep's table shows progress). A budget in epochs is
+    made steps for the trial's workers (``with_budget``; its MLflow params show them), as its
+    workers make it again (from the steps and samples done, on a resume)."""
     cfg = ExperimentConfig.from_dict(spec.base).with_overrides(searched(params))
+    if cfg.train.epochs > 0:
+        cfg = with_budget(cfg, train_rows(cfg), spec.num_workers)
     every = cfg.train.checkpoint_every or cfg.train.steps
     return cfg.with_overrides(
         {

@@ -148,6 +148,58 @@ def unsharded_reference(cfg):
     return model, opts
 
 
+# regularised: layer norm in the MLPs, L2 decay on fp16 tables (FBGEMM's CPU kernel for fp32 tables
+# drops the decay), row-wise Adagrad (the optimizer with L2), every table table-wise (row-wise
+# Adagrad's state of a column-wise shard is the mean over the shard's columns only)
+REGULARISED = {
+    "model.norm": "layer",
+    "embeddings.dtype": "fp16",
+    "optim.embedding_optimizer": "exact_rowwise_adagrad",
+    "optim.embedding_weight_decay": 0.5,
+    "sharding.tables": {},
+}
+
+
+class SparseRowwiseAdagradL2:
+    """FBGEMM's row-wise Adagrad with L2 decay on a table, unsharded and written out: only the rows
+    a batch reads are updated (``g' = g + wd w``, ``state += mean(g'^2)``, ``w -= lr g' /
+    (sqrt(state) + eps)``), then stored as fp16 as FBGEMM's CPU kernel does (round to nearest).
+    ``wd`` weighs against the global batch's mean loss, as ``optim.embedding_weight_decay``."""
+
+    def __init__(self, weight, features, lr, eps, wd):
+        self.weight, self.features, self.lr, self.eps, self.wd = weight, features, lr, eps, wd
+        self.state = torch.zeros(weight.shape[0])
+
+    def step(self, kjt):
+        rows = torch.cat([kjt[f].values() for f in self.features]).unique()
+        with torch.no_grad():
+            w = self.weight[rows]
+            g = self.weight.grad[rows] + self.wd * w
+            self.state[rows] += (g * g).mean(1)
+            new = w - self.lr * g / (self.state[rows].sqrt() + self.eps)[:, None]
+            self.weight[rows] = new.half().float()
+        self.weight.grad = None
+
+
+def regularised_reference(cfg):
+    """``unsharded_reference`` of ``REGULARISED``: fp32 tables holding fp16 values, each updated
+    by ``SparseRowwiseAdagradL2``; Adagrad on the dense part."""
+    import dataclasses
+
+    fp32 = dataclasses.replace(cfg, embeddings=dataclasses.replace(cfg.embeddings, dtype="fp32"))
+    model, (_, dense) = unsharded_reference(fp32)
+    ebc = model.model.sparse_arch.embedding_bag_collection
+    opts = [dense]
+    for table in ebc.embedding_bag_configs():
+        weight = ebc.embedding_bags[table.name].weight
+        with torch.no_grad():
+            weight.copy_(weight.half().float())
+        o = cfg.optim
+        opts.append(SparseRowwiseAdagradL2(weight, table.feature_names, o.embedding_lr, o.eps,
+                                           o.embedding_weight_decay))  # fmt: skip
+    return model, opts
+
+
 def without_dense(batch):
     """``batch`` with its dense features dropped, ``[B, 0]``: what the loader gives for data
     without dense columns (the synthetic data always has some)."""
@@ -156,10 +208,11 @@ def without_dense(batch):
     return Batch(batch.dense_features[:, :0], batch.sparse_features, batch.labels)
 
 
-def equivalence_rank(rank, world, pipeline, use_gpu=False, dense=True):
+def equivalence_rank(rank, world, pipeline, use_gpu=False, dense=True, regularised=False):
     """One rank of the comparison; ``use_gpu``: NCCL, ``cuda:rank``, and the smallest table
     row-wise (CUDA-only sharding) beside the table-wise and column-wise ones; ``dense=False``: a
-    model without dense features (``model.num_dense=0``, no bottom MLP) fed ``[B, 0]`` ones."""
+    model without dense features (``model.num_dense=0``, no bottom MLP) fed ``[B, 0]`` ones;
+    ``regularised``: ``REGULARISED`` against ``regularised_reference``."""
     from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
     from recsys.train.build import build
@@ -168,12 +221,14 @@ def equivalence_rank(rank, world, pipeline, use_gpu=False, dense=True):
     data_cfg = cfg = tiny_config(**{"optim.embedding_optimizer": "exact_adagrad"})
     if not dense:
         cfg = cfg.with_overrides({"model.num_dense": 0})
+    if regularised:
+        cfg = cfg.with_overrides(REGULARISED)
     if use_gpu:
         row_wise = {"sharding_types": ["row_wise"]}
         tables = {**table_overrides(cfg), "t_cat_0": row_wise}
         cfg = cfg.with_overrides({"sharding.tables": tables})
     env = current(use_gpu=use_gpu)
-    ref, ref_opts = unsharded_reference(cfg)
+    ref, ref_opts = regularised_reference(cfg) if regularised else unsharded_reference(cfg)
     built = build(cfg, env)
     dmp, optimizer, summary = built.model, built.optimizer, built.plan
     copy_full_into_sharded(dmp.state_dict(), ref.state_dict())
@@ -208,12 +263,15 @@ def train_both(stepper, ref, ref_opts, mine, batches, rank, out):
     stream = iter(mine)
     for step in range(EQUIVALENCE_STEPS):
         out["sharded"].append(stepper(stream)["loss"].item())
-        for o in ref_opts:
-            o.zero_grad()
-        ref_loss, _ = ref(concat_batches(batches[step]))
+        batch = concat_batches(batches[step])
+        ref.zero_grad()
+        ref_loss, _ = ref(batch)
         ref_loss.backward()
         for o in ref_opts:
-            o.step()
+            if isinstance(o, SparseRowwiseAdagradL2):
+                o.step(batch.sparse_features)
+            else:
+                o.step()
         out["reference"].append(ref_loss.item())
     b = mine[EQUIVALENCE_STEPS].dense_features.shape[0]
     with torch.no_grad(), stepper.plain_model() as plain:
@@ -227,9 +285,9 @@ def table_overrides(cfg):
             for k, v in cfg.sharding.tables.items()}  # fmt: skip
 
 
-def check_against_unsharded(results, pipeline, atol, row_wise=False):
+def check_against_unsharded(results, pipeline, atol, row_wise=False, column_wise=True):
     """The assertions on ``equivalence_rank``'s results (2 gloo ranks here, 2 NCCL ranks in
-    ``tests/gpu``)."""
+    ``tests/gpu``); ``column_wise=False``: every table table-wise (``REGULARISED``)."""
     if pipeline:  # the collection (QR tables included) is pipelined: input dist overlaps compute
         assert results[0]["pipelined"] == ["ShardedEmbeddingBagCollection"], results[0]
     plan = results[0]["plan"]
@@ -238,11 +296,14 @@ def check_against_unsharded(results, pipeline, atol, row_wise=False):
     assert tw_ranks == {0, 1}, plan
     if row_wise:
         assert kinds["t_cat_0"] == "row_wise" and sorted(plan["t_cat_0"]["ranks"]) == [0, 1]
-    assert kinds["t_cat_3"] == "column_wise" and sorted(plan["t_cat_3"]["ranks"]) == [0, 1], plan
     assert {"t_cat_4_q", "t_cat_4_r"} <= set(plan)  # the QR tables are sharded like any other
-    torch.testing.assert_close(*results[0]["gathered"], atol=0, rtol=0)
-    held = [d for r in results for d in r["described"] if d["name"].endswith("t_cat_3.weight")]
-    assert sorted(s["offsets"][1] for d in held for s in d["local_shards"]) == [0, 8]
+    if column_wise:
+        assert kinds["t_cat_3"] == "column_wise" and sorted(plan["t_cat_3"]["ranks"]) == [0, 1]
+        torch.testing.assert_close(*results[0]["gathered"], atol=0, rtol=0)
+        held = [d for r in results for d in r["described"] if d["name"].endswith("t_cat_3.weight")]
+        assert sorted(s["offsets"][1] for d in held for s in d["local_shards"]) == [0, 8]
+    else:
+        assert set(kinds.values()) == {"table_wise"}, plan
     for r in results:
         torch.testing.assert_close(*r["forward"], atol=atol, rtol=0)
         torch.testing.assert_close(*r["after"], atol=atol, rtol=0)
@@ -263,6 +324,16 @@ OPTIMIZERS = {
     "sgd": {"optim.embedding_optimizer": "exact_sgd", "optim.dense_optimizer": "sgd"},
     # FBGEMM's fused Adam on the tables (its step counter restored by set_optimizer_step): GPU only
     "embedding_adam": {"optim.embedding_optimizer": "adam", "optim.dense_optimizer": "adam"},
+    # dropout (its masks drawn from the saved RNG), batch norm (running statistics averaged over
+    # the ranks before every checkpoint), decoupled decay on the tables (fp16: FBGEMM's CPU
+    # kernel for fp32 tables drops it)
+    "regularised": {
+        "model.dropout": 0.2,
+        "model.norm": "batch",
+        "embeddings.dtype": "fp16",
+        "optim.embedding_weight_decay": 0.1,
+        "optim.embedding_weight_decay_mode": "decoupled",
+    },
 }
 
 
@@ -364,18 +435,35 @@ def check_pipeline_equals_plain(tmp_path, atol, use_gpu=False, backend="gloo"):
 INT8_MAX_PROB_DIFF = 0.02  # row-wise INT8 tables: |p_int8 - p_fp32| on every test row
 
 
+EXPORT_ROWS = 64  # the test rows both ranks score in-process after training (``export_rank``)
+
+
 def export_rank(rank, world, root, use_gpu=False):
+    """Train ``export_config`` to its checkpoint; returns this rank's logits of the first
+    ``EXPORT_ROWS`` test rows from the trained model in eval mode, in process (``[R, T]``)."""
+    from recsys.data import load_splits
+    from recsys.data.loader import to_batch
     from recsys.distributed.env import current
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
-    reporter = LocalReporter(root, rank)
-    Trainer(export_config(), current(use_gpu), reporter, log=lambda s: None).train()
+    cfg, env = export_config(), current(use_gpu)
+    trainer = Trainer(cfg, env, LocalReporter(root, rank), log=lambda s: None)
+    trainer.train()
+    test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test
+    batch = to_batch(test.read(0, EXPORT_ROWS), cfg.embeddings.layout())
+    model = trainer.stepper.model.eval()
+    with torch.no_grad():
+        _, out = model(batch.to(env.device))
+    return out["logits"].cpu()
 
 
 def export_config():
+    """A tiny DLRM with mixed dims, batch norm and dropout, trained 30 steps."""
     return tiny_config(
         **{
+            "model.norm": "batch",
+            "model.dropout": 0.2,
             "train.steps": 30,
             "train.checkpoint_every": 30,
             "train.eval_every": 30,

@@ -93,3 +93,12 @@ def test_embedding_adam_on_cpu_is_refused_clearly():
     """FBGEMM's CPU kernels have no fused Adam (it failed deep in TorchRec's sharding)."""
     (message,) = run_ranks(_build_on_cpu, {"optim.embedding_optimizer": "adam"}, world_size=1)
     assert "optim.embedding_optimizer='adam'" in message and "needs GPU workers" in message
+
+
+def test_embedding_weight_decay_on_fp32_tables_on_cpu_is_refused_clearly():
+    """FBGEMM's CPU kernel for fp32 tables would drop the decay silently; fp16 tables keep it."""
+    decay = {"optim.embedding_weight_decay": 0.01}
+    (message,) = run_ranks(_build_on_cpu, decay, world_size=1)
+    assert "optim.embedding_weight_decay=0.01" in message and "embeddings.dtype='fp16'" in message
+    (built,) = run_ranks(_build_on_cpu, {**decay, "embeddings.dtype": "fp16"}, world_size=1)
+    assert built == "built"

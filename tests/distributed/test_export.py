@@ -1,12 +1,13 @@
-"""Export a trained tiny model (one QR table, mixed dims) to INT8 TorchScript, check it against
-FP32, log and register it in MLflow, and score Criteo rows with it in a fresh process."""
+"""Export a trained tiny model (one QR table, mixed dims, batch norm and dropout) to INT8
+TorchScript, check it against FP32 and against the trained model evaluated in process, log and
+register it in MLflow, and score Criteo rows with it in a fresh process."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.distributed.common import INT8_MAX_PROB_DIFF, export_config, export_rank
+from tests.distributed.common import EXPORT_ROWS, INT8_MAX_PROB_DIFF, export_config, export_rank
 from tests.distributed.harness import run_ranks
 from tests.helpers import served_in_a_fresh_process
 
@@ -24,13 +25,16 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     from recsys.tune.publish import log_served_model, serving_example
     from recsys.tune.tracking import Tracker
 
-    run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
+    in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
     c = export_config()
     assert c.embeddings.qr.applies_to(c.embeddings.num_embeddings[4])
-    report = export(c, str(tmp_path / "ckpt" / "step_00000030"), str(tmp_path / "out"), "int8")
+    assert (c.model.norm, c.model.dropout) == ("batch", 0.2)
+    ckpt = str(tmp_path / "ckpt" / "step_00000030")
+    report = export(c, ckpt, str(tmp_path / "out"), "int8")
     assert report.max_prob_diff < INT8_MAX_PROB_DIFF, report
     assert abs(report.auc_delta) < INT8_MAX_AUC_DELTA, report
     assert report.table_ratio < 0.5, report  # INT8 rows + per-row scale/bias vs FP32
+    _check_against_the_eval_model(c, ckpt, report.path, in_process)
 
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
@@ -45,3 +49,23 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
         logits = torch.jit.load(report.path)(batch.dense_features, batch.sparse_features)
     assert len(probs) == 5
     np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
+
+
+def _check_against_the_eval_model(cfg, ckpt, exported, in_process):
+    """Both ranks' trained model in eval mode scored the first test rows alike (one set of batch
+    norm statistics, no dropout); the checkpoint loaded for export (FP32) scores them as they
+    did, and the INT8 TorchScript model within ``INT8_MAX_PROB_DIFF``."""
+    import torch
+
+    from recsys.data import load_splits
+    from recsys.data.loader import to_batch
+    from recsys.export import load_fp32, raw_layout
+
+    test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test
+    raw = to_batch(test.read(0, EXPORT_ROWS), raw_layout(cfg))
+    with torch.no_grad():
+        fp32 = load_fp32(cfg, ckpt)(raw.dense_features, raw.sparse_features)
+        int8 = torch.jit.load(exported)(raw.dense_features, raw.sparse_features)
+    torch.testing.assert_close(in_process[0], in_process[1], atol=0, rtol=0)
+    torch.testing.assert_close(fp32, in_process[0], atol=1e-5, rtol=0)
+    assert (torch.sigmoid(int8) - torch.sigmoid(fp32)).abs().max() < INT8_MAX_PROB_DIFF

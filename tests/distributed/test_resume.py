@@ -25,12 +25,14 @@ def test_resume_is_exact(tmp_path, pipeline):
     check_resume_is_exact(tmp_path, pipeline, atol=0)
 
 
-@pytest.mark.parametrize("optim", ["adam", "sgd"])
+@pytest.mark.parametrize("optim", ["adam", "sgd", "regularised"])
 def test_resume_is_exact_with_every_optimizer(tmp_path, optim):
     """Dense Adam's state is created at its first step (TorchRec's load skipped it); SGD has no
     state at all (DCP writes no optimizer entry, which the load required). The embedding Adam's
     step counter (kept by FBGEMM outside the optimizer state, restored with
-    ``set_optimizer_step``) is GPU-only: FBGEMM's CPU kernels have no fused Adam."""
+    ``set_optimizer_step``) is GPU-only: FBGEMM's CPU kernels have no fused Adam. ``regularised``:
+    dropout, batch norm (each rank's running statistics differ until averaged) and weight decay
+    on the tables."""
     check_resume_is_exact(tmp_path, "off", atol=0, optim=optim)
 
 

@@ -48,7 +48,9 @@ space:
   model.interaction: {grid: [dot, cat, sum, dcn]}
 metric: val_auc
 mode: max
-baselines: [lr, fm]
+baselines:                        # one trial each, at the search's budget (not the default rules)
+  lr: {grid: {optim.embedding_lr: [0.1]}, overrides: {train.epochs: 0, train.batch_size: 128}}
+  fm: {grid: {optim.embedding_lr: [0.1]}, overrides: {train.epochs: 0, train.batch_size: 128}}
 """
 
 

@@ -3,13 +3,15 @@ tracking backend (a SQLite store, a tracking server over PostgreSQL) with a ``re
 beside it (a local Ray of its own), and read back by one test per concern: the sweep's console
 (short, no noise), the training beside it (neither console shows the other's instance), the
 search's runs in MLflow (read with ``MlflowClient``), the smoke variant's baseline (lr) marked as
-a reference, and the MLflow server's REST API listing the runs."""
+a reference, the MLflow server's REST API listing the runs, and the printed link followed in a
+browser (headless Chromium, ``tests/browser.py``: the MLflow UI shows the trials)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,10 +96,14 @@ def test_the_sweeps_console_is_short_and_has_no_noise(smoke):
     assert "lr (ref)" in table and "worker_s" in table
     assert "beats lr (trial" in out or "does NOT beat lr (trial" in out
     last = smoke.sweep_stdout.strip().splitlines()[-1]
-    if smoke.uri.startswith("http"):  # a tracking server: its page of the sweep's experiment
-        assert last == f"compare the runs: {smoke.uri}/#/experiments/{smoke.experiment_id}"
-    else:
-        assert last.startswith("compare the runs: mlflow ui --backend-store-uri " + smoke.uri)
+    runs = f"/#/experiments/{smoke.experiment_id}/runs?workflowType=machine_learning"
+    if smoke.uri.startswith("http"):  # a tracking server: the sweep's view of its runs there
+        assert last == f"compare the runs: {smoke.uri}{runs}&viewStateShareKey=recsys"
+    else:  # the command that serves the store, then the view on it
+        assert last == (
+            f"compare the runs: mlflow ui --backend-store-uri {smoke.uri} --host 127.0.0.1 "
+            f"--port 5000, then open http://127.0.0.1:5000{runs}&viewStateShareKey=recsys"
+        )
 
 
 def test_a_training_beside_the_sweep_runs_on_its_own_ray(smoke):
@@ -115,6 +121,15 @@ def test_the_sweep_and_its_trial_are_in_mlflow(smoke):
     assert len(parents) == 1 and len(trials) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    kind = client.get_experiment(smoke.experiment_id).tags.get("mlflow.experimentKind")
+    assert kind == "custom_model_development"  # MLflow 3's model-training experiment
+    (trial,) = trials  # the parent's description: what the sweep was, which trial won
+    note = parent.data.tags["mlflow.note.content"]
+    assert "\n" not in note and note.startswith("Sweep t2: 1 trial (1 finished), baseline lr;")
+    best = trial.data.metrics["best_val_auc"]
+    assert f"Won: trial {trial.data.tags['recsys.trial_id']}, best_val_auc {best:.4f}" in note
+    assert f"optim.lr={float(trial.data.params['optim.lr']):.4g}" in note
+    assert f"lead over lr {parent.data.metrics['lead_over_lr']:+.4f}." in note
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "auc_vs_memory.png", "best_config.yaml", "search_space.yaml"} <= artifacts
     assert parent.data.tags["recsys.metric"] == "val_auc" and "best_val_auc" in parent.data.metrics
@@ -148,10 +163,82 @@ def test_the_baseline_is_a_marked_reference(smoke, tmp_path):
     check_baselines(smoke.client, smoke.runs, parent, tmp_path)
 
 
-def test_the_mlflow_server_lists_the_runs_over_rest(smoke, tmp_path):
-    """The MLflow UI server, on loopback, lists the sweep's runs over its REST API."""
-    run_ids = {r.info.run_id for r in smoke.runs}
-    assert_server_lists_runs(smoke.uri, smoke.experiment_id, run_ids, tmp_path)
+@pytest.fixture(scope="module")
+def ui(smoke: Smoke) -> Iterator[tuple[str, str]]:
+    """The MLflow UI that the sweep's last line names, and its link there: the tracking server,
+    or the printed ``mlflow ui`` command run on a free port of 127.0.0.1 (the link's port
+    changed to it)."""
+    from tests.servers import MlflowServer
+
+    last = smoke.sweep_stdout.strip().splitlines()[-1]
+    link = last.rsplit(" ", 1)[-1]
+    if smoke.uri.startswith("http"):
+        yield smoke.uri, link
+        return
+    command = last.removeprefix("compare the runs: ").split(", then open ")[0].split()
+    server = MlflowServer(command=command).start()
+    try:
+        yield server.uri, link.replace("http://127.0.0.1:5000", server.uri)
+    finally:
+        server.stop()
+
+
+def test_the_mlflow_server_lists_the_runs_over_rest(smoke, ui):
+    """The MLflow UI the sweep names, on loopback, lists the sweep's runs over its REST API."""
+    import json
+    import urllib.request
+
+    body = json.dumps({"experiment_ids": [smoke.experiment_id]}).encode()
+    req = urllib.request.Request(
+        f"{ui[0]}/api/2.0/mlflow/runs/search", body, {"Content-Type": "application/json"}
+    )
+    listed = json.load(urllib.request.urlopen(req, timeout=30))["runs"]
+    assert {r["info"]["run_id"] for r in listed} == {r.info.run_id for r in smoke.runs}
+
+
+def test_the_printed_link_opens_the_trials_in_a_browser(smoke, ui, tmp_path):
+    """The sweep's last line followed in headless Chromium, against a real MLflow UI (the
+    tracking server, or the printed ``mlflow ui`` over the SQLite store, on a free port): the
+    runs view on MLflow 3's model-training side, not its GenAI overview; the trial and the
+    baseline as rows, by name, best first, without the sweep's own run; the score and every
+    searched parameter as columns, with the values MLflow holds. The view's charts draw the
+    score against the searched parameters (parallel coordinates)."""
+    import json
+
+    from tests import browser
+
+    if why := browser.missing():
+        pytest.skip(why)
+    link = ui[1]
+    (trial,), (baseline,) = smoke.kind("trial"), smoke.kind("baseline")
+    score = "metrics.`best_val_auc`"
+    with browser.Chromium(width=2200, height=900) as page:  # wide: every column drawn
+        page.open(link)
+        shown = browser.runs_table(page, score)
+        page.screenshot(str(tmp_path / "runs.png"))
+        page.open(link + "&compareRunsMode=CHART")
+        labels = page.wait_for(
+            "[...document.querySelectorAll('.parcoords text.label')].map(e => e.textContent)",
+            what="the parallel coordinates",
+        )
+        page.screenshot(str(tmp_path / "charts.png"))
+    assert shown["title"].startswith("Runs - "), shown["title"]  # (MLflow 3's: "Overview - ")
+    rows = shown["rows"]
+    assert set(rows) == {trial.info.run_id, baseline.info.run_id}, rows  # no parent row
+    ranked = sorted([trial, baseline], key=lambda r: -r.data.metrics["best_val_auc"])
+    assert [rows[r.info.run_id]["index"] for r in ranked] == [0, 1]
+    assert shown["headers"][score] == "best_val_auc"
+    searched = json.loads(trial.data.tags["recsys.searched"])
+    assert "optim.lr" in searched and "model.interaction" in searched
+    for run in (trial, baseline):
+        row = rows[run.info.run_id]
+        assert row["attributes.`Run Name`"].splitlines()[-1] == run.info.run_name
+        assert float(row[score]) == pytest.approx(run.data.metrics["best_val_auc"], rel=1e-9)
+        for key in searched:
+            assert shown["headers"][f"params.`{key}`"] == key
+            assert row[f"params.`{key}`"] == run.data.params[key], key
+        assert row["tags.`recsys.status`"] == "finished"
+    assert {"model.interaction", "optim.lr", "best_val_auc"} <= set(labels), labels
 
 
 def check_baselines(client, runs, parent, tmp_path) -> None:
@@ -172,27 +259,3 @@ def check_baselines(client, runs, parent, tmp_path) -> None:
     assert sorted(csv["role"]) == ["baseline", "trial"]
     assert set(csv.loc[csv["role"] == "baseline", "arch"]) == {"lr"}
     assert (csv["worker_s"] > 0).all() and (csv["samples_seen"] == 20 * 64).all()
-
-
-def assert_server_lists_runs(uri: str, experiment_id: str, run_ids: set[str], tmp_path) -> None:
-    """The MLflow UI's REST API lists the sweep's runs: the tracking server's own, or a server
-    started on loopback over the local store."""
-    import json
-    import urllib.request
-
-    from tests.servers import MlflowServer
-
-    server = None
-    if not uri.startswith("http"):
-        server = MlflowServer(uri, tmp_path / "served").start()
-        uri = server.uri
-    try:
-        body = json.dumps({"experiment_ids": [experiment_id]}).encode()
-        req = urllib.request.Request(
-            f"{uri}/api/2.0/mlflow/runs/search", body, {"Content-Type": "application/json"}
-        )
-        listed = json.load(urllib.request.urlopen(req, timeout=30))["runs"]
-        assert {r["info"]["run_id"] for r in listed} == run_ids
-    finally:
-        if server is not None:
-            server.stop()

@@ -18,7 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DOC = os.path.join(ROOT, "BENCHMARKS.md")
 # the header's ``python -m benchmarks <name>`` stands for any of them
 PLACEHOLDERS = {"<name>"}
-SUBCOMMANDS = ["step", "overhead", "qr", "data", "sweeps", "scale", "own-data", "store", "soak"]
+SUBCOMMANDS = [
+    "step", "overhead", "qr", "data", "sweeps", "scale", "own-data", "store", "soak", "quality",
+]  # fmt: skip
 
 
 def text() -> str:

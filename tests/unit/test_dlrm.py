@@ -53,7 +53,7 @@ def test_top_mlp_width_follows_op():
     for op, expected in [("dot", 8 + 10), ("cat", 8 * 5), ("sum", 16), ("dcn", 8 * 5)]:
         model_cfg, emb = tiny(op, qr=False, mixed=False)
         model = DLRM(model_cfg, emb)
-        first = model.over_arch[0]._mlp[0]._linear  # torchrec MLP -> Perceptron -> Linear
+        first = model.over_arch[0][0].linear  # MLP -> its first layer -> Linear
         assert first.in_features == expected, op
 
 
@@ -144,7 +144,7 @@ def test_without_dense_top_mlp_width_follows_op():
         model = DLRM(model_cfg, emb)
         if expected is None:  # cat: the raw mixed dims, not projected
             expected = sum(emb.table_dims())
-        assert model.over_arch[0]._mlp[0]._linear.in_features == expected, op
+        assert model.over_arch[0][0].linear.in_features == expected, op
     model_cfg, emb = no_dense("dot", itself=True)
     assert DLRM(model_cfg, emb).interaction.out_dim == f * (f + 1) // 2
 

@@ -1,0 +1,435 @@
+"""Does a sweep find a model as good as a careful hand-written one, and how close is it to the best
+possible? On two logs prepared by the product's own preparation:
+
+- ``planted``: categorical fields only, a few thousand users and items, planted pairwise
+  interactions, whose true click probability is known (``recsys.data.planted``): the oracle
+  (Bayes-optimal) AUC of the test rows is computable;
+- ``demo``: the demo click log (``recsys-synth``: two tasks, multi-hot lists, numeric columns),
+  swept by the shipped ``clicklogs`` space.
+
+Each is swept through ``recsys-sweep`` (its own local Ray and SQLite store, with the space's
+references), the best trial exported (INT8) and **served**: the MLflow model's ``TabularScorer``
+scores the raw test rows. Against it, on the same prepared split: an independent plain-PyTorch
+MLP (``benchmarks.independent``: embeddings concatenated, batch norm, dropout, Adam, early
+stopping), the sweep's references (each its best checkpoint on the prepared test rows) against
+scikit-learn's ``LogisticRegression`` (``C`` tuned on validation) and a plain-PyTorch FM, and the
+oracle. Every model's peak (where its validation score was best) and whether it overfits (its
+validation score fell after the peak before it stopped) are reported.
+
+Goals: the sweep's best at least the plain MLP's test AUC and at least 90% of the way from 0.5 to
+the oracle's; the LR reference within 0.005 of scikit-learn's, the FM reference within 0.005 of
+the plain FM (not worse by more).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+
+from benchmarks import independent as ind
+from benchmarks.common import table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOLERANCE = 0.005  # references against the independent LR and FM
+SHARE = 0.9  # of the way from 0.5 to the oracle's AUC
+
+
+@dataclass
+class Row:
+    """One model's line of the table."""
+
+    model: str
+    val: float
+    test: float
+    peak: str = "-"
+    stopped: str = "-"
+    overfits: str = "-"
+    setting: str = ""
+    seconds: float = math.nan
+    per_task: list[float] = field(default_factory=list)
+
+    def cells(self, tasks: bool) -> list[Any]:
+        def fmt(v: float) -> str:
+            return f"{v:.4f}" if math.isfinite(v) else "-"
+
+        secs = f"{self.seconds:.0f}" if math.isfinite(self.seconds) else "-"
+        each = [" / ".join(f"{v:.4f}" for v in self.per_task) or "-"] if tasks else []
+        return [self.model, fmt(self.val), fmt(self.test), *each, self.peak, self.stopped,
+                self.overfits, self.setting, secs]  # fmt: skip
+
+
+def short_value(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+# --- the two logs ------------------------------------------------------------------------------
+
+
+@dataclass
+class Log:
+    """A prepared log: its raw test rows (DataFrame), labels, the space to sweep it with."""
+
+    name: str
+    prepared: str
+    raw_test: Any
+    labels: list[str]
+    space: str
+    metric: str
+    oracle: float = math.nan
+    structure: Row | None = None  # planted: an LR told the planted crosses
+
+
+def planted_log(tmp: str, rows: int) -> Log:
+    from recsys.data import planted
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    raw = os.path.join(tmp, "planted_raw")
+    path = planted.write(raw, rows)
+    out = os.path.join(tmp, "planted")
+    schema = DatasetSchema.from_dict(planted.schema_dict())
+    meta = prepare(schema, [raw], out, workers=0, log=lambda s: None)
+    test = planted.test_rows(path, meta)
+    space = own_space(os.path.join(tmp, "planted_space.yaml"), one_task=True)
+    log = Log("planted", out, test, ["click"], space, "val_auc", planted.oracle_auc(test))
+    log.structure = structure_lr(path, meta["split"]["row_bounds"])
+    return log
+
+
+def structure_lr(path: str, bounds: list[int]) -> Row:
+    """What a learner told the planted structure reaches from the same training rows:
+    scikit-learn's ``LogisticRegression`` on one-hot ids plus the planted pairs as explicit
+    crosses (``segment x category``, ``device x category``, ``hour x country``, ``user x
+    category``), ``C`` tuned on the validation rows. Not a model a sweep can find (it is given
+    the answer): the finite-data ceiling the oracle's share is read against."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+
+    from recsys.train.metrics import auc
+
+    t0 = time.perf_counter()
+    frame = pq.read_table(path).to_pandas()
+    cols = ["user", "item", "category", "segment", "country", "hour", "device"]
+    pairs = [("segment", "category"), ("device", "category"), ("hour", "country"),
+             ("user", "category")]  # fmt: skip
+    keys = [frame[c].astype(str) for c in cols] + [
+        frame[a].astype(str) + "|" + frame[b].astype(str) for a, b in pairs
+    ]
+    codes, base = [], 0
+    for k in keys:
+        c, uniques = pd.factorize(k)
+        codes.append(c + base)
+        base += len(uniques)
+    idx = np.stack(codes, 1)
+    n, width = idx.shape
+    x = sparse.csr_matrix(
+        (np.ones(idx.size), idx.ravel(), np.arange(0, idx.size + 1, width)), shape=(n, base)
+    )
+    y = frame["click"].to_numpy()
+    train, val, test = slice(0, bounds[0]), slice(bounds[0], bounds[1]), slice(bounds[1], n)
+    best = (-1.0, math.nan, 0.0)
+    for c in (0.03, 0.1, 0.3, 1.0):
+        model = LogisticRegression(C=c, max_iter=3000).fit(x[train], y[train])
+        v = auc(y[val], model.decision_function(x[val]))
+        if v > best[0]:
+            best = (v, auc(y[test], model.decision_function(x[test])), c)
+    return Row("LR told the planted crosses (a ceiling)", best[0], best[1],
+               setting=f"C={best[2]}; crosses {', '.join(' x '.join(p) for p in pairs)}",
+               seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+def demo_log(tmp: str, rows: int) -> Log:
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from recsys.data import clicklogs
+    from recsys.data.encode import time_values
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+
+    raw = os.path.join(tmp, "demo_raw")
+    files = clicklogs.write(raw, rows, files=2)
+    out = os.path.join(tmp, "demo")
+    schema = DatasetSchema.load(os.path.join(ROOT, "schemas", "clicklogs.yaml"))
+    meta = prepare(schema, [raw], out, workers=0, log=lambda s: None)
+    cut = meta["split"]["time_cuts"][1]
+    frames = []
+    for f in files:
+        t = pq.read_table(f)
+        keep = time_values(t.column(schema.time))[0] >= cut
+        frames.append(t.filter(keep).to_pandas())
+    test = pd.concat(frames, ignore_index=True)
+    if len(test) != meta["rows"]["test"]:
+        raise RuntimeError(f"demo: {len(test)} raw test rows, the preparation {meta['rows']}")
+    space = own_space(os.path.join(tmp, "demo_space.yaml"), one_task=False)
+    return Log("demo", out, test, list(schema.labels), space, "val_auc/mean")
+
+
+def own_space(path: str, one_task: bool) -> str:
+    """The shipped own-data space (``search_spaces/clicklogs.yaml``) as it is; for a log of one
+    task without its task weight and scored by ``val_auc``. ``--data`` gives the folder."""
+    with open(os.path.join(ROOT, "search_spaces", "clicklogs.yaml")) as f:
+        raw = yaml.safe_load(f)
+    if one_task:
+        raw["space"] = {k: v for k, v in raw["space"].items() if not k.startswith("loss.task_")}
+        raw["metric"] = "val_auc"
+    with open(path, "w") as f:
+        yaml.safe_dump(raw, f, sort_keys=False)
+    return path
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+
+def sweep(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool = False
+          ) -> dict[str, Any]:  # fmt: skip
+    """``recsys-sweep`` over the log (its own Ray and store), the best exported; its console and
+    where it wrote."""
+    storage, uri = os.path.join(tmp, "runs"), f"sqlite:///{tmp}/mlflow.db"
+    cmd = [sys.executable, "-m", "recsys.cli.sweep", "--space", log.space, "--data", log.prepared,
+           "--name", log.name, "--storage", storage, "--tracking-uri", uri, "--num-samples",
+           str(samples), "--num-workers", str(workers), "--max-concurrent", str(concurrent),
+           "--cpus-per-worker", "0.9", "--export", "int8", "--confirm", "0"]  # fmt: skip
+    cmd += ["--smoke-test"] if smoke else []
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=3600)
+    out = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise RuntimeError(f"the {log.name} sweep failed:\n{out[-4000:]}")
+    return {
+        "uri": uri,
+        "storage": storage,
+        "console": done.stdout,
+        "seconds": time.perf_counter() - t0,
+        "export": os.path.join(storage, log.name, "export"),
+    }
+
+
+def history(client: Any, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def peak_of(client: Any, run: Any, metric: str, train_rows: int) -> tuple[str, str, str]:
+    """Where a trial's validation score peaked and where it stopped (in epochs and steps), and
+    whether it overfits (its score at the end more than 0.002 below the peak)."""
+    vals = history(client, run.info.run_id, metric)
+    if not vals:
+        return "-", "-", "-"
+    epochs = dict(history(client, run.info.run_id, "epochs_done"))
+    best = max(vals, key=lambda sv: sv[1])
+    last = vals[-1]
+
+    def at(step: int) -> str:
+        e = epochs.get(step)
+        return f"epoch {e:.1f} (step {step})" if e is not None else f"step {step}"
+
+    drop = best[1] - last[1]
+    return at(best[0]), at(last[0]), f"yes (-{drop:.4f})" if drop > 0.002 else "no"
+
+
+def served(log: Log, export: str) -> list[float]:
+    """The exported model, as MLflow serves it, on the raw test rows: AUC per task."""
+    from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer
+    from recsys.train.metrics import auc
+
+    scorer = TabularScorer()
+    artifacts = {"model": os.path.join(export, MODEL_FILE), "meta": os.path.join(export, META_FILE),
+                 "prepared": os.path.join(export, PREPARED_DIR)}  # fmt: skip
+    scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
+    probs = scorer.predict(None, log.raw_test)
+    return [auc(np.asarray(log.raw_test[lab], np.float64), probs[lab].to_numpy()) for lab in
+            log.labels]  # fmt: skip
+
+
+def checkpoint_test(cfg: Any, checkpoint: str, data: dict[str, ind.Rows]) -> list[float]:
+    """A trial's best checkpoint (FP32, unsharded) on the prepared test rows: AUC per task."""
+    import torch
+
+    from recsys.data import load_splits
+    from recsys.data.loader import to_batch
+    from recsys.export import load_fp32, raw_layout
+
+    model = load_fp32(cfg, checkpoint)
+    test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(test), 8192):
+            b = to_batch(test.read(s, min(s + 8192, len(test))), raw_layout(cfg))
+            out.append(model(b.dense_features, b.sparse_features).float())
+    return ind.aucs(data["test"].labels, torch.cat(out).numpy())
+
+
+def sweep_rows(log: Log, run: dict[str, Any], data: dict[str, ind.Rows], train_rows: int
+               ) -> tuple[Row, dict[str, Row], str]:  # fmt: skip
+    """The served best trial's row, each reference's row (its best checkpoint on the test rows),
+    and a line about the search."""
+    from mlflow.tracking import MlflowClient
+
+    from recsys.config import ExperimentConfig
+
+    client = MlflowClient(run["uri"])
+    exp = client.get_experiment_by_name(log.name)
+    assert exp is not None, f"no MLflow experiment {log.name!r} in {run['uri']}"
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parent = next(r for r in runs if r.data.tags.get("recsys.kind") == f"sweep:{log.name}")
+    best_id = parent.data.tags["recsys.best_trial"]
+    by_trial = {r.data.tags.get("recsys.trial_id"): r for r in runs}
+    best = by_trial[best_id]
+    key = f"best_{log.metric}"
+    peak, stopped, over = peak_of(client, best, log.metric, train_rows)
+    searched = json.loads(best.data.tags.get("recsys.searched", "{}"))
+    setting = ", ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in searched.items())
+    tasks = served(log, run["export"])
+    value = best.data.metrics.get(key, math.nan)
+    top = Row("sweep's best (served)", value, float(np.mean(tasks)), peak, stopped, over, setting,
+              run["seconds"], tasks)  # fmt: skip
+    refs = {}
+    for r in runs:
+        reference = r.data.tags.get("recsys.reference", "")
+        if r.data.tags.get("recsys.kind") != "baseline" or not reference.startswith("best of"):
+            continue
+        arch = r.data.params["model.arch"]
+        with tempfile.TemporaryDirectory() as t:
+            path = client.download_artifacts(r.info.run_id, "config.yaml", t)
+            with open(path) as f:
+                cfg = ExperimentConfig.from_dict(yaml.safe_load(f))
+        test = checkpoint_test(cfg, r.data.tags["checkpoint.best"], data)
+        p, s, o = peak_of(client, r, log.metric, train_rows)
+        refs[arch] = Row(f"{arch} reference ({reference.split(':')[0]})", r.data.metrics.get(
+            key, math.nan), float(np.mean(test)), p, s, o, reference.split(": ", 1)[-1],
+            per_task=test)  # fmt: skip
+    trials = [r for r in runs if r.data.tags.get("recsys.kind") == "trial"]
+    status: dict[str, int] = {}
+    for r in trials:
+        st = r.data.tags.get("recsys.status", "?")
+        status[st] = status.get(st, 0) + 1
+    n_refs = sum(1 for r in runs if r.data.tags.get("recsys.kind") == "baseline")
+    line = (f"{len(trials)} search trials ({', '.join(f'{n} {s}' for s, n in status.items())}), "
+            f"{len(refs)} references from {n_refs} reference trials; the sweep took "
+            f"{run['seconds']:.0f} s")  # fmt: skip
+    return top, refs, line
+
+
+# --- the independent models -------------------------------------------------------------------
+
+
+def fitted_row(f: ind.Fitted) -> Row:
+    peak = f"epoch {f.peak:.1f}" if math.isfinite(f.peak) else "-"
+    stopped = f"epoch {f.epochs:.1f}" if math.isfinite(f.epochs) else "-"
+    over = ("yes" if f.overfits else "no") if f.curve else "-"
+    return Row(f.name, f.mean("val"), f.mean("test"), peak, stopped, over, f.chosen, f.seconds,
+               f.test_auc)  # fmt: skip
+
+
+def independent(log: Log, epochs: int = 40) -> tuple[dict[str, ind.Rows], dict[str, ind.Fitted],
+                                                      Any]:  # fmt: skip
+    from recsys.config import ExperimentConfig
+    from recsys.data.dataset import resolve
+
+    cfg = resolve(ExperimentConfig.from_dict({"data": {"source": "prepared",
+                                                       "paths": [log.prepared]}}))  # fmt: skip
+    data = ind.arrays(cfg, [t.label_column for t in cfg.loss.tasks])
+    rows, pools = cfg.embeddings.num_embeddings, ind.poolings(cfg)
+    fm = [ind.plain_fm(data, cfg, 16, lr=lr, max_epochs=epochs, patience=3) for lr in (1e-3, 3e-3)]
+    mlp = [
+        ind.plain_mlp(data, cfg, 16, (256, 128), dropout, lr=1e-3, max_epochs=epochs, patience=3)
+        for dropout in (0.1, 0.3)
+    ]
+    fits = {"lr": ind.sklearn_lr(data, rows, pools), "fm": best_of(fm), "mlp": best_of(mlp)}
+    return data, fits, cfg
+
+
+def best_of(fits: list[ind.Fitted]) -> ind.Fitted:
+    """The best by validation; its setting says what was tried."""
+    best = max(fits, key=lambda f: f.mean("val"))
+    best.chosen = f"{best.chosen} (best of {len(fits)} by validation)"
+    best.seconds = sum(f.seconds for f in fits)
+    return best
+
+
+# --- the benchmark -----------------------------------------------------------------------------
+
+
+def run_log(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool) -> str:
+    t0 = time.perf_counter()
+    data, fits, _ = independent(log, 1 if smoke else 40)
+    t_ind = time.perf_counter() - t0
+    print(f"{log.name}: independent models in {t_ind:.0f} s", flush=True)
+    run = sweep(log, tmp, samples, workers, concurrent, smoke)
+    print(f"{log.name}: sweep in {run['seconds']:.0f} s", flush=True)
+    top, refs, line = sweep_rows(log, run, data, len(data["train"]))
+    rows = [top, fitted_row(fits["mlp"]), refs.get("fm"), fitted_row(fits["fm"]), refs.get("lr"),
+            fitted_row(fits["lr"])]  # fmt: skip
+    if log.structure is not None:
+        rows.append(log.structure)
+    if math.isfinite(log.oracle):
+        rows.append(Row("oracle (true p_click)", math.nan, log.oracle, setting="Bayes-optimal"))
+    tasks = len(log.labels) > 1
+    header = ["model", f"best {log.metric}", "test AUC" + (" (mean of tasks)" if tasks else ""),
+              *([f"test AUC {' / '.join(log.labels)}"] if tasks else []), "peak (best val)",
+              "stopped at", "overfits", "setting", "seconds"]  # fmt: skip
+    body = table(header, [r.cells(tasks) for r in rows if r is not None])
+    goals = goal_rows(log, top, fits, refs)
+    n = {k: len(v) for k, v in data.items()}
+    head = (f"**{log.name}**: {n['train']:,} training, {n['val']:,} validation, {n['test']:,} test "
+            f"rows ({', '.join(log.labels)}); {line}.\n\n")  # fmt: skip
+    verdicts = table(["goal", "figure", "verdict"], goals)
+    return head + body + "\n\n" + verdicts
+
+
+def goal_rows(log: Log, top: Row, fits: dict[str, ind.Fitted], refs: dict[str, Row]
+              ) -> list[list[str]]:  # fmt: skip
+    out = []
+    mlp = fits["mlp"].mean("test")
+    out.append(["sweep's best >= plain MLP (test AUC)", f"{top.test:.4f} vs {mlp:.4f} "
+                f"({top.test - mlp:+.4f})", "met" if top.test >= mlp else "missed"])  # fmt: skip
+    if math.isfinite(log.oracle):
+        share = (top.test - 0.5) / (log.oracle - 0.5)
+        need = 0.5 + SHARE * (log.oracle - 0.5)
+        ceiling = ""
+        if log.structure is not None:
+            got = (log.structure.test - 0.5) / (log.oracle - 0.5)
+            ceiling = f"; an LR told the planted crosses: {got:.1%}"
+        out.append([f"sweep's best >= {SHARE:.0%} of the way from 0.5 to the oracle",
+                    f"{share:.1%} ({top.test:.4f}; the oracle {log.oracle:.4f}, {SHARE:.0%} is "
+                    f"{need:.4f}{ceiling})", "met" if share >= SHARE else "missed"])  # fmt: skip
+    for arch, what in (("lr", "scikit-learn LR"), ("fm", "plain FM")):
+        ref, other = refs.get(arch), fits[arch].mean("test")
+        if ref is None:
+            out.append([f"{arch} reference within {TOLERANCE} of {what}", "no reference", "-"])
+            continue
+        diff = ref.test - other
+        out.append([f"{arch} reference within {TOLERANCE} of {what} (not worse)",
+                    f"{ref.test:.4f} vs {other:.4f} ({diff:+.4f})",
+                    "met" if diff >= -TOLERANCE else "missed"])  # fmt: skip
+    return out
+
+
+def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
+        concurrent: int, smoke: bool = False) -> str:  # fmt: skip
+    import torch
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    t0 = time.perf_counter()
+    parts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in logs:
+            log = planted_log(tmp, rows) if name == "planted" else demo_log(tmp, demo_rows)
+            parts.append(run_log(log, tmp, samples, workers, concurrent, smoke))
+    minutes = (time.perf_counter() - t0) / 60
+    head = (f"{samples} search trials per log (the shipped `clicklogs` space, its references by "
+            f"the default rules), {workers} worker(s) per trial, {concurrent} at a time; "
+            f"{minutes:.1f} min in all.\n\n")  # fmt: skip
+    return head + "\n\n".join(parts)

@@ -1,0 +1,61 @@
+"""The references are fair bars: on a planted log of categorical fields only (the product's
+generator and preparation), each reference trained by the product's trainer with the baselines
+phase's default rules (every trial of its grid, the best by validation kept; ``tests.references``,
+one gloo rank, no Ray) scores the test rows within 0.005 AUC of an independent model of its kind
+trained on the same prepared split: scikit-learn's ``LogisticRegression`` (``C`` tuned on the
+validation rows, one-hot features) for LR, a plain-PyTorch FM (``nn.EmbeddingBag``, Adam, early
+stopping) for FM (the reference may beat it; it must not trail it by more)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import independent as ind
+from recsys.config import ExperimentConfig
+from recsys.data.dataset import resolve
+from tests.distributed.harness import run_ranks
+from tests.references import planted_prepared, references_space, train_reference_rank
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+ROWS = 30_000  # 18,000 training, 6,000 validation and 6,000 test rows
+TOLERANCE = 0.005
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("planted")
+    prepared = planted_prepared(folder, ROWS)
+    cfg = resolve(ExperimentConfig.from_dict({"data": {"source": "prepared",
+                                                       "paths": [prepared]}}))  # fmt: skip
+    return folder, prepared, cfg, ind.arrays(cfg, [0])
+
+
+def reference(planted, arch: str) -> dict:
+    folder, prepared, _, _ = planted
+    (folder / arch).mkdir()
+    space = references_space(folder / arch, prepared, [arch])
+    (got,) = run_ranks(train_reference_rank, space, arch, str(folder / arch / "runs"),
+                       world_size=1, timeout=600)  # fmt: skip
+    return got
+
+
+def test_the_lr_reference_is_within_tolerance_of_scikit_learn(planted):
+    _, _, cfg, data = planted
+    sk = ind.sklearn_lr(data, cfg.embeddings.num_embeddings, ind.poolings(cfg))
+    ref = reference(planted, "lr")
+    print(f"LR reference test AUC {ref['test']:.4f} ({ref['grid']}, peak at step {ref['step']}"
+          f" of {ref['last_step']}); scikit-learn {sk.mean():.4f} ({sk.chosen}); "
+          f"trials {ref['tried']}")  # fmt: skip
+    assert abs(ref["test"] - sk.mean()) <= TOLERANCE
+    assert ref["last_step"] > ref["step"]  # stopped by patience after its peak, not by the budget
+
+
+def test_the_fm_reference_is_within_tolerance_of_a_plain_fm(planted):
+    _, _, cfg, data = planted
+    plain = ind.plain_fm(data, cfg, 16, lr=3e-3, max_epochs=40, patience=3)
+    ref = reference(planted, "fm")
+    print(f"FM reference test AUC {ref['test']:.4f} ({ref['grid']}, peak at step {ref['step']}"
+          f" of {ref['last_step']}); plain FM {plain.mean():.4f} (peak at epoch "
+          f"{plain.peak:.1f}, stopped at {plain.epochs:.1f}); trials {ref['tried']}")  # fmt: skip
+    assert plain.epochs > plain.peak  # the plain FM converged: stopped by patience
+    assert ref["test"] >= plain.mean() - TOLERANCE

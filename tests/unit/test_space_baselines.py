@@ -1,0 +1,176 @@
+"""A space's references (``baselines``): the default rules, a grid set in the file, the smoke
+variant's one trial each, every mistake named before launch with its key; and the best of each
+reference's trials is the one the summary, the table and the leads compare with."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from recsys.configlib import ConfigError
+from recsys.tune import space as spaces
+from recsys.tune.phases import (
+    REFERENCE,
+    Outcome,
+    baseline_header,
+    baseline_points,
+    chosen_references,
+    common_params,
+)
+from tests.helpers import space_file
+
+SEARCH = "space:\n  optim.lr: {loguniform: [0.01, 0.1]}\n"
+BUDGET = "overrides: {train.steps: 40, data.synthetic.num_samples: 4000}\n"
+
+
+def load(tmp_path, body: str, smoke: bool = False) -> spaces.SearchSpace:
+    return spaces.load(space_file(tmp_path, BUDGET + SEARCH + body), smoke=smoke)
+
+
+def test_a_list_takes_the_default_rules(tmp_path):
+    space = load(tmp_path, "baselines: [lr, fm]\n")
+    assert space.baselines == ["lr", "fm"]
+    points = baseline_points(space)
+    grids = spaces.REFERENCE_GRIDS
+    assert len(points) == sum(math.prod(len(v) for v in grids[a].values()) for a in ("lr", "fm"))
+    for point in points:
+        arch = point["model.arch"]
+        assert {k: point[k] for k in spaces.REFERENCE_RULES} == spaces.REFERENCE_RULES
+        for key, values in grids[arch].items():
+            assert point[key] in values
+        cfg = space.config_for(point)  # every trial builds, trained by epochs with patience
+        assert cfg.model.arch == arch and cfg.train.epochs > 0 and cfg.train.patience > 0
+    for arch in ("lr", "fm"):  # each grid point once
+        mine = [tuple(p[k] for k in grids[arch]) for p in points if p["model.arch"] == arch]
+        assert len(set(mine)) == len(mine) <= spaces.MAX_REFERENCE_TRIALS
+    assert baseline_header(space).startswith("baselines: lr (4 trials), fm (4 trials)")
+
+
+def test_the_smoke_variant_trains_each_reference_once_with_its_own_budget(tmp_path):
+    body = "baselines: [lr, fm]\nsmoke: {overrides: {train.steps: 7}}\n"
+    space = load(tmp_path, body, smoke=True)
+    points = baseline_points(space)
+    assert [p["model.arch"] for p in points] == ["lr", "fm"]
+    for point in points:
+        assert not set(point) & set(spaces.BUDGET_KEYS)  # the smoke budget governs
+        grid = spaces.REFERENCE_GRIDS[point["model.arch"]]
+        assert all(point[k] == v[0] for k, v in grid.items())  # each key's first value
+        cfg = space.config_for(point)
+        assert cfg.train.steps == 7 and cfg.train.epochs == 0
+
+
+def test_a_mapping_sets_an_archs_grid_and_fixed_keys(tmp_path):
+    body = (
+        "baselines:\n"
+        "  fm:\n"
+        "    grid: {optim.embedding_lr: [0.02, 0.05, 0.1], embeddings.dim: [8, 16]}\n"
+        "    overrides: {train.epochs: 3, train.patience: 1}\n"
+        "  lr: {}\n"
+    )
+    space = load(tmp_path, body)
+    assert space.baselines == ["fm", "lr"]
+    fm = [p for p in baseline_points(space) if p["model.arch"] == "fm"]
+    assert len(fm) == 6 and space.references["fm"].trials == 6
+    assert {(p["optim.embedding_lr"], p["embeddings.dim"]) for p in fm} == {
+        (lr, d) for lr in (0.02, 0.05, 0.1) for d in (8, 16)
+    }
+    assert all(p["train.epochs"] == 3 and p["train.patience"] == 1 for p in fm)
+    assert space.references["lr"].grid == spaces.REFERENCE_GRIDS["lr"]  # {}: the defaults
+    cfg = space.config_for(fm[0])
+    assert cfg.tables.dim == fm[0]["embeddings.dim"] + 4  # the FM's factors and its linear part
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ("baselines: {lr: {grd: {}}}\n", r"baselines.lr: unknown 'grd'.*did you mean 'grid'"),
+        (
+            "baselines: {lr: {grid: {optim.embeding_lr: [0.1]}}}\n",
+            r"baselines.lr.grid: unknown config key 'optim.embeding_lr'.*optim.embedding_lr",
+        ),
+        (
+            "baselines: {fm: {overrides: {train.epoch: 3}}}\n",
+            r"baselines.fm.overrides: unknown config key 'train.epoch'.*train.epochs",
+        ),
+        ("baselines: {lr: {grid: {optim.embedding_lr: []}}}\n", r"grid.optim.embedding_lr: a non"),
+        ("baselines: {lr: {grid: {optim.embedding_lr: 0.1}}}\n", r"grid.optim.embedding_lr: a non"),
+        ("baselines: {lr: {grid: {}}}\n", r"baselines.lr.grid: a non-empty mapping"),
+        ("baselines: {lr: {grid: {model.arch: [fm]}}}\n", r"model.arch is the reference's own"),
+        ("baselines: {xgb: {}}\n", r"'xgb' is not a reference model"),
+        ("baselines: {lr: [0.1]}\n", r"baselines.lr: expected \{grid: ..., overrides: ...\}"),
+        (
+            "baselines:\n  lr: {grid: {optim.embedding_lr: [1, 2, 3], optim.lr: [1, 2, 3]}}\n",
+            r"baselines.lr.grid: 3 x 3 = 9 trials; a reference's grid has at most 8",
+        ),
+        (
+            "baselines: {fm: {grid: {optim.embedding_lr: [0.1, -1.0]}}}\n",
+            r"baselines.fm: the trial with \{'optim.embedding_lr': -1.0\} cannot build: "
+            r"optim.embedding_lr=-1.0",
+        ),
+        (
+            "baselines: {lr: {overrides: {train.reports_per_epoch: 0}}}\n",
+            r"baselines.lr: the trial with .* cannot build: train.reports_per_epoch=0",
+        ),
+        ("smoke: {baselines: {lr: {grid: {optim.lr: []}}}}\n", r"grid.optim.lr: a non-empty"),
+    ],
+)
+def test_a_bad_reference_is_named_with_its_key(tmp_path, body, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        load(tmp_path, body, smoke="smoke:" in body)
+    assert "s.yaml" in str(err.value)
+
+
+def test_the_rules_every_trial_shares_go_in_the_phase_base(tmp_path):
+    """``phase_tuner`` puts the common keys in the phase's base config and keeps the arch and the
+    grid in each trial's params (its console line and ``recsys.searched`` tag)."""
+    points = baseline_points(load(tmp_path, "baselines: [lr, fm]\n"))
+    common = common_params(points)
+    assert "model.arch" not in common and set(spaces.REFERENCE_RULES) <= set(common)
+    rest = [{k: v for k, v in p.items() if k not in common} for p in points]
+    assert all(set(r) <= {"model.arch", *spaces.REFERENCE_GRIDS[r["model.arch"]]} for r in rest)
+    assert [{**common, **r} for r in rest] == points  # nothing lost
+    assert common_params([]) == {}
+
+
+def frame(space, rows):
+    """Ranked rows of ``(trial, role, arch, score, params)``, as ``trial_frame`` gives them."""
+    out = pd.DataFrame(
+        [{"trial": t, "role": role, "arch": arch, "status": "finished", "best_val_auc": v,
+          "params": params, "emb_bytes": 1e5, "best_step": 10, "pareto": False}
+         for t, role, arch, v, params in rows]
+    )  # fmt: skip
+    return out.sort_values("best_val_auc", ascending=False).reset_index(drop=True)
+
+
+def test_each_reference_is_the_best_of_its_trials(tmp_path):
+    space = load(tmp_path, "baselines: [lr, fm]\n")
+    lr_a = {"model.arch": "lr", "optim.embedding_lr": 0.01, "optim.embedding_weight_decay": 0.0}
+    lr_b = {**lr_a, "optim.embedding_lr": 0.03}
+    fm_a = {"model.arch": "fm", "optim.embedding_lr": 0.1, "optim.embedding_weight_decay": 1e-3}
+    fm_b = {**fm_a, "optim.embedding_weight_decay": 0.0}
+    rows = [
+        ("t1", "trial", "dlrm", 0.80, {"optim.lr": 0.02}),
+        ("b1", "baseline", "lr", 0.70, lr_a),
+        ("b2", "baseline", "lr", 0.65, lr_b),
+        ("b3", "baseline", "fm", 0.82, fm_a),
+        ("b4", "baseline", "fm", math.nan, fm_b),
+    ]
+    kept, every = chosen_references(frame(space, rows), space)
+    assert list(kept["trial"]) == ["b3", "t1", "b1"]  # ranked; one reference per arch
+    assert len(every) == 4 and list(every.loc[every["chosen"], "trial"]) == ["b3", "b1"]
+    lr_row = kept[kept["trial"] == "b1"].iloc[0]
+    assert lr_row[REFERENCE] == "best of 2: embedding_lr=0.01, embedding_weight_decay=0.0"
+    result = Outcome(frame(space, rows), pd.DataFrame(), space)
+    assert result.leads() == pytest.approx({"lr": 0.10, "fm": -0.02})
+    text = result.lines()
+    assert "beats lr (trial b1, best of 2: embedding_lr=0.01, embedding_weight_decay=0.0)" in text
+    assert "does NOT beat fm (trial b3, best of 2: embedding_lr=0.1, " in text
+    assert len(result.references) == 4
+
+
+def test_without_references_the_outcome_is_the_search_alone(tmp_path):
+    space = load(tmp_path, "")
+    kept, every = chosen_references(frame(space, [("t1", "trial", "dlrm", 0.8, {})]), space)
+    assert list(kept["trial"]) == ["t1"] and every.empty
