@@ -48,19 +48,24 @@ def source_for(path: str) -> str:
     )
 
 
-def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The dotted-key overrides that make ``cfg`` match its prepared folder (none for other
-    sources)."""
-    if cfg.data.source != "prepared":
-        return {}
+def prepared_meta(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The ``meta.json`` of ``cfg``'s one prepared folder; a ``ConfigError`` naming the problem."""
     if len(cfg.data.paths) != 1:
         raise ConfigError(
             f"data.source=prepared: data.paths must name one folder, got {cfg.data.paths}"
         )
     try:
-        meta = read_meta(cfg.data.paths[0])
+        return dict(read_meta(cfg.data.paths[0]))
     except DataError as e:
         raise ConfigError(str(e)) from None
+
+
+def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The dotted-key overrides that make ``cfg`` match its prepared folder (none for other
+    sources)."""
+    if cfg.data.source != "prepared":
+        return {}
+    meta = prepared_meta(cfg)
     names, schema = list(meta["feature_names"]), meta["schema"]
     emb = cfg.embeddings
     same = emb.feature_names == names and len(emb.num_embeddings) == len(names)
@@ -101,7 +106,7 @@ def train_rows(cfg: ExperimentConfig) -> int:
     ``recsys.data.columns.split`` splits them."""
     data = cfg.data
     if data.source == "prepared":
-        return _prepared_train_rows(cfg)
+        return sum(int(shard["rows"]) for shard in prepared_meta(cfg)["shards"]["train"])
     if data.source == "synthetic":
         parts = [data.synthetic.num_samples]
     else:
@@ -112,18 +117,6 @@ def train_rows(cfg: ExperimentConfig) -> int:
         return sum(parts[:-2])
     n = sum(parts)
     return n - round(n * data.test_fraction) - round(n * data.val_fraction)
-
-
-def _prepared_train_rows(cfg: ExperimentConfig) -> int:
-    if len(cfg.data.paths) != 1:
-        raise ConfigError(
-            f"data.source=prepared: data.paths must name one folder, got {cfg.data.paths}"
-        )
-    try:
-        meta = read_meta(cfg.data.paths[0])
-    except DataError as e:
-        raise ConfigError(str(e)) from None
-    return sum(int(shard["rows"]) for shard in meta["shards"]["train"])
 
 
 def _torchrec_day_rows(folders: list[str]) -> list[int]:

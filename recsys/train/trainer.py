@@ -160,6 +160,7 @@ class Trainer:
             **embedding_report(cfg.tables).as_metrics(),
             **{f"emb_bytes_rank{r}": b for r, b in per_rank.items()},
             "setup_s": time.perf_counter() - t_start,
+            "train_steps": cfg.train.steps,  # the step it trains to (a sweep's status reads it)
         }
         self.history: list[tuple[int, float]] = []  # (step, loss) since the last report
         self.cost_mark = t_start  # the run's cost is counted up to here (``_cost``)

@@ -34,13 +34,10 @@ class RayReporter:
     local staging folder (``train.checkpoint_staging``, default the system's temp folder; its free
     space is checked first), which ``ray.train.report`` uploads and merges, then it is removed.
 
-    Reports also say which Ray nodes the worker group runs on (``worker_nodes``) and the step
-    the run trains to (``train_steps``: ``train.steps``, or the steps a budget in epochs came to
-    for these workers), which a sweep decides a trial's status against."""
+    Reports also say which Ray nodes the worker group runs on (``worker_nodes``)."""
 
     def __init__(self, worker_nodes: str = "", staging: str = "", need_bytes: int = 0) -> None:
         self.worker_nodes = worker_nodes
-        self.train_steps = 0  # set once the trainer has derived its budget
         self.suffix = ""
         self.staging, self.need_bytes = staging or tempfile.gettempdir(), need_bytes
         storage = ray.train.get_context().get_storage()
@@ -76,8 +73,6 @@ class RayReporter:
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
         metrics = {**metrics, "worker_nodes": self.worker_nodes}
-        if self.train_steps:
-            metrics["train_steps"] = self.train_steps
         if not folder:
             ray.train.report(metrics)
             return
@@ -154,7 +149,6 @@ def train_func(config: dict[str, Any]) -> None:
     reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
-    reporter.train_steps = trainer.cfg.train.steps  # (a budget in epochs: derived by the trainer)
     trainer.train()
     hold_after_training(cfg.train.seed)
 

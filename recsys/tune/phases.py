@@ -39,7 +39,6 @@ from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_tria
 
 PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}
 CONFIRMABLE = ("finished", "early_stopped", "stopped")
-REFERENCE_TAG = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate"
 REFERENCE = "reference"  # the frame's column describing a chosen reference
 
 
@@ -295,11 +294,11 @@ def log_references(tracker: Tracker, parent: str, experiment_id: str, result: Ou
     for _, row in refs.iterrows():
         chosen = bool(row["chosen"])
         if chosen:
-            tags[f"{REFERENCE_TAG}.{row['arch']}"] = f"trial {row['trial']}, {row[REFERENCE]}"
+            tags[f"{Tag.REFERENCE}.{row['arch']}"] = f"trial {row['trial']}, {row[REFERENCE]}"
         run = tracker.find_trial_run(experiment_id, str(row["trial"])) if row["trial"] else None
         if run is not None:
             mark = row[REFERENCE] if chosen else "candidate"
-            tracker.set_tags(run.info.run_id, {REFERENCE_TAG: mark})
+            tracker.set_tags(run.info.run_id, {Tag.REFERENCE: mark})
     tracker.set_tags(parent, tags)
 
 

@@ -27,6 +27,7 @@ from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
 from recsys.tune.phases import (
     Outcome,
+    baseline_header,
     baseline_points,
     confirm_frame,
     confirm_points,
@@ -62,10 +63,11 @@ def budgeted(space: SearchSpace, num_workers: int) -> SearchSpace:
 
 
 def budget_line(space: SearchSpace, num_workers: int) -> str:
-    """A budget in epochs and the steps it came to, for the console ('' for one in steps)."""
-    if space.base.train.epochs <= 0:
+    """A ``budgeted`` space's budget in epochs and the steps it came to, for the console (''
+    for one in steps)."""
+    tc = space.base.train
+    if tc.epochs <= 0:
         return ""
-    tc = budgeted(space, num_workers).base.train
     rows = train_rows(space.base)
     per_epoch = steps_per_epoch(rows, tc.batch_size, num_workers)
     return (
@@ -146,7 +148,7 @@ def build_tuner(
 
     path = sweep_dir(opts)
     total = space.num_trials(opts.num_samples)
-    steps = budgeted(space, opts.num_workers).base.train.steps
+    steps = space.base.train.steps  # (``run_sweep`` has made a budget in epochs steps)
     progress = Progress(space.metric, steps, mode=space.mode, total=total)
     if restore and tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
@@ -340,9 +342,9 @@ def run_sweep(
     verb = "resuming" if restore else "starting"
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by {scores}")
+    space = budgeted(space, opts.num_workers)  # (a resume on other workers derives again)
     if line := budget_line(space, opts.num_workers):
         print(line)
-    space = budgeted(space, opts.num_workers)  # (a resume on other workers derives again)
     result = run_phases(space, opts, spec, restore)
     log_sweep_summary(tracker, parent, experiment_id, space, result)
     tracker.finish(parent)
@@ -357,7 +359,7 @@ def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore:
     baselines = seeds = pd.DataFrame()
     with legacy_tune_output():
         if points := baseline_points(space):
-            print(f"baselines: {', '.join(space.baselines)}, trained once with the base config")
+            print(baseline_header(space))
             grid = phase_tuner("baseline", points, space, opts, spec, restore).fit()
             baselines = trial_frame(grid, space, role="baseline")
         trials = trial_frame(build_tuner(space, opts, spec, restore).fit(), space)

@@ -54,6 +54,8 @@ class Tag:
     MODE = "recsys.mode"  # ... and whether higher ("max") or lower is better
     BEST_TRIAL = "recsys.best_trial"  # on a sweep's parent run: its best trial's id
     SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
+    REFERENCE = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate";
+    # on the parent, + ".<arch>": that arch's chosen reference trial
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
     BEST_CHECKPOINT = "checkpoint.best"
     LAST_CHECKPOINT = "checkpoint.last"

@@ -38,7 +38,7 @@ def _train(rank, world, root, value, reports=1):
     reporter = LocalReporter(root, rank)
     trainer = Trainer(_config(value, reports), current(False), reporter, log=lambda s: None)
     trainer.train()
-    keys = ("step", "epochs_done", "samples_seen", "val_auc", "best_step")
+    keys = ("step", "epochs_done", "samples_seen", "val_auc", "best_step", "train_steps")
     return {
         "steps": trainer.cfg.train.steps,
         "reports": [{k: r.get(k) for k in keys} for r in reporter.reports],
@@ -50,6 +50,7 @@ def test_a_run_of_epochs_ends_at_its_step_and_reports_each_epoch(tmp_path):
     for r in ranks:
         assert r["steps"] == 26  # ceil(800 / 64) = 13 steps an epoch, two of them
         assert [x["step"] for x in r["reports"]] == [13, 26]
+        assert [x["train_steps"] for x in r["reports"]] == [26, 26]  # what a sweep's status reads
         assert [x["epochs_done"] for x in r["reports"]] == [13 * 64 / 800, 26 * 64 / 800]
         assert all(x["val_auc"] is not None for x in r["reports"])  # every report evaluated
     assert sorted(p.name for p in tmp_path.joinpath("a").iterdir()) == [
@@ -71,4 +72,5 @@ def test_a_resume_on_other_workers_trains_the_samples_left(tmp_path):
     assert resumed["steps"] == 13 + 24
     assert [x["step"] for x in resumed["reports"]] == [25, 37]
     last = resumed["reports"][-1]
+    assert last["train_steps"] == 37
     assert last["samples_seen"] == 1600 and last["epochs_done"] == 2.0

@@ -12,9 +12,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from recsys.tune import space as spaces
-from recsys.tune.phases import REFERENCE_TAG
 from recsys.tune.sweep import SweepOptions, run_sweep
-from recsys.tune.tracking import Tracker
+from recsys.tune.tracking import Tag, Tracker
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -68,10 +67,10 @@ def test_the_reference_is_the_best_of_its_grid_and_a_resume_keeps_it(ray_2_cpus,
         assert int(r.data.params["train.steps"]) == 2 * -(-2400 // 128)  # 2 epochs of 2400 rows
     best = max(baselines, key=lambda r: r.data.metrics["best_val_auc"])
     assert best.data.tags["recsys.trial_id"] == refs[0]["trial"]
-    assert best.data.tags[REFERENCE_TAG] == refs[0]["reference"]
-    assert sorted(r.data.tags[REFERENCE_TAG] for r in baselines)[-1] == "candidate"
+    assert best.data.tags[Tag.REFERENCE] == refs[0]["reference"]
+    assert sorted(r.data.tags[Tag.REFERENCE] for r in baselines)[-1] == "candidate"
     (parent,) = [r for r in runs if r.data.tags.get("recsys.kind") == "sweep:refs"]
-    assert parent.data.tags[f"{REFERENCE_TAG}.lr"].startswith(
+    assert parent.data.tags[f"{Tag.REFERENCE}.lr"].startswith(
         f"trial {refs[0]['trial']}, best of 2"
     )
     lead = parent.data.metrics["lead_over_lr"]

@@ -249,9 +249,10 @@ def test_asha_of_a_steps_space_is_unchanged():
 
 
 def test_the_driver_prints_what_the_budget_came_to():
-    from recsys.tune.sweep import budget_line
+    from recsys.tune.sweep import budget_line, budgeted
 
-    line = budget_line(_space(**{"train.epochs": 3, "train.reports_per_epoch": 2}), 2)
+    space = budgeted(_space(**{"train.epochs": 3, "train.reports_per_epoch": 2}), 2)
+    line = budget_line(space, 2)
     assert line == (
         "budget: 3 epochs of 8000 training rows = 189 steps of 2 workers x 64 (63 steps an "
         "epoch), a report every 31 steps"
