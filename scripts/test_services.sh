@@ -15,6 +15,8 @@
 set -euo pipefail
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+skipped_pg="the PostgreSQL tracking tests will be skipped"
+skipped_browser="the browser test of the MLflow UI will be skipped"
 have_postgres() {
     command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
@@ -22,42 +24,54 @@ have_chromium() {
     [[ -n ${RECSYS_CHROMIUM:-} ]] || command -v chromium >/dev/null 2>&1 ||
         command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1
 }
+need_pg=false
+need_browser=false
+have_postgres || need_pg=true
+have_chromium || need_browser=true
+if ! $need_pg && ! $need_browser; then exit 0; fi
 
-# packages | apt-get options | why | what is skipped without them
-wanted=()
-have_postgres || wanted+=("postgresql||about 50 MB to download, 200 MB on disk on Debian 12, for the tests' own tracking server on 127.0.0.1 (mlflow server over PostgreSQL, started and stopped by the tests)|the PostgreSQL tracking tests will be skipped")
-have_chromium || wanted+=("chromium fonts-liberation|--no-install-recommends|about 100 MB to download, 350 MB on disk, without its recommended packages, for the test that opens the MLflow UI in a headless browser|the browser test of the MLflow UI will be skipped")
-[[ ${#wanted[@]} == 0 ]] && exit 0
-
-skip_all() {
-    local item
-    for item in "${wanted[@]}"; do
-        IFS='|' read -r packages _ _ skipped <<< "$item"
-        log "$packages not found, and $1: $skipped"
-    done
+skip_all() {  # $1: why nothing is installed
+    if $need_pg; then log "PostgreSQL not found, and $1: $skipped_pg"; fi
+    if $need_browser; then log "Chromium not found, and $1: $skipped_browser"; fi
     exit 0
 }
-[[ ${RECSYS_NO_APT:-} == 1 ]] && skip_all "RECSYS_NO_APT=1: not installing it"
+if [[ ${RECSYS_NO_APT:-} == 1 ]]; then
+    skip_all "RECSYS_NO_APT=1: not installing it"
+    exit 0
+fi
 as_root=()
 if [[ $(id -u) != 0 ]]; then
     if sudo -n true 2>/dev/null; then as_root=(sudo -n); else skip_all "apt-get needs root"; fi
 fi
 command -v apt-get >/dev/null 2>&1 || skip_all "no apt-get here"
 
+# what is installed and why, said before apt-get runs
+if $need_pg; then
+    # Debian 12's postgresql-15 with what it pulls in (LLVM for its JIT, Z3): ~50 MB of packages
+    log "installing PostgreSQL (Debian package postgresql, about 50 MB to download, 200 MB on disk)" \
+        "for the tests' own tracking server on 127.0.0.1 (mlflow server over PostgreSQL, started" \
+        "and stopped by the tests); set RECSYS_NO_APT=1 to skip (those tests are then skipped)"
+fi
+if $need_browser; then
+    log "installing Chromium (Debian packages chromium fonts-liberation, without recommended" \
+        "packages, about 100 MB to download, 350 MB on disk) for the test that opens the MLflow" \
+        "UI in a headless browser; set RECSYS_NO_APT=1 to skip (that test is then skipped)"
+fi
+
+install() {  # $1: why it is wanted, for the failure line; $@: apt-get install's arguments
+    local skipped=$1
+    shift
+    if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" \
+        >"$out" 2>&1; then
+        log "apt-get could not install $* (last lines below): $skipped"
+        tail -5 "$out" >&2
+    fi
+}
 out=$(mktemp)
 if ! "${as_root[@]}" apt-get update -qq >"$out" 2>&1; then
     log "apt-get update failed (last lines below)"
     tail -5 "$out" >&2
 fi
-for item in "${wanted[@]}"; do
-    IFS='|' read -r packages options why skipped <<< "$item"
-    log "installing $packages (Debian packages, $why); set RECSYS_NO_APT=1 to skip (those tests" \
-        "are then skipped)"
-    # shellcheck disable=SC2086  # (the options and package names are words)
-    if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $options \
-        $packages >"$out" 2>&1; then
-        log "apt-get could not install $packages (last lines below): $skipped"
-        tail -5 "$out" >&2
-    fi
-done
+if $need_pg; then install "$skipped_pg" postgresql; fi
+if $need_browser; then install "$skipped_browser" --no-install-recommends chromium fonts-liberation; fi
 rm -f "$out"
