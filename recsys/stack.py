@@ -7,6 +7,8 @@ is installed (``python3 recsys/stack.py pair 2.11.0+cu130``), and ``recsys/__ini
     python3 recsys/stack.py pair 2.9.1          # exit 2: unsupported, naming the supported ones
     python3 recsys/stack.py table               # the README's table of pairs
     python3 recsys/stack.py requirements dev    # pyproject's requirements but the paired three
+    python3 recsys/stack.py cuda-wheels 2.13.0 cu128 [INDEX_URL]   # the CUDA wheels setup needs;
+                                                # with an index: exit 1 naming any it lacks
 
 Only the first two numbers of a torch version choose the pair; the local part (``+cu130``,
 ``+cpu``) is the host's build of it. FBGEMM's compiled operators are built against one torch
@@ -154,6 +156,58 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def cuda_wheels(torch_version: str, cuda: str) -> list[str]:
+    """The wheel files a CUDA install of ``torch_version``'s pair needs from the PyTorch index
+    ``cuda`` (``cu128``), for this Python and machine: ``torch-2.13.0+cu128-cp312-cp312-
+    manylinux_*_x86_64.whl`` and ``fbgemm_gpu-1.8.0+cu128-...`` (``*``: any manylinux level)."""
+    s = pair_for(torch_version)
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    arch = os.uname().machine
+    return [f"{name}-{version}+{cuda}-{tag}-{tag}-manylinux_*_{arch}.whl"
+            for name, version in (("torch", s.torch), ("fbgemm_gpu", s.fbgemm))]  # fmt: skip
+
+
+def index_lacks(index: str, wheels: list[str]) -> list[str]:
+    """The ``wheels`` (``cuda_wheels`` patterns) that the index's project pages (PEP 503:
+    ``INDEX/torch/``, ``INDEX/fbgemm-gpu/``; a ``file://`` index: their ``index.html``) do not
+    list. A page that cannot be read raises ``OSError``."""
+    import fnmatch
+    import urllib.parse
+    import urllib.request
+
+    lacking = []
+    for pattern in wheels:
+        project = pattern.split("-")[0].replace("_", "-")
+        url = f"{index.rstrip('/')}/{project}/"
+        if url.startswith("file:"):
+            url += "index.html"
+        with urllib.request.urlopen(url, timeout=30) as page:
+            html = page.read().decode("utf-8", "replace")
+        names = {urllib.parse.unquote(h.split("#")[0].rsplit("/", 1)[-1])
+                 for h in re.findall(r'href="([^"]+)"', html)}  # fmt: skip
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            lacking.append(pattern)
+    return lacking
+
+
+def check_cuda_index(torch_version: str, cuda: str, index: str) -> int:
+    """``cuda-wheels``' check: 0 when ``index`` lists every wheel (or cannot be read: pip then
+    says why), 1 naming the ones it lacks."""
+    wheels = cuda_wheels(torch_version, cuda)
+    try:
+        lacking = index_lacks(index, wheels)
+    except OSError as e:
+        print(f"note: could not read {index} to check for {wheels} ({e}); pip will try",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    if lacking:
+        print(f"error: {index} has no {' or '.join(lacking)}: that index does not build this "
+              f"torch for this Python and machine; pick another RECSYS_CUDA (docs/install.md)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["table"]:
         print(table())
@@ -170,8 +224,13 @@ def main(argv: list[str]) -> int:
         extras = [a for a in argv[1:] if a != "--build"]
         print("\n".join(project_requirements(extras, build="--build" in argv)))
         return 0
-    print("usage: stack.py pair TORCH_VERSION | table | requirements [--build] EXTRA...",
-          file=sys.stderr)  # fmt: skip
+    if argv[:1] == ["cuda-wheels"] and len(argv) in (3, 4):
+        if len(argv) == 4:
+            return check_cuda_index(argv[1], argv[2], argv[3])
+        print("\n".join(cuda_wheels(argv[1], argv[2])))
+        return 0
+    print("usage: stack.py pair TORCH_VERSION | table | requirements [--build] EXTRA... | "
+          "cuda-wheels TORCH_VERSION CUDA [INDEX_URL]", file=sys.stderr)  # fmt: skip
     return 2
 
 

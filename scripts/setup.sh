@@ -111,7 +111,14 @@ install_stack() {
     local index=() other=fbgemm-gpu fbgemm=fbgemm-gpu-cpu
     if [[ $variant == cuda ]]; then
         other=fbgemm-gpu-cpu fbgemm=fbgemm-gpu
-        [[ -z $wheelhouse ]] && index=(--index-url "https://download.pytorch.org/whl/$cuda")
+        if [[ -z $wheelhouse ]]; then
+            index=(--index-url "https://download.pytorch.org/whl/$cuda")
+            # name the wheel an index lacks (a CUDA variant that does not build this torch for
+            # this Python) before pip's generic "no matching distribution"
+            if [[ $torch_choice != preinstalled ]]; then
+                "$python" "$root/recsys/stack.py" cuda-wheels "$tv" "$cuda" "${index[1]}" || exit 1
+            fi
+        fi
     fi
     "$venv/bin/python" -m pip uninstall --quiet -y "$other" 2>/dev/null || true
     if [[ $torch_choice != preinstalled ]]; then

@@ -46,9 +46,16 @@ def trainer_config(**overrides: Any) -> ExperimentConfig:
     return cfg.with_overrides(overrides)
 
 
+def kills_itself(rank: int, world_size: int, step: int, kill_at: int, marker: str) -> bool:
+    """Whether a worker of ``killing_train_func`` kills itself now: the last rank (one that
+    exists on any worker count), at step ``kill_at``, unless the marker says it already did."""
+    return rank == world_size - 1 and step == kill_at and not os.path.exists(marker)
+
+
 def killing_train_func(config: dict) -> None:
-    """The real worker, but rank 1 SIGKILLs itself right after the step-``kill_at`` report on
-    the first attempt (the marker file says whether it already did)."""
+    """The real worker, but the last rank SIGKILLs itself right after the step-``kill_at``
+    report on the first attempt (the marker file says whether it already did): rank 1 of two,
+    rank 0 of one (``kills_itself``)."""
     import ray.train
 
     from recsys.train import worker
@@ -58,8 +65,8 @@ def killing_train_func(config: dict) -> None:
 
     def report(self, metrics, folder, step):
         real_report(self, metrics, folder, step)
-        rank = ray.train.get_context().get_world_rank()
-        if step == kill_at and rank == 1 and not os.path.exists(marker):
+        ctx = ray.train.get_context()
+        if kills_itself(ctx.get_world_rank(), ctx.get_world_size(), step, kill_at, marker):
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
 

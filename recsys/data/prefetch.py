@@ -7,6 +7,10 @@ runs the source iterator in one background thread, ``depth`` batches ahead, thro
 queue: batches come out in the source's order, so the data order (and exact resume, whose data
 position is the trainer's count of consumed rows, not the stream's) is unchanged. The numpy
 gathers and copies release the GIL, so the thread overlaps the step's compute.
+
+On a GPU worker the thread first makes the worker's GPU its current device (as torch's own
+``DataLoader`` pin thread does): pinning and any CUDA call in the thread would otherwise go to
+GPU 0, creating a context there for every worker of the node.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import queue
 import threading
 from collections.abc import Iterator
 from typing import Generic, TypeVar
+
+import torch
 
 T = TypeVar("T")
 
@@ -26,12 +32,14 @@ class _End:
 
 class Prefetcher(Generic[T]):
     """Iterate ``source`` in a background thread, at most ``depth`` items ahead; an exception of
-    the source is raised by ``next`` in the caller's thread. ``close`` stops the thread."""
+    the source is raised by ``next`` in the caller's thread. ``close`` stops the thread.
+    ``device``: the worker's device; a CUDA device becomes the thread's current device."""
 
-    def __init__(self, source: Iterator[T], depth: int) -> None:
+    def __init__(self, source: Iterator[T], depth: int, device: torch.device | None = None
+                 ) -> None:  # fmt: skip
         if depth < 1:
             raise ValueError(f"prefetch depth {depth}: must be >= 1")
-        self.source = source
+        self.source, self.device = source, device
         self.queue: queue.Queue[T | _End] = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="recsys-prefetch", daemon=True)
@@ -48,6 +56,8 @@ class Prefetcher(Generic[T]):
 
     def _run(self) -> None:
         try:
+            if self.device is not None and self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
             for item in self.source:
                 if not self._put(item):
                     return

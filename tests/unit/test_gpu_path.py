@@ -145,6 +145,42 @@ def test_batches_are_pinned_only_on_gpu_workers(monkeypatch):
     assert pin_batches(torch.device("cuda", 0)) and not pin_batches(torch.device("cpu"))
 
 
+def test_the_prefetch_thread_makes_the_workers_gpu_current_before_it_pins(monkeypatch):
+    """Pinning in a thread whose current device is GPU 0 puts every worker of a node on GPU 0
+    (torch's DataLoader pin thread sets the device first): the thread sets the worker's GPU
+    before it asks the source for a batch; on a CPU worker it makes no CUDA call."""
+    import threading
+
+    from recsys.data.prefetch import Prefetcher
+
+    events: list[tuple[str, object]] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: events.append(("set", d)))
+
+    def batches():
+        events.append(("batch", threading.current_thread().name))
+        yield 1
+
+    p = Prefetcher(batches(), depth=1, device=torch.device("cuda", 3))
+    assert list(p) == [1]
+    p.close()
+    assert events == [("set", torch.device("cuda", 3)), ("batch", "recsys-prefetch")]
+    events.clear()
+    assert list(Prefetcher(batches(), depth=1, device=torch.device("cpu"))) == [1]
+    assert events == [("batch", "recsys-prefetch")]
+
+
+def test_the_killed_worker_test_kills_a_rank_that_exists_on_one_worker_too(tmp_path):
+    """gpu-check's one-GPU kill item runs one worker: the killing rank must be one it has."""
+    from tests.helpers import kills_itself
+
+    marker = str(tmp_path / "killed")
+    assert kills_itself(0, 1, 60, 60, marker)
+    assert kills_itself(1, 2, 60, 60, marker) and not kills_itself(0, 2, 60, 60, marker)
+    assert not kills_itself(0, 1, 50, 60, marker)
+    open(marker, "w").close()
+    assert not kills_itself(0, 1, 60, 60, marker)
+
+
 def test_cuda_rng_state_is_saved_and_restored_per_device(monkeypatch):
     calls = []
     state = torch.arange(16, dtype=torch.uint8)

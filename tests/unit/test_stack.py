@@ -91,3 +91,30 @@ def test_project_requirements_leave_the_paired_three_to_the_pair():
     assert "pytest>=8" in reqs and "setuptools>=77" in reqs  # the extra, the build system
     assert not [r for r in reqs if r.startswith(("torch=", "torchrec", "fbgemm"))], reqs
     assert "setuptools>=77" not in stack.project_requirements(["dev"])
+
+
+def test_a_cuda_index_that_lacks_a_wheel_is_named_before_pip_runs(tmp_path, capsys):
+    """The CUDA setup checks the PyTorch index's project pages for the exact wheels of the
+    pair (this Python, this machine) and names the one it lacks."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    arch = os.uname().machine
+    wheels = stack.cuda_wheels("2.13.0", "cu128")
+    assert wheels == [f"torch-2.13.0+cu128-{tag}-{tag}-manylinux_*_{arch}.whl",
+                      f"fbgemm_gpu-1.8.0+cu128-{tag}-{tag}-manylinux_*_{arch}.whl"]  # fmt: skip
+
+    def page(project, *files):
+        (tmp_path / project).mkdir(exist_ok=True)
+        links = "".join(f'<a href="../../files/{f.replace("+", "%2B")}#sha256=0">{f}</a>'
+                        for f in files)  # fmt: skip
+        (tmp_path / project / "index.html").write_text(f"<html><body>{links}</body></html>")
+
+    page("torch", f"torch-2.13.0+cu128-{tag}-{tag}-manylinux_2_28_{arch}.whl",
+         f"torch-2.12.0+cu128-{tag}-{tag}-manylinux_2_28_{arch}.whl")  # fmt: skip
+    page("fbgemm-gpu", f"fbgemm_gpu-1.8.0+cu126-{tag}-{tag}-manylinux_2_28_{arch}.whl",
+         f"fbgemm_gpu-1.8.0+cu128-cp39-cp39-manylinux_2_28_{arch}.whl")  # fmt: skip
+    index = tmp_path.as_uri()
+    assert stack.index_lacks(index, wheels) == [wheels[1]]
+    assert stack.main(["cuda-wheels", "2.13.0", "cu128", index]) == 1
+    assert wheels[1] in capsys.readouterr().err
+    page("fbgemm-gpu", f"fbgemm_gpu-1.8.0+cu128-{tag}-{tag}-manylinux_2_28_{arch}.whl")
+    assert stack.main(["cuda-wheels", "2.13.0", "cu128", index]) == 0
