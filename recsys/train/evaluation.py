@@ -1,9 +1,16 @@
 """Evaluation of a (sharded) model on a split: every rank scores its own rows and adds their
 sufficient statistics to a ``MetricState`` on its device; one all-reduce sums the states, and
 every rank reads the whole split's figures off the sum. A rank's time and memory grow with its own
-rows only, not with the split or the number of ranks (``recsys.train.metrics``)."""
+rows only, not with the split or the number of ranks (``recsys.train.metrics``).
+
+Evaluation changes nothing that training reads: FBGEMM's training TBE advances its optimizer step
+counter (``iter``, the bias correction of embedding Adam and LAMB) on every forward, evaluation
+included, so ``evaluate`` puts every counter back afterwards (``step_counters_kept``)."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -26,7 +33,7 @@ def evaluate(
         rows = min(rows, cfg.train.eval_batches * cfg.train.batch_size * env.world_size)
     state = MetricState(len(cfg.loss.tasks), env.device, bits_for(rows))
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), step_counters_kept(model):
         for batch, mask in eval_batches(
             split,
             rank=env.rank,
@@ -42,6 +49,27 @@ def evaluate(
         collectives.sum_(tensor)
     return task_metrics([state.compute(t) for t in range(len(cfg.loss.tasks))],
                         cfg.loss.names(), prefix)  # fmt: skip
+
+
+@contextlib.contextmanager
+def step_counters_kept(model: nn.Module) -> Iterator[None]:
+    """Restore, on exit, the optimizer step counter of every FBGEMM training TBE in ``model``:
+    its ``iter`` buffer (what checkpoints hold) and ``iter_cpu`` (what its kernels read; synced
+    from ``iter`` only while it is 0), both advanced by every forward, in eval mode too
+    (``fbgemm_gpu/split_table_batched_embeddings_ops_training.py``, ``forward``)."""
+    saved = [
+        (m, m.iter.detach().clone(), m.iter_cpu.detach().clone())
+        for m in model.modules()
+        if isinstance(getattr(m, "iter", None), torch.Tensor)
+        and isinstance(getattr(m, "iter_cpu", None), torch.Tensor)
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, it, it_cpu in saved:
+                m.iter.copy_(it)
+                m.iter_cpu = it_cpu
 
 
 def task_metrics(

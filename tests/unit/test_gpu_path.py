@@ -181,6 +181,57 @@ def test_the_killed_worker_test_kills_a_rank_that_exists_on_one_worker_too(tmp_p
     assert not kills_itself(0, 1, 60, 60, marker)
 
 
+class StandInTBE(torch.nn.Module):
+    """FBGEMM's training TBE's step counter as its forward keeps it: ``iter_cpu`` synced from
+    the ``iter`` buffer while 0, then both advanced, in eval mode too (embedding Adam's bias
+    correction; FBGEMM's CPU kernels have no Adam, so only this stand-in shows it on CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("iter", torch.zeros(1, dtype=torch.int64))
+        self.iter_cpu = torch.zeros(1, dtype=torch.int64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.iter_cpu.item() == 0:
+            self.iter_cpu.fill_(int(self.iter.item()))
+        self.iter_cpu.add_(1)
+        self.iter.add_(1)
+        return x
+
+
+def test_evaluation_leaves_the_embedding_optimizers_step_counter_where_training_left_it():
+    import numpy as np
+
+    from recsys.config import ExperimentConfig
+    from recsys.data import Columns
+    from recsys.distributed.env import WorkerEnv
+    from recsys.train.evaluation import evaluate
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tbe = StandInTBE()
+
+        def forward(self, batch):
+            self.tbe(batch.dense_features)
+            n = len(batch.labels)
+            return None, {"logits": torch.arange(n, dtype=torch.float32)[:, None],
+                          "labels": batch.labels}  # fmt: skip
+
+    cfg = ExperimentConfig().with_overrides({"train.batch_size": 4, "model.num_dense": 2})
+    n, f = 10, cfg.embeddings.num_features
+    split = Columns(np.zeros((n, 2), np.float32), np.zeros((n, f, 1), np.int64),
+                    (np.arange(n) % 2)[:, None].astype(np.float32))  # fmt: skip
+    env = WorkerEnv(0, 1, 0, 1, torch.device("cpu"))
+    model = Model()
+    for _ in range(3):  # three training steps
+        model.tbe(torch.zeros(1))
+    evaluate(model, split, cfg, env, "val")  # three batches of 4
+    assert int(model.tbe.iter.item()) == 3 and int(model.tbe.iter_cpu.item()) == 3
+    model.tbe(torch.zeros(1))  # the next training step counts on from there
+    assert int(model.tbe.iter.item()) == 4 and int(model.tbe.iter_cpu.item()) == 4
+
+
 def test_cuda_rng_state_is_saved_and_restored_per_device(monkeypatch):
     calls = []
     state = torch.arange(16, dtype=torch.uint8)
