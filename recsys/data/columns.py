@@ -145,6 +145,8 @@ class RaggedColumns(RowSource):
             ``lengths[:, f].sum()`` ids).
         labels: ``[N, L]`` in {0, 1}.
         source: where the rows came from, for error messages.
+        weights: ``None`` (no weighted feature), or per feature ``F`` float32 arrays parallel to
+            ``values`` (a weighted list's weight per id), ``None`` for an unweighted feature.
     """
 
     dense: np.ndarray
@@ -152,12 +154,17 @@ class RaggedColumns(RowSource):
     lengths: np.ndarray
     labels: np.ndarray
     source: str = "<memory>"
+    weights: tuple[np.ndarray | None, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.dense)
         if len(self.lengths) != n or len(self.labels) != n:
             raise DataError(f"{self.source}: row counts differ: dense {n}, lengths "
                             f"{len(self.lengths)}, labels {len(self.labels)}")  # fmt: skip
+        for f, w in enumerate(self.weights or ()):
+            if w is not None and len(w) != len(self.values[f]):
+                raise DataError(f"{self.source}: feature {f} has {len(self.values[f])} ids "
+                                f"and {len(w)} weights")  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.dense)
@@ -174,19 +181,31 @@ class RaggedColumns(RowSource):
 
     def take(self, idx: np.ndarray) -> RaggedColumns:
         idx = np.asarray(idx, dtype=np.int64)
-        values = tuple(ragged_take(self._offsets(f), v, idx)[0] for f, v in enumerate(self.values))
+        offsets = [self._offsets(f) for f in range(self.num_sparse)]
+        values = tuple(ragged_take(offsets[f], v, idx)[0] for f, v in enumerate(self.values))
+        weights = None
+        if self.weights is not None:
+            weights = tuple(None if w is None else ragged_take(offsets[f], w, idx)[0]
+                            for f, w in enumerate(self.weights))  # fmt: skip
         return RaggedColumns(
-            self.dense[idx], values, self.lengths[idx], self.labels[idx], self.source
+            self.dense[idx], values, self.lengths[idx], self.labels[idx], self.source, weights
         )
 
     @staticmethod
     def concat(parts: list[RaggedColumns], source: str) -> RaggedColumns:
+        f_all = range(parts[0].num_sparse)
+        weights = None
+        if parts[0].weights is not None:
+            weights = tuple(None if parts[0].weights[f] is None else
+                            np.concatenate([p.weights[f] for p in parts])  # type: ignore[index,misc]
+                            for f in f_all)  # fmt: skip
         return RaggedColumns(
             np.concatenate([p.dense for p in parts]),
-            tuple(np.concatenate([p.values[f] for p in parts]) for f in range(parts[0].num_sparse)),
+            tuple(np.concatenate([p.values[f] for p in parts]) for f in f_all),
             np.concatenate([p.lengths for p in parts]),
             np.concatenate([p.labels for p in parts]),
             source,
+            weights,
         )
 
 

@@ -107,14 +107,21 @@ def sparse_ids(cols: Columns, layout: SparseLayout) -> np.ndarray:
 
 
 def keyed_jagged(
-    keys: list[str], values: np.ndarray, lengths: np.ndarray, per_key: list[int], batch: int
+    keys: list[str],
+    values: np.ndarray,
+    lengths: np.ndarray,
+    per_key: list[int],
+    batch: int,
+    weights: np.ndarray | None = None,
 ) -> KeyedJaggedTensor:
     """A KJT from key-major flat ids and per-row lengths, with ``length_per_key`` (ids per key)
     and ``offset_per_key`` set from the host: TorchRec's input distribution would otherwise
-    compute them from the lengths on the device (a device-to-host sync every step)."""
+    compute them from the lengths on the device (a device-to-host sync every step).
+    ``weights``: float32 per id (a weighted model's input), or ``None``."""
     return KeyedJaggedTensor(
         keys=keys,
         values=torch.from_numpy(values.astype(np.int64, copy=False)),
+        weights=None if weights is None else torch.from_numpy(weights.astype(np.float32)),
         lengths=torch.from_numpy(lengths.astype(np.int64, copy=False)),
         stride=batch,
         length_per_key=per_key,
@@ -125,25 +132,37 @@ def keyed_jagged(
 def ragged_kjt(cols: RaggedColumns, layout: SparseLayout) -> KeyedJaggedTensor:
     """The KJT of rows with variable-length bags: each feature's ids mod its table's rows, the
     QR features' quotients under their keys and remainders after all features (as
-    ``sparse_ids``), with the real per-row lengths (never padded)."""
+    ``sparse_ids``), with the real per-row lengths (never padded). Rows with weighted lists
+    (``cols.weights``) give a weighted KJT: each id's weight, 1 for the ids of unweighted
+    features, a QR remainder's the same as its quotient's."""
     ids = [
         np.asarray(v, dtype=np.int64) % rows
         for v, rows in zip(cols.values, layout.rows, strict=True)
     ]
+    weights = None
+    if cols.weights is not None:
+        weights = [np.ones(len(v), np.float32) if w is None else np.asarray(w, np.float32)
+                   for v, w in zip(ids, cols.weights, strict=True)]  # fmt: skip
     values, lengths, extra_v, extra_l = [], [], [], []
+    key_weights, extra_w = [], []
     for f, name in enumerate(layout.names):
         lens = cols.lengths[:, f]
         c = layout.qr.get(name)
         values.append(ids[f] if c is None else ids[f] // c)
         lengths.append(lens)
+        if weights is not None:
+            key_weights.append(weights[f])
         if c is not None:
             extra_v.append(ids[f] % c)
             extra_l.append(lens)
+            if weights is not None:
+                extra_w.append(weights[f])
     values, lengths = values + extra_v, lengths + extra_l
     per_key = [len(v) for v in values]
-    return keyed_jagged(
-        layout.keys(), np.concatenate(values), np.concatenate(lengths), per_key, len(cols)
-    )
+    flat_w = None if weights is None else np.concatenate(key_weights + extra_w)
+    keys = layout.keys()
+    return keyed_jagged(keys, np.concatenate(values), np.concatenate(lengths), per_key,
+                        len(cols), flat_w)  # fmt: skip
 
 
 def to_batch(cols: AnyColumns, layout: SparseLayout) -> Batch:

@@ -5,7 +5,8 @@ source.
 A shard ``<split>/part-<k>`` holds ``.dense.npy [N, I]`` float32, ``.labels.npy [N, L]`` int8,
 ``.ids.npy [N, F1]`` uint32 (the one-hot features, in schema order) and per multi-hot feature
 ``j`` ``.list_{j}.values.npy [nnz]`` uint32 with ``.list_{j}.offsets.npy [N + 1]`` int64 (Arrow's
-list layout, never padded). A split is the ``Concat`` of its shards: a worker reads only its own
+list layout, never padded), and for a weighted list (``weights``) ``.list_{j}.weights.npy [nnz]``
+float32. A split is the ``Concat`` of its shards: a worker reads only its own
 rows (a contiguous range of the split, across shard boundaries as TorchRec's per-rank row
 ranges), a range is a slice of each file and a shuffled batch a gather (``ragged_take``); nothing
 is loaded whole. The split is the preparation's, so ``data.split`` and the fractions of
@@ -51,6 +52,7 @@ class PreparedShard(RowSource):
         self.ids = ids
         self.one_hot = not any(spec.get("multi_hot") for spec in schema["sparse"].values())
         self.features: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.weights: list[np.ndarray | None] = []
         one_hot = 0
         for j, spec in enumerate(schema["sparse"].values()):
             if spec.get("multi_hot"):
@@ -58,6 +60,8 @@ class PreparedShard(RowSource):
             else:
                 self.features.append((ids[:, one_hot], None))
                 one_hot += 1
+            self.weights.append(load(f"list_{j}.weights") if spec.get("weights") else None)
+        self.weighted = any(w is not None for w in self.weights)
         n = shard["rows"]
         if len(self.dense) != n or len(self.labels) != n or len(ids) != n:
             raise DataError(f"{stem}: {len(self.dense)} rows, meta.json says {n}")
@@ -69,42 +73,48 @@ class PreparedShard(RowSource):
         stop = min(stop, len(self))
         if self.one_hot:
             return self._dense_ids(slice(start, stop))
-        values, lengths = [], []
-        for ids, offsets in self.features:
+        values, lengths, weights = [], [], []
+        for (ids, offsets), w in zip(self.features, self.weights, strict=True):
             if offsets is None:
                 values.append(np.asarray(ids[start:stop]))
                 lengths.append(np.ones(stop - start, np.int64))
+                weights.append(None)
             else:
                 off = np.asarray(offsets[start : stop + 1], dtype=np.int64)
                 values.append(np.asarray(ids[off[0] : off[-1]]))
                 lengths.append(np.diff(off))
+                weights.append(None if w is None else np.asarray(w[off[0] : off[-1]]))
         return self._columns(np.asarray(self.dense[start:stop]), values, lengths,
-                             np.asarray(self.labels[start:stop]))  # fmt: skip
+                             np.asarray(self.labels[start:stop]), weights)  # fmt: skip
 
     def take(self, idx: np.ndarray) -> Any:
         idx = np.asarray(idx, dtype=np.int64)
         if self.one_hot:
             return self._dense_ids(idx)
-        values, lengths = [], []
-        for ids, offsets in self.features:
+        values, lengths, weights = [], [], []
+        for (ids, offsets), w in zip(self.features, self.weights, strict=True):
             if offsets is None:
                 values.append(np.asarray(ids[idx]))
                 lengths.append(np.ones(len(idx), np.int64))
+                weights.append(None)
             else:
                 v, n = ragged_take(offsets, ids, idx)
                 values.append(v)
                 lengths.append(n)
+                weights.append(None if w is None else ragged_take(offsets, w, idx)[0])
         return self._columns(np.asarray(self.dense[idx]), values, lengths,
-                             np.asarray(self.labels[idx]))  # fmt: skip
+                             np.asarray(self.labels[idx]), weights)  # fmt: skip
 
     def _dense_ids(self, rows: slice | np.ndarray) -> Columns:
         ids = np.asarray(self.ids[rows])
         return Columns(np.asarray(self.dense[rows]), ids.reshape(len(ids), ids.shape[1], 1),
                        np.asarray(self.labels[rows]), self.source)  # fmt: skip
 
-    def _columns(self, dense: Any, values: list[Any], lengths: list[Any], labels: Any) -> Any:
+    def _columns(self, dense: Any, values: list[Any], lengths: list[Any], labels: Any,
+                 weights: list[Any]) -> Any:  # fmt: skip
         lens = np.stack(lengths, 1) if lengths else np.zeros((len(dense), 0), np.int64)
-        return RaggedColumns(dense, tuple(values), lens, labels, self.source)
+        w = tuple(weights) if self.weighted else None
+        return RaggedColumns(dense, tuple(values), lens, labels, self.source, w)
 
 
 def empty_split(meta: dict[str, Any], folder: str) -> Any:
@@ -115,12 +125,17 @@ def empty_split(meta: dict[str, Any], folder: str) -> Any:
         return Columns(np.zeros((0, len(schema["dense"])), np.float32),
                        np.zeros((0, f, 1), np.uint32),
                        np.zeros((0, len(meta["labels"])), np.int8), folder)  # fmt: skip
+    specs = list(schema["sparse"].values())
+    weighted = any(spec.get("weights") for spec in specs)
     return RaggedColumns(
         np.zeros((0, len(schema["dense"])), np.float32),
         tuple(np.zeros(0, np.uint32) for _ in range(f)),
         np.zeros((0, f), np.int64),
         np.zeros((0, len(meta["labels"])), np.int8),
         folder,
+        tuple(np.zeros(0, np.float32) if s.get("weights") else None for s in specs)
+        if weighted
+        else None,
     )
 
 

@@ -61,3 +61,28 @@ def test_a_data_position_keeps_its_epoch_and_fraction_on_another_shard():
     assert map_position(250, 100, 300) == 2 * 300 + 150
     assert map_position(99, 100, 7) == 6  # rounded down, still in the same epoch
     assert map_position(250, 0, 40) == 250  # a checkpoint that did not record its shard
+
+
+def test_weighted_lists_give_a_weighted_kjt_taken_and_gathered_with_their_ids():
+    """A weighted list's weights travel with its ids through a row gather (``take``) into the
+    KJT; the unweighted features' ids weigh 1 and a QR remainder weighs as its quotient."""
+    lengths = np.array([[1, 2, 1], [1, 0, 1], [1, 3, 1]])
+    values = (np.array([1, 2, 3]), np.array([10, 11, 12, 13, 14]), np.array([4, 5, 6]))
+    weights = (None, np.array([0.5, 1.5, 2.0, 3.0, 4.0], np.float32), None)
+    cols = RaggedColumns(np.zeros((3, 2), np.float32), values, lengths, np.zeros((3, 1)),
+                         weights=weights)  # fmt: skip
+    rows = cols.take(np.array([2, 0]))
+    assert rows.weights is not None and rows.weights[1].tolist() == [2.0, 3.0, 4.0, 0.5, 1.5]
+    assert rows.weights[0] is None
+    kjt = to_batch(rows, LAYOUT).sparse_features
+    assert kjt.weights_or_none() is not None
+    assert kjt["b"].values().tolist() == [v // 8 for v in [12, 13, 14, 10, 11]]
+    assert kjt["b"].weights().tolist() == [2.0, 3.0, 4.0, 0.5, 1.5]
+    assert kjt["b__qr_r"].weights().tolist() == [2.0, 3.0, 4.0, 0.5, 1.5]
+    assert kjt["a"].weights().tolist() == [1.0, 1.0] and kjt["c"].weights().tolist() == [1.0, 1.0]
+    _check(kjt, [rows.lengths[:, 0], rows.lengths[:, 1], rows.lengths[:, 2], rows.lengths[:, 1]])
+    assert to_batch(RaggedColumns(cols.dense, values, lengths, cols.labels), LAYOUT
+                    ).sparse_features.weights_or_none() is None  # fmt: skip
+    with pytest.raises(ValueError, match="5 ids and 4 weights"):
+        RaggedColumns(cols.dense, values, lengths, cols.labels,
+                      weights=(None, weights[1][:4], None))  # fmt: skip
