@@ -73,7 +73,9 @@ class PreparedShard(RowSource):
         stop = min(stop, len(self))
         if self.one_hot:
             return self._dense_ids(slice(start, stop))
-        values, lengths, weights = [], [], []
+        values: list[Any] = []
+        lengths: list[Any] = []
+        weights: list[Any] = []
         for (ids, offsets), w in zip(self.features, self.weights, strict=True):
             if offsets is None:
                 values.append(np.asarray(ids[start:stop]))
@@ -91,7 +93,9 @@ class PreparedShard(RowSource):
         idx = np.asarray(idx, dtype=np.int64)
         if self.one_hot:
             return self._dense_ids(idx)
-        values, lengths, weights = [], [], []
+        values: list[Any] = []
+        lengths: list[Any] = []
+        weights: list[Any] = []
         for (ids, offsets), w in zip(self.features, self.weights, strict=True):
             if offsets is None:
                 values.append(np.asarray(ids[idx]))

@@ -57,18 +57,17 @@ def step_counters_kept(model: nn.Module) -> Iterator[None]:
     its ``iter`` buffer (what checkpoints hold) and ``iter_cpu`` (what its kernels read; synced
     from ``iter`` only while it is 0), both advanced by every forward, in eval mode too
     (``fbgemm_gpu/split_table_batched_embeddings_ops_training.py``, ``forward``)."""
-    saved = [
-        (m, m.iter.detach().clone(), m.iter_cpu.detach().clone())
-        for m in model.modules()
-        if isinstance(getattr(m, "iter", None), torch.Tensor)
-        and isinstance(getattr(m, "iter_cpu", None), torch.Tensor)
-    ]
+    saved: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+    for m in model.modules():
+        it, it_cpu = getattr(m, "iter", None), getattr(m, "iter_cpu", None)
+        if isinstance(it, torch.Tensor) and isinstance(it_cpu, torch.Tensor):
+            saved.append((m, it.detach().clone(), it_cpu.detach().clone()))
     try:
         yield
     finally:
         with torch.no_grad():
             for m, it, it_cpu in saved:
-                m.iter.copy_(it)
+                getattr(m, "iter").copy_(it)  # noqa: B009 (a buffer, not a method)
                 m.iter_cpu = it_cpu
 
 

@@ -150,7 +150,9 @@ class Trainer:
             pin_memory=pin_batches(env.device),
         )
         self.batches = (
-            Prefetcher(self.stream, cfg.data.prefetch, env.device) if cfg.data.prefetch else self.stream
+            Prefetcher(self.stream, cfg.data.prefetch, env.device)
+            if cfg.data.prefetch
+            else self.stream
         )
         pipelined = use_pipeline(cfg.sharding, env.device)
         self.stepper = Stepper(built.model, built.optimizer, env.device, pipelined)
