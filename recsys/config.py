@@ -103,6 +103,13 @@ class EmbeddingConfig:
         feature_pooling: per-feature pooling by feature name (a prepared data set's schema sets
             it); features not named use ``pooling``.
         feature_names: names of the sparse features; default ``cat_0 .. cat_{F-1}``.
+        shared: tables read by more than one feature, ``{feature: owner}``: ``feature`` looks its
+            ids up in ``owner``'s table (a user's ``history`` of item ids in ``item_id``'s), so its
+            ids must be rows of the owner's vocabulary (a prepared data set's ``meta.json`` says
+            which columns hold the same ids, and sets it). One table is built, named after the
+            owner (``t_<owner>``; QR: ``t_<owner>_q`` and ``t_<owner>_r``), and trained by every
+            feature that reads it; each feature is still pooled on its own. A sharer has its
+            owner's rows, dim and pooling; an owner shares no other feature's table (no chains).
         qr: quotient-remainder options.
         dtype: storage type of the tables (``fp32``, ``fp16`` or ``bf16``), set where the tables
             are defined (``EmbeddingBagConfig.data_type``), never by casting a sharded model.
@@ -116,6 +123,7 @@ class EmbeddingConfig:
     pooling: Pooling = "sum"
     feature_pooling: dict[str, Pooling] = field(default_factory=dict)
     feature_names: list[str] | None = None
+    shared: dict[str, str] = field(default_factory=dict)
     qr: QRConfig = field(default_factory=QRConfig)
     dtype: EmbeddingDType = "fp32"
 
@@ -141,10 +149,34 @@ class EmbeddingConfig:
             check(len(set(names)) == len(names), "embeddings.feature_names", names, "duplicates")
         for name in self.feature_pooling:
             check(name in self.names(), "embeddings.feature_pooling", name, "not a feature name")
+        self._check_shared()
         if self.qr.operation == "concat" and self.qr.enabled:
             for i, d in enumerate(self.table_dims()):
                 if self.qr.applies_to(n[i]):
                     check(d % 8 == 0, f"embeddings dim of table {i}", d, "QR concat needs % 8")
+
+    def _check_shared(self) -> None:
+        """Each ``shared`` entry names two features, the second one an owner (no chains, not
+        itself), with the same rows, dim and pooling: one table holds both."""
+        names = self.names()
+        rows = dict(zip(names, self.num_embeddings, strict=True))
+        dims = dict(zip(names, self.table_dims(), strict=True))
+        for f, owner in self.shared.items():
+            key, reads = f"embeddings.shared.{f}", f"{f!r} reads the table of {owner!r}"
+            check(f in rows, key, owner, f"{f!r} is not a feature name{nearest(f, names)}")
+            why = f"{f!r} would read the table of {owner!r}, which is not a feature name"
+            check(owner in rows, key, owner, why + nearest(owner, names))
+            check(owner != f, key, owner, f"{f!r} cannot share its own table")
+            root = self.shared.get(owner, owner)
+            why = f"{reads}, which reads the table of {root!r}: name {root!r} (no chains)"
+            check(root == owner, key, owner, why)
+            check(rows[f] == rows[owner], "embeddings.num_embeddings", self.num_embeddings,
+                  f"{reads}, so it has its rows: {f} {rows[f]}, {owner} {rows[owner]}")  # fmt: skip
+            check(dims[f] == dims[owner], "embeddings.dims", self.dims,
+                  f"{reads}, so it has its dim: {f} {dims[f]}, {owner} {dims[owner]}")  # fmt: skip
+            pf, po = self.pooling_of(f), self.pooling_of(owner)
+            why = f"{reads}, so it has its pooling: {f} {pf}, {owner} {po}"
+            check(pf == po, "embeddings.feature_pooling", self.feature_pooling, why)
 
     @property
     def num_features(self) -> int:
@@ -675,7 +707,8 @@ class ShardingConfig:
     Attributes:
         default: constraints for every table without its own entry in ``tables``.
         tables: per-table constraints by table name (``t_<feature>``, or ``t_<feature>_q`` /
-            ``t_<feature>_r`` for QR tables).
+            ``t_<feature>_r`` for QR tables); a table that features share
+            (``embeddings.shared``) is named after its owner.
         pipeline: drive training with TorchRec's ``TrainPipelineSparseDist`` (overlaps input
             distribution with compute on GPU). ``auto``: on GPU only.
     """
@@ -718,6 +751,20 @@ class ExperimentConfig:
             pairs = self.embeddings.num_features + (1 if m.num_dense else 0)
             why = "dot needs two vectors (no numeric feature and one id feature): use cat or sum"
             check(pairs >= 2, "model.interaction", m.interaction, why)
+        self._check_shared_sharding()
+
+    def _check_shared_sharding(self) -> None:
+        """A constraint on a sharer's table (``sharding.tables.t_history``) names a table that is
+        not built: the sharer reads its owner's, which the error names."""
+        emb, owners = self.embeddings, set(self.embeddings.names()) - set(self.embeddings.shared)
+        built = {f"t_{o}{s}" for o in owners for s in ("", "_q", "_r")}
+        for table in self.sharding.tables:
+            for f, owner in emb.shared.items():
+                for s in ("", "_q", "_r"):
+                    if table == f"t_{f}{s}" and table not in built:
+                        why = (f"{f!r} reads the table of {owner!r} (embeddings.shared): "
+                               f"constrain t_{owner}{s}")  # fmt: skip
+                        check(False, "sharding.tables", table, why)
 
     @property
     def tables(self) -> EmbeddingConfig:
@@ -754,7 +801,7 @@ class ExperimentConfig:
         return ExperimentConfig.from_dict(data)
 
 
-MAP_KEYS = ("loss.task_weights", "embeddings.feature_pooling")  # their keys are names
+MAP_KEYS = ("loss.task_weights", "embeddings.feature_pooling", "embeddings.shared")  # by name
 
 
 def is_map_key(key: str) -> bool:

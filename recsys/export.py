@@ -12,8 +12,9 @@
    ``torch.jit.load`` and no Python model code (``import torchrec`` registers the KJT type and
    FBGEMM's ops).
 
-QR tables (two ordinary tables each) and mixed dims survive: both are plain TorchRec tables and
-the id split and projections are scriptable. The exported model is checked against the FP32 model
+QR tables (two ordinary tables each), tables that several features share (one TorchRec table
+listing them all, quantized once) and mixed dims survive: all are plain TorchRec tables and the id
+split and projections are scriptable. The exported model is checked against the FP32 model
 on the test split (AUC, log loss, largest probability difference) and both sizes are recorded.
 """
 
@@ -209,6 +210,7 @@ def export(
         "num_dense": cfg.model.num_dense,
         "feature_names": cfg.embeddings.names(),
         "table_rows": cfg.embeddings.num_embeddings,
+        "shared": cfg.embeddings.shared,
         "dtype": dtype,
         "report": asdict(report),
     }

@@ -3,8 +3,11 @@
 config itself reads no file: ``recsys.config`` is pure).
 
 - ``resolve(cfg)``: for ``data.source: prepared``, the feature names, table sizes, per-feature
-  pooling, ``model.num_dense`` and the tasks (the labels, in order). Table sizes the config
-  already gives for this data's features are kept (a sweep may size its own tables).
+  pooling, the tables features share (``embeddings.shared``, from the folder's ``shared``: absent
+  in older folders, none), ``model.num_dense`` and the tasks (the labels, in order). Table sizes
+  the config already gives for this data's features are kept (a sweep may size its own tables);
+  a feature that shares a table must then be given its owner's (``EmbeddingConfig`` refuses
+  other sizes, naming both).
 - ``source_for(path)``: the ``data.source`` of a folder a user names (``--data``).
 - ``train_rows(cfg)`` and ``with_budget(cfg, train_rows, world_size)``: a budget in epochs
   (``train.epochs``) made steps, for the workers and the sweep's driver alike.
@@ -75,6 +78,7 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
         "embeddings.feature_pooling": {
             n: s.get("pooling", "sum") for n, s in schema["sparse"].items()
         },
+        "embeddings.shared": dict(meta.get("shared", {})),
         "loss.tasks": [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])],
         "model.num_dense": len(schema["dense"]),
     }

@@ -1,6 +1,7 @@
 """Parameter accounting of the embedding tables, before and after QR.
 
-Sweeps log these next to AUC, so the memory/accuracy trade of QR and mixed dims is visible.
+Sweeps log these next to AUC, so the memory/accuracy trade of QR and mixed dims is visible. A table
+that features share (``EmbeddingConfig.shared``) is counted once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
 @dataclass(frozen=True)
 class TableStats:
     name: str
-    feature: str
+    features: tuple[str, ...]  # the KJT keys that read it (several: a shared table)
     rows: int
     dim: int
     params: int
@@ -55,7 +56,7 @@ class EmbeddingReport:
 def table_stats(cfg: EmbeddingConfig) -> list[TableStats]:
     width = BYTES_PER_ELEMENT[cfg.dtype]
     return [
-        TableStats(s.name, s.feature, s.rows, s.dim, s.rows * s.dim, s.rows * s.dim * width)
+        TableStats(s.name, s.features, s.rows, s.dim, s.rows * s.dim, s.rows * s.dim * width)
         for s in table_specs(cfg)
     ]
 

@@ -1,5 +1,10 @@
 """Embedding tables: one TorchRec ``EmbeddingBagCollection`` holding every table, QR and mixed dims.
 
+A table may be read by several features (``EmbeddingConfig.shared``: a user's ``history`` of item
+ids reads ``item_id``'s table): it is one TorchRec table, named after its owner, whose
+``feature_names`` list every reader, so the collection, the sharding planner, checkpoints and the
+quantized export all see one table and its gradient sums the readers' lookups.
+
 QR embeddings (Shi et al., KDD 2020) are built from ordinary TorchRec tables: a feature ``f`` whose
 table is QR-split reads its quotient table under key ``f`` (ids ``i // c``) and its remainder table
 under key ``f__qr_r`` (ids ``i % c``), so both tables live in the same collection and
@@ -42,13 +47,19 @@ _POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One TorchRec table: its name, the KJT key it reads, rows and dim."""
+    """One TorchRec table: its name, the KJT keys it reads (its owner's first, then those of the
+    features that share it: ``EmbeddingConfig.shared``), rows and dim."""
 
     name: str
-    feature: str
+    features: tuple[str, ...]
     rows: int
     dim: int
     role: str  # "full", "quotient" or "remainder"
+
+    @property
+    def owner(self) -> str:
+        """The feature the table is named after (its other readers share it)."""
+        return self.features[0].removesuffix(QR_SUFFIX)
 
 
 INIT_CHUNK_ROWS = 1 << 16  # rows filled at a time (bounds the index tensors' memory)
@@ -105,16 +116,23 @@ def _uniform_init(weight: torch.Tensor, low: float, high: float, seed: int) -> t
 
 
 def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
-    """The tables a config builds, QR applied: one per feature, or two for a QR-split feature."""
+    """The tables a config builds, QR applied: one per feature that owns its table, read by it
+    and by the features sharing it (``EmbeddingConfig.shared``), in feature order; two for a
+    QR-split one (every reader's ids split alike: a sharer has its owner's rows)."""
     specs: list[TableSpec] = []
-    for name, rows, dim in zip(cfg.names(), cfg.num_embeddings, cfg.table_dims(), strict=True):
+    names = cfg.names()
+    for name, rows, dim in zip(names, cfg.num_embeddings, cfg.table_dims(), strict=True):
+        if name in cfg.shared:
+            continue
+        readers = (name, *(f for f in names if cfg.shared.get(f) == name))
         if not cfg.qr.applies_to(rows):
-            specs.append(TableSpec(f"t_{name}", name, rows, dim, "full"))
+            specs.append(TableSpec(f"t_{name}", readers, rows, dim, "full"))
             continue
         c = cfg.qr.collisions
         dq, dr = (dim - dim // 2, dim // 2) if cfg.qr.operation == "concat" else (dim, dim)
-        specs.append(TableSpec(f"t_{name}_q", name, math.ceil(rows / c), dq, "quotient"))
-        specs.append(TableSpec(f"t_{name}_r", name + QR_SUFFIX, c, dr, "remainder"))
+        remainders = tuple(f + QR_SUFFIX for f in readers)
+        specs.append(TableSpec(f"t_{name}_q", readers, math.ceil(rows / c), dq, "quotient"))
+        specs.append(TableSpec(f"t_{name}_r", remainders, c, dr, "remainder"))
     return specs
 
 
@@ -147,8 +165,8 @@ def embedding_bag_configs(cfg: EmbeddingConfig, seed: int = 0) -> list[Embedding
                 name=spec.name,
                 embedding_dim=spec.dim,
                 num_embeddings=spec.rows,
-                feature_names=[spec.feature],
-                pooling=_POOLING[cfg.pooling_of(spec.feature.removesuffix(QR_SUFFIX))],
+                feature_names=list(spec.features),
+                pooling=_POOLING[cfg.pooling_of(spec.owner)],
                 data_type=_DTYPES[cfg.dtype],
                 init_fn=functools.partial(_uniform_init, low=low, high=high, seed=tseed),
             )
@@ -208,6 +226,10 @@ def combine_qr(q: torch.Tensor, r: torch.Tensor, operation: str) -> torch.Tensor
 
 class SparseArch(nn.Module):
     """Looks up and pools every sparse feature; returns one ``[B, d_f]`` tensor per feature.
+
+    Features that share a table (``EmbeddingConfig.shared``) look their ids up in the same rows,
+    each pooled on its own (TorchRec pools every feature of a table separately); QR and the
+    projection to ``project_to`` are per feature, as for any other.
 
     Args:
         cfg: the embedding tables.

@@ -1,6 +1,8 @@
 """Reference models a sweep's winner is compared with: logistic regression and a factorization
-machine, built from the same TorchRec tables as DLRM (one per feature, QR as configured), so they
-are sharded, trained, checkpointed and exported by the same code.
+machine, built from the same TorchRec tables as DLRM (one per feature, or one for the features that
+share it: ``embeddings.shared``; QR as configured), so they are sharded, trained, checkpointed and
+exported by the same code. A shared table holds one weight (and one factor) per id for every
+feature that reads it: a user's ``history`` of items weighs an item as ``item_id`` does.
 
 Published CTR benchmarks (BARS / FuxiCTR, arXiv 2009.05794) found tuned deep models close to these
 on small data; a sweep that lists them as ``baselines`` shows by how much its best DLRM beats them.
