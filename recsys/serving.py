@@ -23,7 +23,16 @@ MODEL_FILE = "model.pt"  # the TorchScript model (written by recsys.export)
 META_FILE = "meta.json"  # feature names, table sizes, transforms, the export report
 
 # What the served model imports, pinned to the versions installed here.
-SERVING_PACKAGES = ["torch", "torchrec", "numpy", "pandas", "pyyaml", "tensordict", "torchmetrics"]
+SERVING_PACKAGES = [
+    "torch",
+    "torchrec",
+    "numpy",
+    "pandas",
+    "pyyaml",
+    "tensordict",
+    "torchmetrics",
+    "tzdata",
+]  # tzdata: time zones where the system has none (pinned if here)
 
 
 def pip_requirements() -> list[str]:
@@ -45,8 +54,9 @@ PREPARED_DIR = "prepared"  # beside the model: the data's meta.json and vocabula
 
 class TabularScorer(PythonModel):  # type: ignore[misc]
     """Scores a DataFrame with the columns of the data set's schema (lists for multi-hot
-    columns; labels and the time column are not needed): raw ids are mapped through the training
-    vocabularies (or hashed into their buckets) and dense values filled and transformed with
+    columns; labels and the time column are not needed, the timestamp columns of time features
+    are): raw ids are mapped through the training vocabularies (or hashed into their buckets),
+    time features derived from their timestamps, and dense values filled and transformed with
     the training statistics, by the same code as the preparation (``recsys.data.encode``).
     Returns one probability per task, a column named after each label."""
 
@@ -75,40 +85,51 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
 
 def load_fitted(folder: str) -> Any:
     """The preparation's fitted transforms (schema, vocabularies, dense statistics) from a
-    prepared folder (or its copy beside an export)."""
+    prepared folder (or its copy beside an export); a shared table's file is read once."""
     from recsys.data.encode import Fitted, Vocabulary
     from recsys.data.schema import DatasetSchema
 
     with open(os.path.join(folder, META_FILE)) as f:
         meta = json.load(f)
     schema = DatasetSchema.from_dict(meta["schema"])
-    vocabs = {
-        name: Vocabulary(np.load(os.path.join(folder, path)))
-        for name, path in meta["vocab"].items()
-    }
+    if "features" not in meta and not all(c.identity for c in schema.sparse.values()):
+        raise ValueError(f"{folder}: prepared by an earlier version, whose rows differ (row 0 "
+                         "held missing and unseen values alike): prepare the data again and "
+                         "retrain")  # fmt: skip
+    vocabs: dict[str, Vocabulary] = {}
+    by_file: dict[str, Vocabulary] = {}
+    for name, path in meta["vocab"].items():
+        if path not in by_file:
+            oov = schema.id_spec(name).oov_buckets
+            by_file[path] = Vocabulary(np.load(os.path.join(folder, path)), oov)
+        vocabs[name] = by_file[path]
     return Fitted(schema, vocabs, meta["dense_stats"], id_types=meta["id_types"])
 
 
 def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
-    """The schema's feature columns of ``frame`` as a pyarrow table, ids as the type they were
-    hashed as in preparation (``"5"`` and ``5`` are different ids); a missing column or a bad
-    value is a ``ValueError`` naming column and row."""
+    """The schema's raw columns of ``frame`` (dense, ids, and the timestamp columns that time
+    features are derived from) as a pyarrow table, ids as the type they were hashed as in
+    preparation (``"5"`` and ``5`` are different ids); a missing column or a bad value is a
+    ``ValueError`` naming column and row."""
     import pyarrow as pa
 
     from recsys.data.encode import column_problem
 
     schema = fitted.schema
-    needed = [*schema.dense, *schema.sparse]
+    needed = schema.serving_columns()
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise ValueError(f"input lacks the schema's columns {missing} (needs {needed})")
+    ids = schema.roles()["sparse"]
     cols = {}
     for name in needed:
-        values = frame[name].tolist()
-        if name in schema.sparse:
-            cols[name] = _ids(values, fitted.id_types[name], schema.sparse[name].multi_hot, name)
-        else:
-            cols[name] = pa.array(values, from_pandas=True)
+        if name in ids:
+            cols[name] = _ids(frame[name].tolist(), fitted.id_types[name],
+                              schema.sparse[name].multi_hot, name)  # fmt: skip
+        elif name in schema.dense:
+            cols[name] = pa.array(frame[name].tolist(), from_pandas=True)
+        else:  # a timestamp column: pandas' datetimes keep their unit and time zone
+            cols[name] = _timestamps(frame[name], name)
     table = pa.table(cols)
     for name in needed:
         bad, why = column_problem(name, table.column(name), schema)
@@ -117,6 +138,15 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
             got = frame[name].iloc[row]
             raise ValueError(f"column {name!r}, row {row}: {why} (got {got!r})")
     return table
+
+
+def _timestamps(values: pd.Series, name: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pa.Array.from_pandas(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise ValueError(f"column {name!r}: not timestamps: {e}") from None
 
 
 def _ids(values: list[Any], id_type: str, multi_hot: bool, name: str) -> Any:

@@ -7,15 +7,20 @@ Columns (``schemas/clicklogs.yaml`` describes them):
 
 - ``user_id``, ``item_id``: string ids (``u123``, ``i45``) with Zipf-distributed frequencies;
   ``country``: one of 40 codes, also Zipf;
-- ``history``: the items the user clicked before, a list of 0 to 120 item ids (geometric
-  lengths, mean about 20; longer than the schema's ``max_len`` now and then);
+- ``history``: the items the user clicked before, a list of 0 to 120 item ids from
+  ``item_id``'s id space (the same ``i45`` strings: a shared table fits one vocabulary over
+  both; geometric lengths, mean about 20; longer than the schema's ``max_len`` now and then);
   ``tags``: 1 to 5 of 300 tag strings of the item;
 - ``price`` (log-normal, 5% null), ``age`` (integer, 5% null);
 - ``click`` and ``like``: two labels from a planted logistic model. ``click`` depends on user,
-  item and country effects, the history's affinity with the item and the price; ``like`` mostly
-  follows a click (its logit adds 2.5 for a click) plus its own item and tag effects. So the two
-  tasks are correlated, and a model that learns beats 0.5 AUC on both;
-- ``event_ts``: a timestamp, increasing over 14 days across the rows (and the files).
+  item and country effects, the history's affinity with the item, the price, the local hour
+  (Europe/Berlin: evenings click more), the weekend and the item's freshness (items published
+  less than a week before the event); ``like`` mostly follows a click (its logit adds 2.5 for a
+  click) plus its own item and tag effects. So the two tasks are correlated, and a model that
+  learns beats 0.5 AUC on both;
+- ``event_ts``: a timestamp (UTC), increasing over 14 days across the rows (and the files);
+  ``published_ts``: when the item was published (a timestamp up to about a year before
+  2026-01-01; 2% null), so ``event_ts - published_ts`` is the item's age.
 
 Rows come in blocks generated from ``(seed, block)``; the same seed gives the same files.
 """
@@ -33,6 +38,7 @@ import pyarrow as pa
 BLOCK = 1 << 16
 START = np.datetime64("2026-01-01T00:00:00", "s")
 DAYS = 14
+ZONE = "Europe/Berlin"  # the users' local time (the hour effect)
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class ClickLogs:
         self.tag_like = rng.normal(0, 0.5, s.tags)
         self.item_tags = [rng.choice(s.tags, rng.integers(1, 6), replace=False)
                           for _ in range(s.items)]  # fmt: skip
+        published_days = np.minimum(rng.exponential(90.0, s.items), 400.0)  # before START
+        self.published = START - (published_days * 86400).astype("timedelta64[s]")
         dictionary = {"user": "u", "item": "i", "country": "c", "tag": "t"}
         self.names = {k: pa.array([f"{p}{i}" for i in range(len(self.cdf[k]))])
                       for k, p in dictionary.items()}  # fmt: skip
@@ -102,9 +110,12 @@ class ClickLogs:
         )
         price = np.exp(rng.normal(3.0, 1.0, n))
         age = rng.integers(18, 80, n).astype(np.float64)
-        logit = (-1.2 + self.user_eff[user] + self.item_eff[item] + self.country_eff[country]
+        when = np.random.default_rng([self.seed, 2, k])  # its own stream: the rest unchanged
+        seconds = (k * BLOCK + np.sort(when.random(n)) * n) * (DAYS * 86400 / max(self.rows, 1))
+        event = START + seconds.astype("timedelta64[s]")
+        logit = (-1.4 + self.user_eff[user] + self.item_eff[item] + self.country_eff[country]
                  + 2.0 * affinity - 0.25 * (np.log1p(price) - 3.0)
-                 + 0.01 * (age - 45))  # fmt: skip
+                 + 0.01 * (age - 45) + self._time_effect(event, item))  # fmt: skip
         click = rng.random(n) < 1 / (1 + np.exp(-logit))
         tag_lists = [self.item_tags[i] for i in item]
         tag_len = np.array([len(t) for t in tag_lists])
@@ -118,7 +129,7 @@ class ClickLogs:
         like = rng.random(n) < 1 / (1 + np.exp(-like_logit))
         price[rng.random(n) < 0.05] = np.nan
         age_arr = pa.array(age.astype(np.int64), mask=rng.random(n) < 0.05)
-        seconds = (k * BLOCK + np.sort(rng.random(n)) * n) * (DAYS * 86400 / max(self.rows, 1))
+        published = pa.array(self.published[item], pa.timestamp("s"), mask=when.random(n) < 0.02)
         return pa.table({
             "user_id": self._dict("user", user),
             "item_id": self._dict("item", item),
@@ -129,8 +140,20 @@ class ClickLogs:
             "age": age_arr,
             "click": pa.array(click.astype(np.int8)),
             "like": pa.array(like.astype(np.int8)),
-            "event_ts": pa.array(START + seconds.astype("timedelta64[s]"), pa.timestamp("s")),
+            "event_ts": pa.array(event, pa.timestamp("s")),
+            "published_ts": published,
         })  # fmt: skip
+
+    def _time_effect(self, event: np.ndarray, item: np.ndarray) -> np.ndarray:
+        """The click logit's time terms: the local hour (a peak at 20:00), the weekend, and
+        the item's freshness (published less than 7 days before the event)."""
+        import pandas as pd
+
+        local = pd.DatetimeIndex(event).tz_localize("UTC").tz_convert(ZONE)
+        hour = np.asarray(local.hour, np.float64)
+        weekend = np.asarray(local.day_of_week, np.int64) >= 5
+        fresh = (event - self.published[item]) < np.timedelta64(7 * 86400, "s")
+        return 0.5 * np.cos(2 * np.pi * (hour - 20) / 24) + 0.3 * weekend + 0.6 * fresh
 
     def _dict(self, kind: str, idx: np.ndarray) -> pa.Array:
         return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), self.names[kind])

@@ -6,14 +6,18 @@ serving both call, so training and serving see the same ids and values.
   column, a scalar where a list is declared...), per column, with the first bad value.
 - ``split_of``: each row's split (0 train, 1 validation, 2 test) by the time cut points, a
   stable hash of its values, its place in the input or its file (``SplitPlan``).
-- ``fit_batch``: statistics of the training rows (id counts per sparse column, dense sums).
+- ``fit_batch``: statistics of the training rows (id counts per table: the columns sharing a
+  table counted together; dense sums).
 - ``encode``: dense ``[n, I]`` float32 (filled, transformed), labels ``[n, L]`` int8, and per
-  sparse feature the ids (``uint32``, vocabulary rows or hash buckets) with per-row lengths.
+  sparse feature the ids (``uint32``: vocabulary rows, hash buckets or derived time rows) with
+  per-row lengths.
 
 Ids: every value (string or integer) is first hashed to 64 bits (``hash_ids``: pandas' stable
 SipHash of the value, computed once per distinct value in the batch); vocabularies are sorted hash
-arrays (``Vocabulary``), so lookups are a vectorised ``searchsorted``. Missing values (null, ``""``)
-are id 0, shared with rare and unseen values.
+arrays (``Vocabulary``), so lookups are a vectorised ``searchsorted``. Rows (``SparseColumn``):
+0 missing (null, ``""``), ``1..N`` unseen values (``1 + hash % N``), then the vocabulary; hashed
+columns ``1 + hash % B``. Time features (``derive``) come from their timestamp columns as epoch
+seconds (``epoch_seconds``), converted to local time with the time zone database (``zoneinfo``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data import vocab
-from recsys.data.schema import DatasetSchema, SparseColumn
+from recsys.data.schema import UNIT_SECONDS, DatasetSchema, SparseColumn, zone
 
 TRAIN, VAL, TEST = 0, 1, 2
 SPLIT_NAMES = ("train", "val", "test")
@@ -198,8 +202,8 @@ Codes = dict[str, tuple[IdCodes, Any]]  # a batch's sparse columns: (codes, leng
 def batch_codes(table: pa.Table, schema: DatasetSchema) -> Codes:
     """Every sparse column's ``IdCodes`` of a batch, computed once for the check, the fit and
     the encoding."""
-    return {name: sparse_codes(table, name, spec) for name, spec in schema.sparse.items()
-            if name in table.column_names}  # fmt: skip
+    names = [n for n in schema.roles()["sparse"] if n in table.column_names]
+    return {name: sparse_codes(table, name, schema.id_spec(name)) for name in names}
 
 
 def hash_ids(arr: pa.Array, hex_ids: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -238,10 +242,12 @@ def _hex(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @dataclass
 class Vocabulary:
-    """One sparse column's vocabulary: ``hashes[i]`` (a value's 64-bit hash) has row ``i + 1``;
-    row 0 is shared by missing, rare and unseen values."""
+    """One table's vocabulary: row 0 is missing, rows ``1..oov_buckets`` unseen values (an
+    unseen value's hash picks ``1 + hash % oov_buckets``), and ``hashes[i]`` (a value's 64-bit
+    hash) has row ``1 + oov_buckets + i``."""
 
     hashes: np.ndarray  # uint64 [V], in row order (descending training count)
+    oov_buckets: int = 1
 
     def __post_init__(self) -> None:
         self._order = np.argsort(self.hashes, kind="stable")
@@ -249,31 +255,65 @@ class Vocabulary:
 
     @property
     def rows(self) -> int:
-        return len(self.hashes) + 1
+        return 1 + self.oov_buckets + len(self.hashes)
 
     @classmethod
-    def build(cls, values: np.ndarray, counts: np.ndarray, min_count: int) -> Vocabulary:
-        return cls(vocab.build((values, counts), min_count).astype(np.uint64))
+    def build(cls, values: np.ndarray, counts: np.ndarray, min_count: int,
+              max_size: int | None = None, oov_buckets: int = 1) -> Vocabulary:  # fmt: skip
+        kept = vocab.build((values, counts), min_count, max_size)
+        return cls(kept.astype(np.uint64), oov_buckets)
 
-    def ids(self, hashes: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        """Rows of ``hashes`` (uint32): their place + 1, or 0 (missing, rare, unseen)."""
+    def ids(self, hashes: np.ndarray, missing: np.ndarray | None = None) -> np.ndarray:
+        """Rows of ``hashes`` (uint32): the vocabulary's row, an unseen value's OOV row, or 0
+        where ``missing``."""
+        unseen = (1 + hashes % np.uint64(self.oov_buckets)).astype(np.int64)
         if len(self._sorted) == 0:
-            return np.zeros(len(hashes), np.uint32)
-        pos = np.minimum(np.searchsorted(self._sorted, hashes), len(self._sorted) - 1)
-        found = (self._sorted[pos] == hashes) & ~missing
-        return np.where(found, self._order[pos] + 1, 0).astype(np.uint32)
+            out = unseen
+        else:
+            pos = np.minimum(np.searchsorted(self._sorted, hashes), len(self._sorted) - 1)
+            found = self._sorted[pos] == hashes
+            out = np.where(found, self._order[pos] + 1 + self.oov_buckets, unseen)
+        if missing is not None:
+            out = np.where(missing, 0, out)
+        return out.astype(np.uint32)
+
+    def layout(self) -> dict[str, Any]:
+        """Which rows are which (``meta.json``): missing, unseen and vocabulary rows, each
+        range ``[first, last]`` (None: no vocabulary value)."""
+        n, v = self.oov_buckets, len(self.hashes)
+        return {"missing": 0, "unseen": [1, n], "vocabulary": [n + 1, n + v] if v else None}
 
 
 # ---------------------------------------------------------------------------------------------
 # Checking rows
 
 
+TIMESTAMP_WHY = (
+    "a derived feature's timestamp column needs a timestamp, a date, epoch seconds "
+    "(years 1678-2261) or ISO-8601 text (or null)"
+)
+
+
 def column_problem(
     name: str, arr: pa.Array, schema: DatasetSchema, codes: Codes | None = None
 ) -> tuple[np.ndarray, str]:
     """``(bad rows [n], why)`` of one schema column in a batch (``codes``: the batch's
-    ``batch_codes``, which find bad hex ids without a second pass over the values)."""
+    ``batch_codes``, which find bad hex ids without a second pass over the values); a column
+    that derived features read must hold timestamps too."""
     arr = plain(arr)
+    bad, why = _role_problem(name, arr, schema, codes)
+    if name not in schema.timestamps():
+        return bad, why
+    wrong = epoch_seconds(arr)[2]
+    if not wrong.any():
+        return bad, why
+    first = int(np.flatnonzero(bad | wrong)[0])
+    return bad | wrong, why if bad[first] else TIMESTAMP_WHY
+
+
+def _role_problem(
+    name: str, arr: pa.Array, schema: DatasetSchema, codes: Codes | None
+) -> tuple[np.ndarray, str]:
     n = len(arr)
     if name in schema.labels:
         values, missing, bad = numeric(arr)
@@ -290,7 +330,9 @@ def column_problem(
     if name == schema.time:
         values, missing, bad = time_values(arr)
         return bad | missing, "the time column needs a timestamp or number in every row"
-    spec = schema.sparse[name]
+    if name not in schema.sparse or schema.sparse[name].derive is not None:
+        return np.zeros(n, bool), ""  # read for derived features only: checked by the caller
+    spec = schema.id_spec(name)
     if pa.types.is_null(arr.type):
         return np.zeros(n, bool), ""  # missing in every row (empty lists)
     csv_text = schema.format == "csv" and is_text(arr.type)  # CSV lists: ids joined by separator
@@ -364,8 +406,60 @@ def time_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             values = stamps.to_numpy(zero_copy_only=False).astype(np.float64)
             return values, np.isnan(values), np.zeros(len(arr), bool)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
+            return text_seconds(arr)
     return numeric(arr)
+
+
+_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+MAX_SECONDS = 9.2e9  # about 2261-07: pandas' nanosecond timestamps end in 2262
+
+
+def text_seconds(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(seconds float64, missing, bad)`` of text timestamps: a number is epoch seconds,
+    other text ISO-8601 (an offset converts to UTC, none is UTC); blank is missing."""
+    arr = pc.utf8_trim_whitespace(arr)
+    blank = pc.fill_null(pc.equal(arr, ""), True)
+    number = pc.fill_null(pc.match_substring_regex(arr, _NUMBER), False)
+    numbers = pc.cast(pc.if_else(number, arr, pa.scalar(None, arr.type)), pa.float64())
+    values = numbers.to_numpy(zero_copy_only=False).astype(np.float64)
+    missing = blank.to_numpy(zero_copy_only=False)
+    other = ~number.to_numpy(zero_copy_only=False) & ~missing
+    if other.any():
+        text = pd.Series(arr.filter(pa.array(other)).to_numpy(zero_copy_only=False))
+        stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
+        seconds = (stamps - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+        values[other] = seconds
+    bad = other & np.isnan(values)
+    return values, missing, bad
+
+
+def epoch_seconds(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A timestamp column as float64 ``(seconds since 1970-01-01 UTC, missing, bad)``:
+    timestamps by their unit (without a time zone: UTC), dates at midnight UTC, numbers as
+    seconds, text as a number or ISO-8601; outside the years 1678-2261 (milliseconds read as
+    seconds, say) a value is bad."""
+    arr = plain(arr)
+    tp, n = arr.type, len(arr)
+    if pa.types.is_null(tp):
+        return np.full(n, np.nan), np.ones(n, bool), np.zeros(n, bool)
+    if pa.types.is_timestamp(tp) or pa.types.is_date(tp):
+        if pa.types.is_timestamp(tp):
+            per_second = float(_PER_SECOND[tp.unit])
+        else:
+            per_second = 1 / 86400 if pa.types.is_date32(tp) else 1000.0
+        ints = pc.cast(arr, pa.int32() if pa.types.is_date32(tp) else pa.int64())
+        values = ints.to_numpy(zero_copy_only=False).astype(np.float64) / per_second
+        missing, bad = np.isnan(values), np.zeros(n, bool)
+    elif is_text(tp):
+        values, missing, bad = text_seconds(arr)
+    elif pa.types.is_integer(tp) or pa.types.is_floating(tp) or pa.types.is_decimal(tp):
+        values, missing, bad = numeric(arr)
+    else:
+        return np.full(n, np.nan), np.zeros(n, bool), np.ones(n, bool)
+    with np.errstate(invalid="ignore"):
+        bad = bad | (~missing & ~(np.abs(values) < MAX_SECONDS))
+    return values, missing, bad
 
 
 def check(
@@ -435,7 +529,7 @@ def row_hash(table: pa.Table, schema: DatasetSchema) -> np.ndarray:
     scalar = [
         *schema.labels,
         *schema.dense,
-        *(k for k, c in schema.sparse.items() if not c.multi_hot),
+        *(k for k, c in schema.sparse.items() if not c.multi_hot and c.derive is None),
     ]
     with np.errstate(over="ignore"):
         for name in scalar:
@@ -526,12 +620,15 @@ def fit_batch(
     stats = BatchStats(np.bincount(split, minlength=3).astype(np.int64), positives=positives)
     train = split == TRAIN
     part = table.filter(pa.array(train))
-    for name, spec in schema.sparse.items():
-        if spec.hash_buckets is not None:
+    for name in schema.sparse:
+        if not schema.has_vocabulary(name):
             continue
-        got, lengths = codes[name] if codes else sparse_codes(table, name, spec)
+        got, lengths = codes[name] if codes else sparse_codes(table, name, schema.id_spec(name))
         rows = train if lengths is None else np.repeat(train, lengths)
-        stats.counts[name] = id_counts(got, rows)
+        counts, table_name = id_counts(got, rows), schema.table_of(name)
+        if table_name in stats.counts:  # a shared table: its columns' values counted together
+            counts = vocab.merge_counts(stats.counts[table_name], counts)
+        stats.counts[table_name] = counts
     for name in schema.dense:
         x = filled_dense(part, schema, name)
         if len(x):
@@ -541,19 +638,39 @@ def fit_batch(
 
 @dataclass
 class Fitted:
-    """What preparation learned from the training rows, and everything encoding needs."""
+    """What preparation learned from the training rows, and everything encoding needs.
+    ``vocabs``: per feature with a vocabulary (the columns sharing a table: one object)."""
 
     schema: DatasetSchema
     vocabs: dict[str, Vocabulary]
     dense_stats: dict[str, dict[str, float]]
     plan: SplitPlan | None = None
-    id_types: dict[str, str] = field(default_factory=dict)  # "int" | "string" per sparse column
+    id_types: dict[str, str] = field(default_factory=dict)  # "int" | "string" per id column
 
     def table_sizes(self) -> list[int]:
-        out = []
-        for name, spec in self.schema.sparse.items():
-            out.append(spec.hash_buckets if spec.hash_buckets else self.vocabs[name].rows)
-        return out
+        """Rows per feature, in schema order (a sharer's: its table's)."""
+        return [self.layout(name)["size"] for name in self.schema.sparse]
+
+    def layout(self, name: str) -> dict[str, Any]:
+        """A feature's table (``meta.json`` ``features``): its owner (``table``), how ids
+        become rows (``kind``), its ``size`` and which ``rows`` are which (ranges
+        ``[first, last]``)."""
+        spec = self.schema.id_spec(name)
+        out: dict[str, Any] = {"table": self.schema.table_of(name)}
+        if spec.derive is not None:
+            assert spec.rows is not None
+            labels = {"hour": "hour", "weekday": "weekday", "age": "buckets"}
+            rows = {"missing": 0, labels[spec.derive]: [1, spec.rows - 1]}
+            return {**out, "kind": spec.derive, "size": spec.rows, "rows": rows}
+        if spec.identity:
+            b = spec.hash_buckets or 0
+            rows = {"missing": 0, "identity": [0, b - 1]}  # id i: row i mod b (0: also missing)
+            return {**out, "kind": "identity", "size": b, "rows": rows}
+        if spec.hash_buckets:
+            rows = {"missing": 0, "hashed": [1, spec.hash_buckets]}
+            return {**out, "kind": "hash", "size": spec.hash_buckets + 1, "rows": rows}
+        v = self.vocabs[name]
+        return {**out, "kind": "vocabulary", "size": v.rows, "rows": v.layout()}
 
 
 @dataclass
@@ -617,12 +734,18 @@ def encode(
     ids: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray | None] = {}
     truncated: dict[str, tuple[int, int]] = {}
-    for name, sparse in schema.sparse.items():
+    seconds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name in schema.sparse:
+        sparse = schema.id_spec(name)
+        if sparse.derive is not None:
+            ids[name], lengths[name] = derived_ids(table, sparse, seconds), None
+            continue
         got, lens = codes[name] if codes else sparse_codes(table, name, sparse)
-        if sparse.hash_buckets:
-            per_value = (got.hashes % np.uint64(sparse.hash_buckets)).astype(np.uint32)
+        if sparse.hash_buckets:  # identity: id i is row i mod B; hashed: 1 + hash mod B
+            first = np.uint64(0 if sparse.identity else 1)
+            per_value = (first + got.hashes % np.uint64(sparse.hash_buckets)).astype(np.uint32)
         else:
-            per_value = fitted.vocabs[name].ids(got.hashes, np.zeros(len(got.hashes), bool))
+            per_value = fitted.vocabs[name].ids(got.hashes)
         rows = got.per_row(per_value)
         if lens is not None:
             keep, new = truncate(lens, sparse.max_len)
@@ -630,3 +753,31 @@ def encode(
             rows, lens = rows[keep], new
         ids[name], lengths[name] = rows, lens
     return Encoded(dense, labels, ids, lengths, truncated)
+
+
+def derived_ids(
+    table: pa.Table, spec: SparseColumn, seconds: dict[str, tuple[np.ndarray, np.ndarray]]
+) -> np.ndarray:
+    """A time feature's rows (uint32 ``[n]``, ``SparseColumn``): 0 where a timestamp is
+    missing; ``seconds``: the batch's timestamp columns converted so far (filled here)."""
+    for column in (spec.source, spec.since):
+        if column is not None and column not in seconds:
+            values, missing, bad = epoch_seconds(table.column(column))
+            seconds[column] = (values, missing | bad)
+    assert spec.source is not None
+    t, missing = seconds[spec.source]
+    out = np.zeros(len(t), np.uint32)
+    if spec.derive == "age":
+        assert spec.since is not None and spec.unit is not None
+        since, gone = seconds[spec.since]
+        ok = ~missing & ~gone
+        age = (t[ok] - since[ok]) / UNIT_SECONDS[spec.unit]
+        edges = np.asarray(spec.buckets, np.float64)
+        out[ok] = np.searchsorted(edges, age, side="right") + 1
+        return out
+    ok = ~missing
+    whole = np.floor(t[ok]).astype(np.int64)
+    local = pd.to_datetime(whole, unit="s", utc=True).tz_convert(zone(spec.time_zone))
+    values = local.hour if spec.derive == "hour" else local.day_of_week
+    out[ok] = 1 + np.asarray(values, np.int64)
+    return out

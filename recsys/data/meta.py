@@ -12,12 +12,13 @@ from typing import Any
 
 from recsys.data.errors import DataError
 
-FORMAT = "recsys-prepared-v2"
+FORMAT = "recsys-prepared-v3"
 META = "meta.json"
 SPLITS = ("train", "val", "test")
 OLD = {  # formats of earlier versions: prepared again with the one path
     "recsys-criteo-npy-v2": "criteo_kaggle",
     "recsys-prepared-v1": None,
+    "recsys-prepared-v2": None,  # one row 0 for missing, rare and unseen ids; no shared tables
 }
 
 
@@ -44,7 +45,7 @@ def again(meta: dict[str, Any], folder: str, schema: str | None) -> str:
     """The command that prepares an old folder's sources again into a new folder."""
     sources = meta.get("sources") or [f.get("source", "?") for f in meta.get("files", [])]
     name = schema or "SCHEMA.yaml"
-    out = folder.rstrip("/") + "_v2"
+    out = folder.rstrip("/") + "_" + FORMAT.rsplit("-", 1)[-1]
     args = " ".join(shlex.quote(s) for s in sources) or "FILES"
     bad_rows = " --on-bad-row skip" if any(f.get("skipped") for f in meta.get("files", [])) else ""
     return f"recsys-preprocess --schema {name} {args} --out {shlex.quote(out)}{bad_rows}"

@@ -13,15 +13,40 @@ one after the other in this process, no Ray). Each task reads its piece itself:
 1. (``split.by: time``) the time column's range and a 65,536-bin histogram: the cut points;
    (``order``) the pieces' row counts: the row numbers where validation and test start;
 2. **fit**: check every value (bad ones stop the run naming file, column and row or line, or are
-   skipped and counted) and count, on the **training rows only**, the ids per sparse column
-   (vocabularies: values seen ``min_count`` times, by descending count; rare, unseen and missing
-   share row 0) and the dense sums (``standardize``); per-piece counts are merged by a tree of
-   merge tasks;
-3. **write**: encode (ids through the vocabularies or hash buckets, dense transforms, lists cut to
-   ``max_len``) and write the piece's own **shard** of each split: ``<split>/part-<k>.*.npy``
-   (``recsys.data.prepared`` says which files). The driver writes only the vocabularies,
-   ``meta.json`` (the schema, what was fitted, and the index of the shards) and a few example
-   rows; it never holds the data.
+   skipped and counted) and count, on the **training rows only**, the ids per table (the columns
+   sharing a table counted together; vocabularies: values seen ``min_count`` times, at most
+   ``max_size``, by descending count) and the dense sums (``standardize``); per-piece counts are
+   merged by a tree of merge tasks;
+3. **write**: encode (ids through the vocabularies or hash buckets, time features from their
+   timestamps, dense transforms, lists cut to ``max_len``) and write the piece's own **shard** of
+   each split: ``<split>/part-<k>.*.npy`` (``recsys.data.prepared`` says which files). The driver
+   writes only the vocabularies (``vocab/sparse_<j>.npy``, one per table: ``j`` is its owner's
+   place among the sparse features), ``meta.json`` (the schema, what was fitted, and the index of
+   the shards) and a few example rows; it never holds the data.
+
+What ``meta.json`` says of the features (``SparseColumn`` has the row layout):
+
+- ``feature_names``, ``table_sizes``: per sparse feature in schema order, its table's rows (a
+  column sharing another's table has that table's size);
+- ``shared``: ``{sharer: owner}`` for the columns using another column's table (``table``);
+- ``vocab``: per feature with a vocabulary, its file (a sharer: its owner's);
+- ``id_types``: per id column, ``int`` or ``string`` (what serving casts raw ids to); the
+  columns of one table must agree (a ``DataError`` names both otherwise; an all-null column
+  takes its table's type);
+- ``features``: per feature, which rows are which, ranges ``[first, last]``::
+
+      "item_id": {"table": "item_id", "kind": "vocabulary", "size": 5010,
+                  "rows": {"missing": 0, "unseen": [1, 8], "vocabulary": [9, 5009]}},
+      "history": {"table": "item_id", "kind": "vocabulary", "size": 5010, "rows": {...}},
+      "country": {"table": "country", "kind": "hash", "size": 65,
+                  "rows": {"missing": 0, "hashed": [1, 64]}},
+      "event_hour": {"table": "event_hour", "kind": "hour", "size": 25,
+                     "rows": {"missing": 0, "hour": [1, 24]}}
+
+  ``kind``: ``vocabulary`` (``"vocabulary": null`` when no value was kept), ``hash``,
+  ``identity`` (``"identity": [0, B - 1]``: id ``i`` is row ``i mod B``, missing row 0 too),
+  ``hour`` (hour ``h`` is row ``1 + h``), ``weekday`` (Monday is row 1), ``age``
+  (``"buckets": [1, len(buckets) + 1]``).
 
 The same input and schema give the same shards, byte for byte, whatever the worker count. The
 output is built in ``OUT.partial`` and renamed to ``OUT`` only when complete, so a failed or
@@ -223,7 +248,7 @@ def fit_piece(piece: Piece, schema: DatasetSchema, plan: SplitPlan
 def needs_fit(schema: DatasetSchema) -> bool:
     """Whether anything is fitted before encoding (a vocabulary, ``standardize``); if not, one
     pass checks, encodes and writes."""
-    vocab = any(c.hash_buckets is None for c in schema.sparse.values())
+    vocab = any(schema.has_vocabulary(name) for name in schema.sparse)
     return vocab or any(c.transform == "standardize" for c in schema.dense.values())
 
 
@@ -365,11 +390,17 @@ def global_rows(pieces: list[Piece]) -> list[Piece]:
 
 
 def fitted_from(stats: BatchStats, schema: DatasetSchema, plan: SplitPlan) -> Fitted:
-    vocabs = {}
-    for name, spec in schema.sparse.items():
-        if spec.hash_buckets is None:
-            values, counts = stats.counts.get(name, (np.zeros(0, np.uint64), np.zeros(0)))
-            vocabs[name] = Vocabulary.build(values, counts, spec.min_count)
+    vocabs: dict[str, Vocabulary] = {}
+    for name in schema.sparse:  # owners before their sharers or after: one vocabulary a table
+        if not schema.has_vocabulary(name):
+            continue
+        table = schema.table_of(name)
+        if table not in vocabs:
+            spec = schema.sparse[table]
+            values, counts = stats.counts.get(table, (np.zeros(0, np.uint64), np.zeros(0)))
+            vocabs[table] = Vocabulary.build(values, counts, spec.min_count, spec.max_size,
+                                             spec.oov_buckets)  # fmt: skip
+        vocabs[name] = vocabs[table]
     dense_stats = {}
     for name in schema.dense:
         n, s, ss, lo, hi = stats.dense.get(name, np.array([0, 0, 0, 0, 0]))
@@ -381,11 +412,18 @@ def fitted_from(stats: BatchStats, schema: DatasetSchema, plan: SplitPlan) -> Fi
 
 
 def write_vocabs(folder: str, fitted: Fitted) -> dict[str, str]:
+    """One file per table with a vocabulary (named by its owner's place); per feature with a
+    vocabulary, its table's file."""
+    schema = fitted.schema
     os.makedirs(os.path.join(folder, "vocab"))
+    place = {name: j for j, name in enumerate(schema.sparse)}
     files = {}
-    for j, name in enumerate(fitted.schema.sparse):
-        if name in fitted.vocabs:
-            files[name] = f"vocab/sparse_{j}.npy"
+    for name in schema.sparse:
+        if name not in fitted.vocabs:
+            continue
+        table = schema.table_of(name)
+        files[name] = f"vocab/sparse_{place[table]}.npy"
+        if name == table:
             np.save(os.path.join(folder, files[name]), fitted.vocabs[name].hashes)
     return files
 
@@ -397,7 +435,7 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
 
     from recsys.data.encode import numeric
 
-    cols = [*schema.dense, *schema.sparse]
+    cols = schema.serving_columns()
     batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))
     table = next(t for t in batches if t.num_rows).slice(0, 5)
     for name in schema.dense:
@@ -415,15 +453,29 @@ def good(table: pa.Table, schema: DatasetSchema) -> pa.Table:
 
 
 def id_types(types: dict[str, Any], schema: DatasetSchema) -> dict[str, str]:
-    """Per sparse column, the type its ids are hashed as (serving casts raw values to it)."""
-    out = {}
-    for name in schema.sparse:
+    """Per id column, the type its ids are hashed as (serving casts raw values to it). The
+    columns of a shared table must agree (``5`` and ``"5"`` hash apart); one holding no value
+    (Arrow's ``null`` type) takes its table's type."""
+    out: dict[str, str] = {}
+    known: dict[str, tuple[str, str]] = {}  # table: (a column with a type, its type)
+    for name in schema.roles()["sparse"]:
         tp = types.get(name)
         inner = tp.value_type if tp is not None and is_list(tp) else tp
         if inner is not None and pa.types.is_dictionary(inner):
             inner = inner.value_type
         integer = inner is not None and pa.types.is_integer(inner)  # hex reads text only
         out[name] = "int" if integer else "string"
+        if inner is not None and pa.types.is_null(inner):
+            continue
+        table = schema.table_of(name)
+        other, kind = known.setdefault(table, (name, out[name]))
+        if kind != out[name]:
+            raise DataError(f"columns {other!r} ({kind} ids) and {name!r} ({out[name]} ids) "
+                            f"share table {table!r}: ids of one table must be all integers or "
+                            "all strings (cast one column)")  # fmt: skip
+    for name in out:
+        if schema.table_of(name) in known:
+            out[name] = known[schema.table_of(name)][1]
     return out
 
 
@@ -505,6 +557,7 @@ def _prepare(
     splits: dict[str, int], folder: str, chunk_bytes: int, log: Callable[[str], Any],
 ) -> dict[str, Any]:  # fmt: skip
     t0 = time.perf_counter()
+    types = id_types(seen.types, schema)  # before any work: a shared table's types agree
     pieces, plan = _plan(ex, schema, plan_pieces(files, schema, chunk_bytes), splits)
     drops: list[np.ndarray | None] = [None] * len(pieces)
     fit = PieceFit(BatchStats(), Skips())
@@ -516,7 +569,7 @@ def _prepare(
         log(f"prepare: checked and fitted {int(fit.stats.rows.sum()):,} rows of {len(files)} "
             f"file(s) in {len(pieces)} piece(s) ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
     fitted = fitted_from(fit.stats, schema, plan)
-    fitted.id_types = id_types(seen.types, schema)
+    fitted.id_types = types
     vocab_files = write_vocabs(folder, fitted)
     for s in SPLIT_NAMES:
         os.makedirs(os.path.join(folder, s))
@@ -582,6 +635,8 @@ def _meta(
         "dense_stats": fitted.dense_stats,
         "feature_names": list(schema.sparse),
         "table_sizes": fitted.table_sizes(),
+        "shared": schema.shared(),
+        "features": {name: fitted.layout(name) for name in schema.sparse},
         "vocab": vocab_files,
         "id_types": fitted.id_types,
         "labels": list(schema.labels),

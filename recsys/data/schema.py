@@ -1,10 +1,11 @@
 """The dataset schema: the user's click-log columns and what each one is, written once (YAML).
 
 Preparation reads it (``recsys-preprocess --schema``), writes it into the prepared folder's
-``meta.json`` together with what it fitted (vocabulary sizes, dense statistics), and every later
+``meta.json`` together with what it fitted (vocabularies, dense statistics), and every later
 stage reads it from there: the loader (columns, ragged features), the model (one table per sparse
-feature, its pooling, one head per label), the metrics (one set per task) and serving (raw rows
-mapped with the same vocabularies and transforms). Nothing downstream re-guesses a column.
+feature or shared table, its pooling, one head per label), the metrics (one set per task) and
+serving (raw rows mapped with the same vocabularies and transforms). Nothing downstream
+re-guesses a column.
 
 Example (every key is documented on the dataclasses below)::
 
@@ -15,12 +16,18 @@ Example (every key is documented on the dataclasses below)::
     dense:                          # optional: a log of ids only has none
       price: {transform: log1p}     # log1p | standardize | none; missing -> fill (default 0)
       age:   {transform: standardize, fill: 30}
-    sparse:
-      user_id: {}                   # string or integer ids; vocabulary (min_count 1)
-      item_id: {min_count: 2}       # values seen < 2 times in training share row 0
+    sparse:                         # row 0 of every table: missing values
+      user_id: {}                   # string or integer ids; a vocabulary (min_count 1)
+      item_id: {min_count: 2, max_size: 100000, oov_buckets: 8}   # the 100,000 most frequent
+                                    # values seen >= 2 times; the others hashed into 8 OOV rows
       country: {hash_buckets: 64}   # no vocabulary: hashed into 64 rows
-      history: {multi_hot: true, max_len: 50}      # a list column, truncated to 50, counted
+      history: {multi_hot: true, max_len: 50, table: item_id}   # a list column, truncated to
+                                    # 50, counted; its ids share item_id's table (vocabulary)
       tags:    {multi_hot: true, pooling: mean}
+      event_hour:    {derive: hour, source: event_ts, time_zone: Europe/Berlin}   # 0-23 there
+      event_weekday: {derive: weekday, source: event_ts}         # in UTC; Monday is 0
+      item_age: {derive: age, source: event_ts, since: published_ts, unit: days,
+                 buckets: [1, 7, 30, 365]}                       # < 1, 1-7, ..., >= 365 days
 
 Delimited text without a header (Criteo's TSV: ``schemas/criteo_kaggle.yaml``) names its columns
 in file order::
@@ -30,14 +37,19 @@ in file order::
     split: {by: order, val_fraction: 0.05, test_fraction: 0.05}   # the last rows: val, test
 
 Shapes (later stages): ``I`` dense features (``len(dense)``), ``F`` sparse features
-(``len(sparse)``), ``L`` labels.
+(``len(sparse)``, derived ones included), ``L`` labels.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import math
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
@@ -47,6 +59,8 @@ from recsys.configlib import ConfigError, check, check_choices, from_dict, to_di
 Format = Literal["parquet", "csv"]
 Transform = Literal["log1p", "standardize", "none"]
 SplitBy = Literal["auto", "hash", "time", "order", "files"]
+Derive = Literal["hour", "weekday", "age"]
+TimeUnit = Literal["seconds", "minutes", "hours", "days"]
 SCHEMAS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "schemas")
 
 
@@ -71,16 +85,52 @@ class DenseColumn:
 
 @dataclass
 class SparseColumn:
-    """A categorical column (one id per row), or with ``multi_hot`` a list column (ids per row).
+    """A categorical column (one id per row), with ``multi_hot`` a list column (ids per row), or
+    with ``derive`` a feature computed from timestamp columns (the hour, the weekday, an age).
 
-    Ids may be strings or integers. With a vocabulary (the default), values seen at least
-    ``min_count`` times in the training rows get rows ``1..V`` by descending frequency; rare,
-    unseen and missing values share row 0; the table has ``V + 1`` rows. With ``hash_buckets``
-    there is no vocabulary: each value is hashed (64-bit, stable) into that many rows.
+    Ids may be strings or integers. Every table's row 0 is **missing**: a null, ``""``, or a
+    null or empty element inside a list. With a vocabulary (the default), rows ``1..N``
+    (``N = oov_buckets``) are **unseen** values: never seen in the training rows, seen fewer
+    than ``min_count`` times, or beyond ``max_size``; with ``N > 1`` a value's stable 64-bit
+    hash picks row ``1 + hash % N`` (two unseen values need not collide). The vocabulary
+    follows from row ``N + 1`` on, by descending training count (ties by the value's hash):
+    ``1 + N + V`` rows. With ``hash_buckets: B`` there is no vocabulary: a value is row
+    ``1 + hash % B`` (``B + 1`` rows). With ``identity`` id ``i`` is row ``i mod B``
+    (``B`` rows); a missing id is row 0 too, shared with id 0 (the upstream encoding owns the
+    rows). ``meta.json`` says which rows are which per feature (``features``).
+
+    **Shared tables** (``table``): the column's ids are rows of another column's table: ONE
+    vocabulary fitted on the training values of every column sharing it (joint counts), so a
+    value has the same row whichever column it came from. The vocabulary keys (``min_count``,
+    ``max_size``, ``oov_buckets``, ``hash_buckets``, ``hex``, ``identity``) are the table's:
+    set them on the owner; the multi-hot columns of one table pool alike. Int and string ids
+    in one table are refused (``"5"`` and ``5`` are different ids).
+
+    **Time features** (``derive``): no vocabulary, a one-hot feature whose rows are known
+    from the keys, computed from timestamp columns at preparation and serving alike (serving
+    takes the ``source`` / ``since`` columns, not a column named like the feature). Those
+    columns are read but are no features unless declared as well; the ``time`` column may be
+    one. A timestamp is a Parquet timestamp (without a time zone: UTC) or date, a number
+    (seconds since 1970-01-01 UTC, within the years 1678-2261: milliseconds are bad values)
+    or ISO-8601 text (CSV; with or without an offset, without: UTC). Missing is row 0; a
+    value that is no timestamp is a bad value (``on_bad_row``).
+
+    - ``hour``: ``1 + hour`` (0-23) in ``time_zone``, daylight saving time included: 25 rows.
+    - ``weekday``: ``1 + weekday`` (Monday 0 .. Sunday 6) in ``time_zone``: 8 rows.
+    - ``age``: ``source - since`` in ``unit``s, bucketed by the ``buckets`` edges: row
+      ``1 + k``, ``k`` the number of edges ``<= age`` (so an age below the first edge,
+      negative ones included, is row 1; one at or past the last edge is
+      ``len(buckets) + 1``); row 0 when either timestamp is missing: ``len(buckets) + 2``
+      rows.
 
     Attributes:
         min_count: occurrences in the training rows a value needs to get its own row.
-        hash_buckets: hash into this many rows instead of building a vocabulary.
+        max_size: keep at most this many values (the most frequent, after ``min_count``);
+            the others are unseen. None: no cap.
+        oov_buckets: rows for unseen values (rows ``1..oov_buckets``); more than one hashes
+            unseen values apart. Vocabulary columns only.
+        hash_buckets: hash into this many rows (rows ``1..hash_buckets``) instead of building
+            a vocabulary.
         multi_hot: the column holds a list of ids per row (Parquet ``list<...>``; CSV: the ids
             joined by ``separator``). Empty lists and missing values are bags of length 0.
         max_len: longer lists keep their first ``max_len`` ids (0: no limit); the truncated
@@ -93,9 +143,23 @@ class SparseColumn:
         identity: the ids are already rows (non-negative integers an upstream pipeline
             encoded): id ``i`` is row ``i mod hash_buckets`` (required), without a vocabulary
             or hashing.
+        table: the sparse column whose table this one uses (shared tables, above); that
+            column must have its own table (no ``table`` of its own) and not be derived.
+        derive: a time feature: ``hour``, ``weekday`` or ``age`` (above); its other keys are
+            ``source``, ``since``, ``time_zone``, ``unit`` and ``buckets`` only.
+        source: ``derive``: the timestamp column the feature is computed from.
+        since: ``derive: age``: the earlier timestamp column (the age is ``source - since``).
+        time_zone: ``derive: hour | weekday``: an IANA time zone name (``Europe/Berlin``);
+            None: UTC.
+        unit: ``derive: age``: the age's unit: ``seconds``, ``minutes``, ``hours`` or
+            ``days`` (required).
+        buckets: ``derive: age``: the bucket edges, strictly increasing, in ``unit``s
+            (required).
     """
 
     min_count: int = 1
+    max_size: int | None = None
+    oov_buckets: int = 1
     hash_buckets: int | None = None
     multi_hot: bool = False
     max_len: int = 0
@@ -103,17 +167,98 @@ class SparseColumn:
     separator: str = "|"
     hex: bool = False
     identity: bool = False
+    table: str | None = None
+    derive: Derive | None = None
+    source: str | None = None
+    since: str | None = None
+    time_zone: str | None = None
+    unit: TimeUnit | None = None
+    buckets: list[float] | None = None
 
     def __post_init__(self) -> None:
-        check_choices(self, "sparse.<column>")
+        check_choices(self, COLUMN)
+        if self.derive is None:
+            self._check_ids()
+        else:
+            self._check_derived()
+
+    def _set(self, keys: tuple[str, ...]) -> list[str]:
+        """Those of ``keys`` whose value is not the default."""
+        return [k for k in keys if getattr(self, k) != _DEFAULTS[k]]
+
+    def _check_ids(self) -> None:
+        p = COLUMN
+        for key in self._set(DERIVE_KEYS):
+            check(False, f"{p}.{key}", getattr(self, key), "only with derive (a time feature)")
+        check(self.min_count >= 1, f"{p}.min_count", self.min_count, "must be >= 1")
+        check(self.oov_buckets >= 1, f"{p}.oov_buckets", self.oov_buckets, "must be >= 1")
+        if self.max_size is not None:
+            check(self.max_size >= 1, f"{p}.max_size", self.max_size, "must be >= 1 (or null)")
         if self.identity:
             why = "identity ids need hash_buckets: the table's rows"
-            check(self.hash_buckets is not None, "sparse.<column>.identity", True, why)
-        check(self.min_count >= 1, "sparse.<column>.min_count", self.min_count, "must be >= 1")
+            check(self.hash_buckets is not None, f"{p}.identity", True, why)
         if self.hash_buckets is not None:
-            check(self.hash_buckets >= 1, "hash_buckets", self.hash_buckets, "must be >= 1")
-        check(self.max_len >= 0, "sparse.<column>.max_len", self.max_len, ">= 0 (0: no limit)")
-        check(len(self.separator) == 1, "sparse.<column>.separator", self.separator, "1 char")
+            check(self.hash_buckets >= 1, f"{p}.hash_buckets", self.hash_buckets, "must be >= 1")
+            other = "identity" if self.identity else "hash_buckets"
+            for key in self._set(("max_size", "oov_buckets")):
+                check(False, f"{p}.{key}", getattr(self, key),
+                      f"not with {p}.{other}: only a vocabulary has unseen values")  # fmt: skip
+        check(self.max_len >= 0, f"{p}.max_len", self.max_len, ">= 0 (0: no limit)")
+        check(len(self.separator) == 1, f"{p}.separator", self.separator, "1 char")
+
+    def _check_derived(self) -> None:
+        p, derive = COLUMN, self.derive
+        for key in self._set(ID_KEYS):
+            check(False, f"{p}.{key}", getattr(self, key),
+                  f"not on a derived feature ({p}.derive={derive}): it is one-hot, its rows "
+                  "known from derive")  # fmt: skip
+        check(self.source is not None, f"{p}.source", None, f"derive: {derive} needs a column")
+        if derive == "age":
+            check(self.time_zone is None, f"{p}.time_zone", self.time_zone,
+                  "not with derive: age (a duration has no time zone)")  # fmt: skip
+            for key in ("since", "unit", "buckets"):
+                check(getattr(self, key) is not None, f"{p}.{key}", None, "derive: age needs it")
+            edges = self.buckets or []
+            ok = len(edges) > 0 and all(math.isfinite(e) for e in edges)
+            ok = ok and all(a < b for a, b in itertools.pairwise(edges))
+            check(ok, f"{p}.buckets", edges, "needs finite edges in increasing order")
+            return
+        for key in self._set(("since", "unit", "buckets")):
+            check(False, f"{p}.{key}", getattr(self, key), f"only with derive: age, not {derive}")
+        if self.time_zone is not None:
+            try:
+                zone(self.time_zone)
+            except ValueError as e:
+                check(False, f"{p}.time_zone", self.time_zone, "not an IANA time zone name "
+                      f"(e.g. Europe/Berlin, America/New_York, UTC), or this machine has no time "
+                      f"zone database (pip install tzdata): {e}")  # fmt: skip
+
+    @property
+    def rows(self) -> int | None:
+        """A derived feature's table rows (None: a column with ids)."""
+        if self.derive == "age":
+            return len(self.buckets or []) + 2
+        return DERIVED_ROWS[self.derive] + 1 if self.derive else None
+
+
+def zone(name: str | None) -> tzinfo:
+    """The time zone of an IANA name (None or ``UTC``: UTC, needing no time zone database);
+    an unknown name is a ``ValueError``."""
+    if name is None or name == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ValueError(f"unknown time zone {name!r}: {e}") from None
+
+
+COLUMN = "sparse.<column>"  # a column's keys in messages (from_dict names the column)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SparseColumn)}
+VOCABULARY_KEYS = ("min_count", "max_size", "oov_buckets", "hash_buckets", "hex", "identity")
+ID_KEYS = (*VOCABULARY_KEYS, "multi_hot", "max_len", "pooling", "separator", "table")
+DERIVE_KEYS = ("source", "since", "time_zone", "unit", "buckets")
+DERIVED_ROWS = {"hour": 24, "weekday": 7}  # values; the table adds the missing row
+UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 
 
 @dataclass
@@ -208,7 +353,8 @@ class DatasetSchema:
             split; see ``SplitSpec``.
         dense: numeric columns by name, in model order; none at all is fine (a log of ids only:
             DLRM then has no bottom MLP).
-        sparse: id and list columns by name, in model order (at least one); one table each.
+        sparse: id and list columns, and derived time features, by name, in model order (at
+            least one); one table each, or one per shared table (``SparseColumn.table``).
         split: the split's shares.
         on_bad_row: ``error`` stops at the first bad value naming file, column and row;
             ``skip`` drops such rows and counts them per column in ``meta.json``.
@@ -233,6 +379,15 @@ class DatasetSchema:
             for name in names:
                 check(name not in seen, role, name, f"is already used as {seen.get(name)}")
                 seen[name] = role
+        for name, spec in self.sparse.items():
+            if spec.derive is not None:
+                self._check_timestamps(name, spec)
+            elif spec.table is not None:
+                self._check_shared(name, spec)
+        for name in self.derived:
+            why = "a derived feature's name must not be a column the schema reads"
+            check(name not in seen, f"sparse.{name}", name, f"{why} ({seen.get(name)})")
+        self._check_pooling()
         if self.format == "csv" and not self.csv.header:
             absent = [c for c in self.columns() if c not in self.csv.columns]
             check(not absent, "csv.columns", absent, "lacks columns the schema uses")
@@ -246,6 +401,54 @@ class DatasetSchema:
         if self.format != "csv":
             check(self.csv == CsvOptions(), "csv", to_dict(self.csv), "only with format: csv")
 
+    def _check_timestamps(self, name: str, spec: SparseColumn) -> None:
+        """A derived feature's columns are neither labels nor features without timestamps."""
+        for key in ("source", "since"):
+            column = getattr(spec, key)
+            if column is None:
+                continue
+            check(column != name, f"sparse.{name}", name, "a derived feature's name must not be "
+                  f"a column the schema reads (its own {key})")  # fmt: skip
+            other = self.sparse.get(column)
+            what = (
+                "a label" if column in self.labels
+                else "a derived feature" if other is not None and other.derive
+                else "a multi-hot column" if other is not None and other.multi_hot
+                else None
+            )  # fmt: skip
+            check(what is None, f"sparse.{name}.{key}", column, f"is {what}, not a timestamp")
+
+    def _check_shared(self, name: str, spec: SparseColumn) -> None:
+        """``table`` names another column that owns its table; the vocabulary keys agree."""
+        owner = spec.table
+        key = f"sparse.{name}.table"
+        check(owner != name, key, owner, "names the column itself; name another sparse column")
+        check(owner in self.sparse, key, owner, f"not a sparse column ({list(self.sparse)})")
+        assert owner is not None
+        own = self.sparse[owner]
+        check(own.derive is None, key, owner, f"sparse.{owner} is derived: it has no ids")
+        check(own.table is None, key, owner, f"sparse.{owner} uses sparse.{own.table}'s table "
+              f"itself: name that one (no chains)")  # fmt: skip
+        for k in VOCABULARY_KEYS:
+            mine, theirs = getattr(spec, k), getattr(own, k)
+            if mine != _DEFAULTS[k] and mine != theirs:
+                check(False, f"sparse.{name}.{k}", mine,
+                      f"sparse.{name} shares sparse.{owner}'s table, whose vocabulary keys are "
+                      f"sparse.{owner}'s ({k}={theirs!r}): set it there")  # fmt: skip
+
+    def _check_pooling(self) -> None:
+        """The multi-hot columns of one table pool alike."""
+        first: dict[str, str] = {}
+        for name, spec in self.sparse.items():
+            if not spec.multi_hot:
+                continue
+            table = self.table_of(name)
+            other = first.setdefault(table, name)
+            pooled = self.sparse[other].pooling
+            check(spec.pooling == pooled, f"sparse.{name}.pooling", spec.pooling,
+                  f"sparse.{name} and sparse.{other} share a table ({table}) but pool "
+                  f"differently (sparse.{other}.pooling={pooled})")  # fmt: skip
+
     @property
     def split_by(self) -> str:
         """The split actually used: ``time``, ``hash``, ``order`` or ``files``."""
@@ -254,34 +457,87 @@ class DatasetSchema:
         return "time" if self.time is not None else "hash"
 
     def roles(self) -> dict[str, list[str]]:
-        """Column names by role (``labels``, ``time``, ``dense``, ``sparse``)."""
-        return {
+        """Column names by role (``labels``, ``time``, ``dense``, ``sparse``: the columns with
+        ids; ``timestamps``: the derived features' other columns)."""
+        roles = {
             "labels": list(self.labels),
             "time": [self.time] if self.time else [],
             "dense": list(self.dense),
-            "sparse": list(self.sparse),
+            "sparse": [n for n, c in self.sparse.items() if c.derive is None],
         }
+        taken = {c for names in roles.values() for c in names}
+        roles["timestamps"] = [c for c in self.timestamps() if c not in taken]
+        return roles
 
     def columns(self) -> list[str]:
         """Every column the preparation reads."""
         return [c for names in self.roles().values() for c in names]
 
+    def timestamps(self) -> list[str]:
+        """The columns derived features are computed from (``source``, ``since``), in order."""
+        out: list[str] = []
+        for spec in self.sparse.values():
+            for column in (spec.source, spec.since):
+                if column is not None and column not in out:
+                    out.append(column)
+        return out
+
+    def serving_columns(self) -> list[str]:
+        """The raw columns serving maps: dense, ids, and the derived features' timestamps."""
+        names = [*self.dense, *self.roles()["sparse"]]
+        return names + [c for c in self.timestamps() if c not in names]
+
     @property
     def multi_hot(self) -> list[str]:
         return [n for n, c in self.sparse.items() if c.multi_hot]
+
+    @property
+    def derived(self) -> list[str]:
+        """The derived (time) features."""
+        return [n for n, c in self.sparse.items() if c.derive is not None]
+
+    def table_of(self, name: str) -> str:
+        """The column owning ``name``'s table: ``table``, or ``name`` itself when not shared."""
+        return self.sparse[name].table or name
+
+    def shared(self) -> dict[str, str]:
+        """Each column using another column's table: ``{sharer: owner}``."""
+        return {n: c.table for n, c in self.sparse.items() if c.table is not None}
+
+    def table_pooling(self, name: str) -> Pooling:
+        """The pooling of ``name``'s table: that of its multi-hot columns (they agree), else
+        the column's own (a one-hot column pools one id)."""
+        table = self.table_of(name)
+        pools = [c.pooling for n, c in self.sparse.items()
+                 if c.multi_hot and self.table_of(n) == table]  # fmt: skip
+        return pools[0] if pools else self.sparse[name].pooling
+
+    def id_spec(self, name: str) -> SparseColumn:
+        """``name``'s keys with its table's vocabulary keys (a sharer's are its owner's): how
+        its ids are read, hashed and looked up."""
+        spec, owner = self.sparse[name], self.table_of(name)
+        if owner == name:
+            return spec
+        table = self.sparse[owner]
+        return dataclasses.replace(spec, **{k: getattr(table, k) for k in VOCABULARY_KEYS})
+
+    def has_vocabulary(self, name: str) -> bool:
+        """Whether ``name``'s ids go through a fitted vocabulary (neither hashed nor derived)."""
+        spec = self.id_spec(name)
+        return spec.derive is None and spec.hash_buckets is None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "schema") -> DatasetSchema:
         """From a plain dict; unknown keys and bad values raise ``ConfigError`` naming them."""
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a mapping, got {data!r}")
-        data = {
-            **data,
-            "csv": data.get("csv") or {},
-            "dense": {k: v or {} for k, v in (data.get("dense") or {}).items()},
-            "sparse": {k: v or {} for k, v in (data.get("sparse") or {}).items()},
-        }
         try:
+            data = {
+                **data,
+                "csv": data.get("csv") or {},
+                "dense": _columns(DenseColumn, "dense", data.get("dense")),
+                "sparse": _columns(SparseColumn, "sparse", data.get("sparse")),
+            }
             return from_dict(cls, data)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
@@ -304,3 +560,22 @@ class DatasetSchema:
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
+
+
+def _columns(cls: type, role: str, entries: Any) -> Any:
+    """A role's column entries as ``cls`` (empty entries: the defaults), a bad key or value
+    named with its column (``sparse.item_id.min_count``)."""
+    if not isinstance(entries, dict):
+        return entries or {}
+    out = {}
+    for name, entry in entries.items():
+        if isinstance(entry, cls):
+            out[name] = entry
+            continue
+        if entry is not None and not isinstance(entry, dict):
+            raise ConfigError(f"{role}.{name}: expected a mapping, got {entry!r}")
+        try:
+            out[name] = from_dict(cls, entry or {}, f"{role}.{name}")
+        except ConfigError as e:
+            raise ConfigError(str(e).replace(f"{role}.<column>", f"{role}.{name}")) from None
+    return out

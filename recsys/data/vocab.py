@@ -1,8 +1,9 @@
 """Vocabularies: each categorical feature's values mapped to contiguous ids.
 
-Values seen at least ``min_count`` times in the training rows get ids ``1..V`` by descending
-frequency (ties by value), and everything else (rare, unseen and missing values) shares id 0. A
-feature's table then needs ``V + 1`` rows (``recsys.data.encode.Vocabulary`` looks ids up).
+Values seen at least ``min_count`` times in the training rows are kept, at most ``max_size`` of
+them (the most frequent), by descending frequency (ties by value: the value's 64-bit hash). A
+table puts them after its missing row and its ``oov_buckets`` rows for unseen values, so it has
+``1 + oov_buckets + V`` rows (``recsys.data.encode.Vocabulary`` looks ids up).
 
 Counting is a map-reduce: any block of rows gives ``(values, counts)``, and ``merge_counts`` of
 any two results is associative and commutative, so any tree of merges gives the same counts.
@@ -28,9 +29,10 @@ def merge_counts(a: Counts, b: Counts) -> Counts:
     return values[starts], np.add.reduceat(counts, starts)
 
 
-def build(counts: Counts, min_count: int) -> np.ndarray:
-    """The kept values (seen >= ``min_count`` times) in id order: descending count, then value."""
+def build(counts: Counts, min_count: int, max_size: int | None = None) -> np.ndarray:
+    """The kept values in id order (descending count, then value): those seen >= ``min_count``
+    times, then the first ``max_size`` of them (None: all)."""
     values, n = counts
     keep = n >= min_count
     values, n = values[keep], n[keep]
-    return values[np.lexsort((values, -n))]
+    return values[np.lexsort((values, -n))][:max_size]

@@ -78,7 +78,7 @@ def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_
     scorer = TabularScorer()
     artifacts = {"model": f"{out}/model.pt", "meta": f"{out}/meta.json"}
     scorer.load_context(type("Ctx", (), {"artifacts": artifacts})())
-    probs = scorer.predict(None, raw.drop(columns=["click", "like", "event_ts"]))
+    probs = scorer.predict(None, raw.drop(columns=["click", "like"]))
     assert list(probs.columns) == ["click", "like"]
     assert np.abs(probs.to_numpy() - fp32).max() < INT8_MAX_PROB_DIFF
 
@@ -87,7 +87,7 @@ def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_
     run_id = tracker.client.create_run(tracker.experiment("e")).info.run_id
     example = serving_example(os.path.join(out, "prepared"))
     log_served_model(tracker, run_id, out, example, registered_name="own-dlrm")
-    rows = raw.drop(columns=["click", "like", "event_ts"]).head(50)
+    rows = raw.drop(columns=["click", "like"]).head(50)
     rows.loc[3, "age"] = None  # a missing value in a column the example has none in
     fresh = served_in_a_fresh_process(uri, "models:/own-dlrm/1", rows, tmp_path)
     np.testing.assert_allclose(fresh.to_numpy(), scorer.predict(None, rows).to_numpy(), atol=1e-6)

@@ -63,10 +63,10 @@ def test_generated_text_prepares_to_the_generated_values(tmp_path, compress):
         vocab = np.load(f"{tmp_path / 'out'}/{meta['vocab'][name]}")
         raw = data.sparse[:, f, 0]
         seen = set(raw[:514].tolist())  # the training rows
-        mapped = vocab[ids[:, f].astype(np.int64) - 1]
         known = np.isin(raw, list(seen))
-        np.testing.assert_array_equal(mapped[known], hashes_of(raw[known]))
-        assert (ids[~known, f] == 0).all()  # unseen in training: the shared row
+        mapped = vocab[ids[known, f].astype(np.int64) - 2]  # row 0 missing, 1 unseen
+        np.testing.assert_array_equal(mapped, hashes_of(raw[known]))
+        assert (ids[~known, f] == 1).all()  # unseen in training: the OOV row
 
 
 def test_hand_written_missing_fields(tmp_path):
@@ -134,7 +134,7 @@ def test_terabyte_days_split_by_name_and_hash_their_largest_features(tmp_path):
         write_criteo(str(days[-1]), rows=50, seed=k, compress=True)
     _splits, meta = run(tmp_path, days, DatasetSchema.load("criteo_terabyte"))
     assert meta["rows"] == {"train": 100, "val": 50, "test": 50}
-    assert meta["table_sizes"][0] == 40_000_000 and meta["table_sizes"][1] < 200
+    assert meta["table_sizes"][0] == 40_000_001 and meta["table_sizes"][1] < 200  # + missing
     with pytest.raises(DataError, match="day_23.*matches none of the 2 input files"):
         run(tmp_path, days[:2], DatasetSchema.load("criteo_terabyte"), name="o2")
 
@@ -147,7 +147,7 @@ def test_a_folder_of_the_old_criteo_format_is_refused_with_the_command(tmp_path)
     old.mkdir()
     meta = {"format": "recsys-criteo-npy-v2", "files": [{"source": "/d/train.txt", "rows": 5}]}
     (old / "meta.json").write_text(json.dumps(meta))
-    command = f"recsys-preprocess --schema criteo_kaggle /d/train.txt --out {old}_v2"
+    command = f"recsys-preprocess --schema criteo_kaggle /d/train.txt --out {old}_v3"
     for read in (lambda: load_splits([str(old)], 13, [10] * 26), lambda: load_folder(str(old))):
         with pytest.raises(DataError, match=command):
             read()
@@ -177,4 +177,5 @@ def test_hashed_ids_prepare_in_one_pass_with_the_same_checks(tmp_path, monkeypat
     n = meta["rows"]["train"]
     assert meta["label_counts"]["train"]["label"]["positives"] == int(data.labels[:n].sum())
     _, ids, _ = everything(splits)
-    np.testing.assert_array_equal(ids[:, 3], hashes_of(data.sparse[:, 3, 0]) % 1000)
+    hashed = 1 + hashes_of(data.sparse[:, 3, 0]) % 1000  # row 0: missing
+    np.testing.assert_array_equal(ids[:, 3], hashed)

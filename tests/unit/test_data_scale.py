@@ -129,9 +129,9 @@ def test_vocabulary_counts_ids_and_table_sizes(tmp_path):
         order = sorted(kept, key=lambda v: (-counter[v], hashes[v]))  # ties: by hash
         vocab = np.load(f"{folder}/{meta['vocab'][name]}")
         assert vocab.tolist() == [hashes[v] for v in order]  # descending frequency
-        assert meta["table_sizes"][f] == len(kept) + 1
-        expected = [order.index(int(v)) + 1 if int(v) in hashes else 0 for v in raw[:, f]]
-        assert ids[:, f].tolist() == expected  # rare ids share row 0
+        assert meta["table_sizes"][f] == len(kept) + 2  # row 0 missing, row 1 unseen
+        expected = [order.index(int(v)) + 2 if int(v) in hashes else 1 for v in raw[:, f]]
+        assert ids[:, f].tolist() == expected  # rare ids share the OOV row
 
 
 def hash_of(values) -> np.ndarray:
@@ -170,7 +170,7 @@ def test_serving_maps_raw_rows_with_the_training_vocabulary(tmp_path):
         frame[f"C{k}"] = ["0000FFFF", "ab", "12345678", ""]  # kept, kept, rare, missing
     probs = scorer.predict(None, frame)["label"].to_numpy()
     ids = np.rint(np.log(probs / (1 - probs))).astype(int)
-    assert ids.tolist() == [1, 2, 0, 0]  # by descending count: ffff (3), ab (2)
+    assert ids.tolist() == [2, 3, 1, 0]  # by descending count: ffff (3), ab (2); unseen 1
 
 
 def test_torchrec_made_folder_is_read_with_its_own_transform(tmp_path):

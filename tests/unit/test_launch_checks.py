@@ -138,4 +138,13 @@ def test_export_by_checkpoint_resolves_its_config_against_the_prepared_folder(
         cli.main(["--checkpoint", str(tmp_path), "--config", str(config)])
     (cfg,) = seen
     assert cfg.model.num_dense == 2 and cfg.loss.names() == ["click", "like"]
-    assert cfg.embeddings.names() == ["user_id", "item_id", "country", "history", "tags"]
+    assert cfg.embeddings.names() == [
+        "user_id",
+        "item_id",
+        "country",
+        "history",
+        "tags",
+        "event_hour",
+        "event_weekday",
+        "item_age",
+    ]

@@ -88,7 +88,8 @@ def test_rows_and_lists_come_back_exactly_in_input_order(tmp_path):
     ]
     out, meta = run(tmp_path, files, chunk_mb=1e-6)
     assert [s["name"] for s in meta["shards"]["train"]] == [f"part-{k:05d}" for k in range(9)]
-    train = load_splits([out], 1, [6, 13]).train
+    assert meta["table_sizes"] == [7, 14]  # missing, unseen, 5 users / 12 words
+    train = load_splits([out], 1, meta["table_sizes"]).train
     assert len(train) == 70 and meta["rows"] == {"train": 70, "val": 0, "test": 0}
     got = train.read(0, 70)
     vocab_u = np.load(os.path.join(out, meta["vocab"]["u"]))
@@ -97,9 +98,10 @@ def test_rows_and_lists_come_back_exactly_in_input_order(tmp_path):
     kept = [(v or [])[:3] for v in lists]
     assert got.lengths[:, 1].tolist() == [len(v) for v in kept]  # real lengths, never padded
     flat = [w for v in kept for w in v]
-    assert np.array_equal(vocab_h[got.values[1].astype(np.int64) - 1], hash_ids(pa.array(flat))[0])
+    # the vocabulary starts at row 2 (0: missing, 1: unseen)
+    assert np.array_equal(vocab_h[got.values[1].astype(np.int64) - 2], hash_ids(pa.array(flat))[0])
     users = a["u"] + b["u"]
-    assert np.array_equal(vocab_u[got.values[0].astype(np.int64) - 1], hash_ids(pa.array(users))[0])
+    assert np.array_equal(vocab_u[got.values[0].astype(np.int64) - 2], hash_ids(pa.array(users))[0])
     assert np.allclose(got.dense[:, 0], np.concatenate([a["x"], b["x"]]), atol=1e-6)
     assert got.labels[:, 0].tolist() == np.concatenate([a["y"], b["y"]]).tolist()
     long = [len(v or []) for v in lists]
@@ -130,9 +132,9 @@ def test_vocabularies_and_transforms_are_fitted_on_training_rows_only(tmp_path):
     assert meta["split"]["by"] == "time"
     assert meta["dense_stats"]["x"]["mean"] == pytest.approx(np.mean(x[:80]))
     assert meta["dense_stats"]["x"]["std"] == pytest.approx(np.std(x[:80]))
-    assert meta["table_sizes"][0] == 5  # u0..u3 + the shared row 0; "late" never in training
+    assert meta["table_sizes"][0] == 6  # missing, unseen, u0..u3; "late" never in training
     test = read(out, meta, "test")
-    assert (test.values[0] == 0).all()  # unseen in training: the shared row
+    assert (test.values[0] == 1).all()  # unseen in training: the OOV row
     train = read(out, meta)
     assert np.allclose(train.dense[:, 0], (x[:80] - x[:80].mean()) / x[:80].std(), atol=1e-5)
 
@@ -283,7 +285,7 @@ def test_an_unfinished_folder_is_never_read_as_prepared_and_is_replaced(tmp_path
     assert not partial.exists()
     with open(os.path.join(out, "meta.json")) as f:
         meta = json.load(f)
-    assert meta["format"] == "recsys-prepared-v2" and meta["rows"]["train"] == 10
+    assert meta["format"] == "recsys-prepared-v3" and meta["rows"]["train"] == 10
     with pytest.raises(DataError, match="exists; choose another --out or pass --overwrite"):
         run(tmp_path, [path])
     _, again = run(tmp_path, [write_parquet(tmp_path / "b.parquet", rows(12))], overwrite=True)
@@ -319,13 +321,14 @@ def test_a_column_of_arrow_null_type_is_missing_in_every_row_with_a_warning(tmp_
     assert "column 'u'" in warning and "b.parquet" in warning
     assert any("column 'u'" in line and "warning" in line for line in logged)
     got = read(out, meta)
-    assert len(got) == 70 and meta["table_sizes"][0] == 6  # a's five users + the shared row
+    assert len(got) == 70 and meta["table_sizes"][0] == 7  # a's five users, missing, unseen
     assert (got.values[0][:40] > 0).all() and (got.values[0][40:] == 0).all()
     assert got.labels[:, 0].tolist() == np.concatenate([a["y"], b["y"]]).tolist()
 
-    # a column null in every file: prepared, every id 0 (a one-row table), the same warning
+    # a column null in every file: prepared, every id 0 (missing and unseen rows), the same
+    # warning
     out, meta = run(tmp_path, files[1:], name="only_nulls")
-    assert "column 'u'" in meta["warnings"][0] and meta["table_sizes"][0] == 1
+    assert "column 'u'" in meta["warnings"][0] and meta["table_sizes"][0] == 2
     assert (read(out, meta).values[0] == 0).all()
 
 

@@ -20,8 +20,13 @@ def test_the_shipped_schema_parses_in_order():
     s = DatasetSchema.load(SCHEMA)
     assert s.labels == ["click", "like"] and s.time == "event_ts"
     assert list(s.dense) == ["price", "age"]
-    assert list(s.sparse) == ["user_id", "item_id", "country", "history", "tags"]
+    assert list(s.sparse) == ["user_id", "item_id", "country", "history", "tags", "event_hour",
+                              "event_weekday", "item_age"]  # fmt: skip
     assert s.multi_hot == ["history", "tags"]
+    assert s.derived == ["event_hour", "event_weekday", "item_age"]
+    assert s.sparse["event_hour"].time_zone == "Europe/Berlin" and s.sparse["item_age"].rows == 7
+    assert s.columns() == ["click", "like", "event_ts", "price", "age", "user_id", "item_id",
+                           "country", "history", "tags", "published_ts"]  # fmt: skip
     assert s.sparse["tags"].pooling == "mean" and s.sparse["history"].max_len == 50
     assert s.sparse["country"].hash_buckets == 64 and s.dense["age"].fill == 45
     assert DatasetSchema.from_dict(s.to_dict()) == s
