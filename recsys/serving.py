@@ -113,31 +113,49 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
     ``ValueError`` naming column and row."""
     import pyarrow as pa
 
-    from recsys.data.encode import column_problem
+    from recsys.data.encode import column_problem, weights_problem
 
     schema = fitted.schema
     needed = schema.serving_columns()
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise ValueError(f"input lacks the schema's columns {missing} (needs {needed})")
-    ids = schema.roles()["sparse"]
+    ids, weights = schema.roles()["sparse"], schema.roles()["weights"]
     cols = {}
     for name in needed:
         if name in ids:
             cols[name] = _ids(frame[name].tolist(), fitted.id_types[name],
                               schema.sparse[name].multi_hot, name)  # fmt: skip
+        elif name in weights:
+            cols[name] = _weights(frame[name].tolist(), name)
         elif name in schema.dense:
             cols[name] = pa.array(frame[name].tolist(), from_pandas=True)
         else:  # a timestamp column: pandas' datetimes keep their unit and time zone
             cols[name] = _timestamps(frame[name], name)
     table = pa.table(cols)
-    for name in needed:
-        bad, why = column_problem(name, table.column(name), schema)
+    problems = [(name, column_problem(name, table.column(name), schema)) for name in needed]
+    problems += list(weights_problem(table, schema).items())
+    for name, (bad, why) in problems:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             got = frame[name].iloc[row]
             raise ValueError(f"column {name!r}, row {row}: {why} (got {got!r})")
     return table
+
+
+def _weights(values: list[Any], name: str) -> Any:
+    """A weight column's lists as Arrow lists of float64 (a null list stays null)."""
+    import pyarrow as pa
+
+    def one(v: Any) -> Any:
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
+
+    try:
+        lists = [None if v is None or (isinstance(v, float) and np.isnan(v)) else
+                 [one(x) for x in v] for v in values]  # fmt: skip
+        return pa.array(lists, pa.list_(pa.float64()))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"column {name!r}: weights must be lists of numbers: {e}") from None
 
 
 def _timestamps(values: pd.Series, name: str) -> Any:
@@ -173,7 +191,8 @@ def _ids(values: list[Any], id_type: str, multi_hot: bool, name: str) -> Any:
 
 
 def tabular_batch(frame: pd.DataFrame, fitted: Any, table_rows: list[int]) -> Any:
-    """Raw rows -> the model's batch (raw ids; a QR model splits them itself)."""
+    """Raw rows -> the model's batch (raw ids; a QR model splits them itself; weighted lists
+    give a weighted KJT, as in training)."""
     from recsys.config import SparseLayout
     from recsys.data.columns import RaggedColumns
     from recsys.data.encode import encode
@@ -184,6 +203,7 @@ def tabular_batch(frame: pd.DataFrame, fitted: Any, table_rows: list[int]) -> An
     names = list(fitted.schema.sparse)
     ones = np.ones(n, np.int64)
     lengths = np.stack([ones if enc.lengths[f] is None else enc.lengths[f] for f in names], 1)  # type: ignore[misc]
+    weights = tuple(enc.weights.get(f) for f in names) if enc.weights else None
     cols = RaggedColumns(enc.dense, tuple(enc.ids[f] for f in names), lengths,
-                         np.zeros((n, 1), np.float32))  # fmt: skip
+                         np.zeros((n, 1), np.float32), weights=weights)  # fmt: skip
     return to_batch(cols, SparseLayout(names, list(table_rows)))

@@ -128,6 +128,46 @@ def as_list(arr: pa.Array, spec: SparseColumn) -> tuple[pa.Array, np.ndarray]:
     return pc.list_flatten(arr), lengths.astype(np.int64)
 
 
+def list_weights(arr: pa.Array, spec: SparseColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(weights float32 [nnz], lengths int64 [n], bad [n])`` of a weighted list's weight
+    column (``SparseColumn.weights``: lists of numbers; CSV: joined by ``spec.separator``). A
+    row is bad where an element is null or not a finite number, or where the column holds no
+    lists; a null list is empty (``weights_problem`` then compares it with the ids)."""
+    arr = plain(arr)
+    n = len(arr)
+    if not (is_list(arr.type) or is_text(arr.type) or pa.types.is_null(arr.type)):
+        return np.zeros(0, np.float32), np.zeros(n, np.int64), np.ones(n, bool)
+    flat, lengths = as_list(arr, spec)
+    values, missing, bad = numeric(flat)
+    wrong = bad | missing
+    rows = np.bincount(np.repeat(np.arange(n), lengths)[wrong], minlength=n) > 0
+    return np.where(wrong, 0, values).astype(np.float32), lengths, rows
+
+
+WEIGHTS_WHY = "a weight list needs finite numbers, one per id of its list"
+
+
+def weights_problem(
+    table: pa.Table, schema: DatasetSchema, codes: Codes | None = None
+) -> dict[str, tuple[np.ndarray, str]]:
+    """Per weight column of ``table`` (``SparseColumn.weights``) whose list column is read too,
+    ``(bad rows, why)`` where a row's weights are not as many as its ids."""
+    out = {}
+    for name in schema.weighted:
+        column = schema.sparse[name].weights
+        assert column is not None
+        if column not in table.column_names or name not in table.column_names:
+            continue
+        spec = schema.id_spec(name)
+        ids = codes[name][1] if codes and name in codes else sparse_codes_of(
+            table.column(name), spec)[1]  # fmt: skip
+        weights = list_weights(table.column(column), spec)[1]
+        bad = ids != weights
+        if bad.any():
+            out[column] = (bad, f"holds as many weights as {name} has ids, row by row")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Ids
 
@@ -330,6 +370,9 @@ def _role_problem(
     if name == schema.time:
         values, missing, bad = time_values(arr)
         return bad | missing, "the time column needs a timestamp or number in every row"
+    if name in schema.roles()["weights"]:
+        owner = next(k for k, c in schema.sparse.items() if c.weights == name)
+        return list_weights(arr, schema.id_spec(owner))[2], WEIGHTS_WHY
     if name not in schema.sparse or schema.sparse[name].derive is not None:
         return np.zeros(n, bool), ""  # read for derived features only: checked by the caller
     spec = schema.id_spec(name)
@@ -473,6 +516,8 @@ def check(
         bad, why = column_problem(name, table.column(name), schema, codes)
         if bad.any():
             out[name] = (bad, why)
+    for name, (bad, why) in weights_problem(table, schema, codes).items():
+        out[name] = (bad | out[name][0], out[name][1]) if name in out else (bad, why)
     return out
 
 
@@ -684,6 +729,7 @@ class Encoded:
     ids: dict[str, np.ndarray]
     lengths: dict[str, np.ndarray | None]
     truncated: dict[str, tuple[int, int]]
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # float32, as ``ids``
 
     def __len__(self) -> int:
         return len(self.dense)
@@ -692,14 +738,18 @@ class Encoded:
         """The rows where ``mask`` is set."""
         ids: dict[str, np.ndarray] = {}
         lengths: dict[str, np.ndarray | None] = {}
+        weights: dict[str, np.ndarray] = {}
         for name, v in self.ids.items():
             lens = self.lengths[name]
             if lens is None:
                 ids[name], lengths[name] = v[mask], None
             else:
-                ids[name], lengths[name] = v[np.repeat(mask, lens)], lens[mask]
+                flat = np.repeat(mask, lens)
+                ids[name], lengths[name] = v[flat], lens[mask]
+                if name in self.weights:
+                    weights[name] = self.weights[name][flat]
         labels = None if self.labels is None else self.labels[mask]
-        return Encoded(self.dense[mask], labels, ids, lengths, self.truncated)
+        return Encoded(self.dense[mask], labels, ids, lengths, self.truncated, weights)
 
 
 def transform_dense(x: np.ndarray, kind: str, stats: dict[str, float]) -> np.ndarray:
@@ -734,6 +784,7 @@ def encode(
     ids: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray | None] = {}
     truncated: dict[str, tuple[int, int]] = {}
+    weights: dict[str, np.ndarray] = {}
     seconds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in schema.sparse:
         sparse = schema.id_spec(name)
@@ -750,9 +801,11 @@ def encode(
         if lens is not None:
             keep, new = truncate(lens, sparse.max_len)
             truncated[name] = (int((new < lens).sum()), int(len(keep) - keep.sum()))
+            if sparse.weights is not None:  # as many as the ids (checked), cut alike
+                weights[name] = list_weights(table.column(sparse.weights), sparse)[0][keep]
             rows, lens = rows[keep], new
         ids[name], lengths[name] = rows, lens
-    return Encoded(dense, labels, ids, lengths, truncated)
+    return Encoded(dense, labels, ids, lengths, truncated, weights)
 
 
 def derived_ids(

@@ -145,6 +145,13 @@ class SparseColumn:
             or hashing.
         table: the sparse column whose table this one uses (shared tables, above); that
             column must have its own table (no ``table`` of its own) and not be derived.
+        weights: a list column's weight column: per row a list of numbers as long as the id
+            list (CSV: joined by ``separator``), each id's weight in the bag's weighted sum
+            (dwell times, recency weights). Both lists are cut by ``max_len`` alike; a missing
+            weight list beside a non-empty id list, a length that differs, a weight that is not
+            a finite number are bad values. A model with weighted lists pools every table by
+            ``sum`` (TorchRec's weighted lookup); a list's mean is the weighted sum with
+            weights ``1 / length``.
         derive: a time feature: ``hour``, ``weekday`` or ``age`` (above); its other keys are
             ``source``, ``since``, ``time_zone``, ``unit`` and ``buckets`` only.
         source: ``derive``: the timestamp column the feature is computed from.
@@ -168,6 +175,7 @@ class SparseColumn:
     hex: bool = False
     identity: bool = False
     table: str | None = None
+    weights: str | None = None
     derive: Derive | None = None
     source: str | None = None
     since: str | None = None
@@ -205,6 +213,11 @@ class SparseColumn:
                       f"not with {p}.{other}: only a vocabulary has unseen values")  # fmt: skip
         check(self.max_len >= 0, f"{p}.max_len", self.max_len, ">= 0 (0: no limit)")
         check(len(self.separator) == 1, f"{p}.separator", self.separator, "1 char")
+        if self.weights is not None:
+            check(self.multi_hot, f"{p}.weights", self.weights,
+                  "weighs the ids of a list: only with multi_hot: true")  # fmt: skip
+            check(self.pooling == "sum", f"{p}.weights", self.weights,
+                  f"a weighted list pools by sum, not {p}.pooling={self.pooling}")  # fmt: skip
 
     def _check_derived(self) -> None:
         p, derive = COLUMN, self.derive
@@ -255,7 +268,7 @@ def zone(name: str | None) -> tzinfo:
 COLUMN = "sparse.<column>"  # a column's keys in messages (from_dict names the column)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SparseColumn)}
 VOCABULARY_KEYS = ("min_count", "max_size", "oov_buckets", "hash_buckets", "hex", "identity")
-ID_KEYS = (*VOCABULARY_KEYS, "multi_hot", "max_len", "pooling", "separator", "table")
+ID_KEYS = (*VOCABULARY_KEYS, "multi_hot", "max_len", "pooling", "separator", "table", "weights")
 DERIVE_KEYS = ("source", "since", "time_zone", "unit", "buckets")
 DERIVED_ROWS = {"hour": 24, "weekday": 7}  # values; the table adds the missing row
 UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
@@ -388,6 +401,7 @@ class DatasetSchema:
             why = "a derived feature's name must not be a column the schema reads"
             check(name not in seen, f"sparse.{name}", name, f"{why} ({seen.get(name)})")
         self._check_pooling()
+        self._check_weighted()
         if self.format == "csv" and not self.csv.header:
             absent = [c for c in self.columns() if c not in self.csv.columns]
             check(not absent, "csv.columns", absent, "lacks columns the schema uses")
@@ -449,6 +463,22 @@ class DatasetSchema:
                   f"sparse.{name} and sparse.{other} share a table ({table}) but pool "
                   f"differently (sparse.{other}.pooling={pooled})")  # fmt: skip
 
+    def _check_weighted(self) -> None:
+        """With a weighted list every table pools by sum: one weighted lookup serves them all,
+        and TorchRec's (torch's ``EmbeddingBag``) takes weights with sum pooling only."""
+        weighted = self.weighted
+        if not weighted:
+            return
+        for name, spec in self.sparse.items():
+            check(spec.pooling == "sum", f"sparse.{name}.pooling", spec.pooling,
+                  f"with a weighted list (sparse.{weighted[0]}.weights) every table pools by "
+                  "sum; a list's mean is its weighted sum with weights 1 / length")  # fmt: skip
+
+    @property
+    def weighted(self) -> list[str]:
+        """The weighted list columns (``weights``)."""
+        return [n for n, c in self.sparse.items() if c.weights is not None]
+
     @property
     def split_by(self) -> str:
         """The split actually used: ``time``, ``hash``, ``order`` or ``files``."""
@@ -458,12 +488,14 @@ class DatasetSchema:
 
     def roles(self) -> dict[str, list[str]]:
         """Column names by role (``labels``, ``time``, ``dense``, ``sparse``: the columns with
-        ids; ``timestamps``: the derived features' other columns)."""
+        ids; ``weights``: the weighted lists' weights; ``timestamps``: the derived features'
+        other columns)."""
         roles = {
             "labels": list(self.labels),
             "time": [self.time] if self.time else [],
             "dense": list(self.dense),
             "sparse": [n for n, c in self.sparse.items() if c.derive is None],
+            "weights": [c.weights for c in self.sparse.values() if c.weights is not None],
         }
         taken = {c for names in roles.values() for c in names}
         roles["timestamps"] = [c for c in self.timestamps() if c not in taken]
@@ -484,7 +516,7 @@ class DatasetSchema:
 
     def serving_columns(self) -> list[str]:
         """The raw columns serving maps: dense, ids, and the derived features' timestamps."""
-        names = [*self.dense, *self.roles()["sparse"]]
+        names = [*self.dense, *self.roles()["sparse"], *self.roles()["weights"]]
         return names + [c for c in self.timestamps() if c not in names]
 
     @property

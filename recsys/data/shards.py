@@ -50,7 +50,8 @@ def shard_files(schema: DatasetSchema) -> dict[str, tuple[str, int | None]]:
     """A shard's files by suffix, with dtype and width (``None``: one-dimensional): ``dense``
     ``[N, I]``, ``labels`` ``[N, L]``, ``ids`` ``[N, F1]`` (the one-hot features, in schema
     order), and per multi-hot feature ``j`` (its place among all sparse features)
-    ``list_{j}.values`` ``[nnz]`` and ``list_{j}.offsets`` ``[N + 1]``."""
+    ``list_{j}.values`` ``[nnz]`` and ``list_{j}.offsets`` ``[N + 1]``, with
+    ``list_{j}.weights`` ``[nnz]`` float32 for a weighted list."""
     one_hot = [n for n, c in schema.sparse.items() if not c.multi_hot]
     out: dict[str, tuple[str, int | None]] = {
         "dense": ("<f4", len(schema.dense)),
@@ -61,6 +62,8 @@ def shard_files(schema: DatasetSchema) -> dict[str, tuple[str, int | None]]:
         if spec.multi_hot:
             out[f"list_{j}.values"] = ("<u4", None)
             out[f"list_{j}.offsets"] = ("<i8", None)
+            if spec.weights:
+                out[f"list_{j}.weights"] = ("<f4", None)
     return out
 
 
@@ -86,6 +89,8 @@ class ShardWriter:
             if lens is None:
                 continue
             self.files[f"list_{j}.values"].append(enc.ids[name])
+            if f"list_{j}.weights" in self.files:
+                self.files[f"list_{j}.weights"].append(enc.weights[name])
             self.files[f"list_{j}.offsets"].append(self.ends[j] + np.cumsum(lens))
             self.ends[j] += int(lens.sum())
 

@@ -485,3 +485,111 @@ def test_a_frame_of_iso_text_serves_as_the_timestamps_it_writes(tmp_path):
     b = encode(raw_table(texts, fitted), fitted, with_labels=False)
     for name in ("hour", "weekday", "utc_hour", "age"):
         assert a.ids[name].tolist() == b.ids[name].tolist() == shard_ids(out, meta)[name][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Weighted lists: a list column's parallel weight column, cut and served with its ids
+
+WEIGHTED = {
+    "labels": ["y"],
+    "split": {"by": "order", "val_fraction": 0.25, "test_fraction": 0.25},
+    "sparse": {
+        "item_id": {},
+        "history": {"multi_hot": True, "max_len": 2, "table": "item_id", "weights": "dwell"},
+    },
+}
+HISTORY = [["a", "b", "c"], ["b"], [], None, ["c", "a"], ["a", None], ["b", "b", "b"], ["c"]]
+DWELL = [[0.5, 1.5, 9.0], [2.0], [], None, [3.0, 0.25], [4.0, 1.0], [1.0, 2.0, 3.0], [7.5]]
+
+
+def weighted_log(**change) -> dict:
+    data = {"y": np.arange(8) % 2, "item_id": list("abcabcab"), "history": list(HISTORY),
+            "dwell": list(DWELL)}  # fmt: skip
+    for k, v in change.items():
+        data[k] = v
+    return data
+
+
+WEIGHTS_SERVED = """
+import sys
+import numpy as np
+import pyarrow.parquet as pq
+from recsys.serving import load_fitted, tabular_batch
+
+folder, raw, dest = sys.argv[1:4]
+fitted = load_fitted(folder)
+frame = pq.read_table(raw).to_pandas().drop(columns=["y"])
+kjt = tabular_batch(frame, fitted, fitted.table_sizes()).sparse_features
+np.savez(dest, ids=kjt["history"].values().numpy(), weights=kjt["history"].weights().numpy(),
+         item_weights=kjt["item_id"].weights().numpy())
+"""
+
+
+def test_a_weighted_list_keeps_its_weights_cut_with_its_ids_and_served_alike(tmp_path):
+    """The weights are written beside the ids (``list_j.weights``), cut by ``max_len`` as the
+    ids are, read back into the loader's weighted KJT, and a fresh serving process builds the
+    same weighted KJT from the raw rows (the item_id feature weighing 1)."""
+    raw, out, meta = prepared(tmp_path, WEIGHTED, weighted_log(), name="w")
+    splits = load_splits([out], 0, meta["table_sizes"])
+    parts = [s.read(0, len(s)) for s in (splits.train, splits.val, splits.test)]
+    stored = np.concatenate([p.weights[1] for p in parts]).tolist()
+    assert stored == [0.5, 1.5, 2.0, 3.0, 0.25, 4.0, 1.0, 1.0, 2.0, 7.5]  # lists cut to 2
+    assert all(p.weights[0] is None for p in parts)
+    dest = str(tmp_path / "w.npz")
+    r = subprocess.run([sys.executable, "-c", WEIGHTS_SERVED, out, raw, dest], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    with np.load(dest) as served:
+        assert served["weights"].tolist() == stored
+        assert served["ids"].tolist() == np.concatenate([p.values[1] for p in parts]).tolist()
+        assert served["item_weights"].tolist() == [1.0] * 8
+
+
+@pytest.mark.parametrize(
+    "change, row, why",
+    [
+        ({"dwell": [*DWELL[:5], [4.0], *DWELL[6:]]}, 5, "as many weights as history has ids"),
+        ({"dwell": [*DWELL[:1], None, *DWELL[2:]]}, 1, "as many weights as history has ids"),
+        ({"dwell": [*DWELL[:6], [1.0, None, 3.0], *DWELL[7:]]}, 6, "finite numbers"),
+        ({"dwell": [*DWELL[:7], [float("inf")]]}, 7, "finite numbers"),
+    ],
+    ids=["shorter", "missing", "null weight", "inf"],
+)
+def test_a_bad_weight_list_is_named_by_file_column_and_row(tmp_path, change, row, why):
+    with pytest.raises(DataError, match=rf"column 'dwell', row {row}: .*{why}"):
+        prepared(tmp_path, WEIGHTED, weighted_log(**change), name="bad")
+
+
+def test_serving_names_a_weight_list_that_does_not_fit_its_ids(tmp_path):
+    from recsys.serving import load_fitted, tabular_batch
+
+    raw, out, _ = prepared(tmp_path, WEIGHTED, weighted_log(), name="w")
+    frame = pq.read_table(raw).to_pandas().drop(columns=["y"])
+    fitted = load_fitted(out)
+    frame.at[4, "dwell"] = [3.0]
+    with pytest.raises(ValueError, match=r"column 'dwell', row 4: .*as many weights as history"):
+        tabular_batch(frame, fitted, fitted.table_sizes())
+    with pytest.raises(ValueError, match=r"lacks the schema's columns \['dwell'\]"):
+        tabular_batch(frame.drop(columns=["dwell"]), fitted, fitted.table_sizes())
+
+
+WEIGHTS_REFUSED = [
+        ({"item_id": {"weights": "w"}}, r"sparse\.item_id\.weights='w': .*only with multi_hot"),
+        ({"h": {"multi_hot": True, "pooling": "mean", "weights": "w"}},
+         r"sparse\.h\.weights='w': a weighted list pools by sum"),
+        ({"h": {"multi_hot": True, "weights": "w"}, "t": {"multi_hot": True, "pooling": "mean"}},
+         r"sparse\.t\.pooling='mean': with a weighted list \(sparse\.h\.weights\) every table "
+         r"pools by sum"),
+        ({"h": {"multi_hot": True, "weights": "item_id"}}, r"item_id.*already used as sparse"),
+        ({"h": {"derive": "hour", "source": "ts", "weights": "w"}},
+         r"sparse\.h\.weights='w': not on a derived feature"),
+]  # fmt: skip
+
+
+WEIGHTS_IDS = ["one-hot", "mean", "mean elsewhere", "a feature", "derived"]
+
+
+@pytest.mark.parametrize("sparse, message", WEIGHTS_REFUSED, ids=WEIGHTS_IDS)
+def test_weights_in_a_schema_that_cannot_use_them_are_refused(sparse, message):
+    with pytest.raises(ConfigError, match=message):
+        DatasetSchema.from_dict({"labels": ["y"], "sparse": {"item_id": {}, **sparse}})
