@@ -110,6 +110,14 @@ class EmbeddingConfig:
             owner (``t_<owner>``; QR: ``t_<owner>_q`` and ``t_<owner>_r``), and trained by every
             feature that reads it; each feature is still pooled on its own. A sharer has its
             owner's rows, dim and pooling; an owner shares no other feature's table (no chains).
+        weighted: features whose ids carry weights (a user's ``history`` of item ids with its
+            ``history_weights`` dwell times; a prepared data set's schema sets it): a bag pools
+            to ``sum_j w_j * E[id_j]``. The collection is then one weighted TorchRec collection:
+            every other feature's ids weigh 1, and every table must pool by ``sum`` (torch's
+            ``EmbeddingBag`` takes weights with ``sum`` only; a list's mean is a weighted sum
+            with weights ``1 / length``). A QR feature's quotient and remainder lookups are each
+            weighted (``mult``: ``(sum_j w_j q_j) * (sum_j w_j r_j)``). Sharded training, the
+            reference models and the exported model take the weights alike.
         qr: quotient-remainder options.
         dtype: storage type of the tables (``fp32``, ``fp16`` or ``bf16``), set where the tables
             are defined (``EmbeddingBagConfig.data_type``), never by casting a sharded model.
@@ -124,6 +132,7 @@ class EmbeddingConfig:
     feature_pooling: dict[str, Pooling] = field(default_factory=dict)
     feature_names: list[str] | None = None
     shared: dict[str, str] = field(default_factory=dict)
+    weighted: list[str] = field(default_factory=list)
     qr: QRConfig = field(default_factory=QRConfig)
     dtype: EmbeddingDType = "fp32"
 
@@ -150,6 +159,7 @@ class EmbeddingConfig:
         for name in self.feature_pooling:
             check(name in self.names(), "embeddings.feature_pooling", name, "not a feature name")
         self._check_shared()
+        self._check_weighted()
         if self.qr.operation == "concat" and self.qr.enabled:
             for i, d in enumerate(self.table_dims()):
                 if self.qr.applies_to(n[i]):
@@ -177,6 +187,32 @@ class EmbeddingConfig:
             pf, po = self.pooling_of(f), self.pooling_of(owner)
             why = f"{reads}, so it has its pooling: {f} {pf}, {owner} {po}"
             check(pf == po, "embeddings.feature_pooling", self.feature_pooling, why)
+
+    def _check_weighted(self) -> None:
+        """Each ``weighted`` entry names a feature, once; with any, every feature pools by
+        ``sum``: one weighted collection hands weights to every table, and torch's
+        ``EmbeddingBag`` refuses them with ``mean``."""
+        names = self.names()
+        for f in self.weighted:
+            why = f"{f!r} is not a feature name{nearest(f, names)}"
+            check(f in names, "embeddings.weighted", self.weighted, why)
+        dup = sorted({f for f in self.weighted if self.weighted.count(f) > 1})
+        check(not dup, "embeddings.weighted", self.weighted, f"{dup} named more than once")
+        if not self.weighted:
+            return
+        for f in names:
+            if self.pooling_of(f) == "mean":
+                key = ("embeddings.feature_pooling" if f in self.feature_pooling
+                       else "embeddings.pooling")  # fmt: skip
+                value = self.feature_pooling if f in self.feature_pooling else self.pooling
+                w = f if f in self.weighted else self.weighted[0]
+                why = (
+                    f"{f!r} pools by mean, but {w!r} is weighted "
+                    "(embeddings.weighted): a weighted collection pools every table by sum "
+                    "(torch's EmbeddingBag takes weights with sum only); pool "
+                    f"{f!r} by sum (a list's mean is a weighted sum with weights 1/length)"
+                )
+                check(False, key, value, why)
 
     @property
     def num_features(self) -> int:

@@ -14,8 +14,13 @@
 
 QR tables (two ordinary tables each), tables that several features share (one TorchRec table
 listing them all, quantized once) and mixed dims survive: all are plain TorchRec tables and the id
-split and projections are scriptable. The exported model is checked against the FP32 model
-on the test split (AUC, log loss, largest probability difference) and both sizes are recorded.
+split and projections are scriptable. Weighted lists (``embeddings.weighted``) too: the quantized
+collection copies the trained one's ``is_weighted`` (``from_float``; built from the config, never
+from the input, since a collection whose flag is off ignores a KJT's weights), so the exported
+model takes a weighted KJT (``qr_split_kjt`` carries the weights) and ``meta.json`` lists the
+weighted features (``weighted``) beside ``shared``. The exported model is checked against the FP32
+model on the test split (AUC, log loss, largest probability difference) and both sizes are
+recorded.
 """
 
 from __future__ import annotations
@@ -211,6 +216,7 @@ def export(
         "feature_names": cfg.embeddings.names(),
         "table_rows": cfg.embeddings.num_embeddings,
         "shared": cfg.embeddings.shared,
+        "weighted": cfg.embeddings.weighted,
         "dtype": dtype,
         "report": asdict(report),
     }

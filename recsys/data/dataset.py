@@ -3,8 +3,11 @@
 config itself reads no file: ``recsys.config`` is pure).
 
 - ``resolve(cfg)``: for ``data.source: prepared``, the feature names, table sizes, per-feature
-  pooling, the tables features share (``embeddings.shared``, from the folder's ``shared``: absent
-  in older folders, none), ``model.num_dense`` and the tasks (the labels, in order). Table sizes
+  pooling (a table's: every feature reading a shared table pools as its multi-hot readers do,
+  ``table_pooling``), the tables features share (``embeddings.shared``, from the folder's
+  ``shared``: absent in older folders, none), the weighted lists (``embeddings.weighted``: the
+  sparse columns whose schema names a ``weights`` column; none in older folders),
+  ``model.num_dense`` and the tasks (the labels, in order). Table sizes
   the config already gives for this data's features are kept (a sweep may size its own tables);
   a feature that shares a table must then be given its owner's (``EmbeddingConfig`` refuses
   other sizes, naming both).
@@ -72,16 +75,35 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
     names, schema = list(meta["feature_names"]), meta["schema"]
     emb = cfg.embeddings
     same = emb.feature_names == names and len(emb.num_embeddings) == len(names)
+    shared = dict(meta.get("shared") or {})
     return {
         "embeddings.num_embeddings": list(emb.num_embeddings) if same else meta["table_sizes"],
         "embeddings.feature_names": names,
-        "embeddings.feature_pooling": {
-            n: s.get("pooling", "sum") for n, s in schema["sparse"].items()
-        },
-        "embeddings.shared": dict(meta.get("shared", {})),
+        "embeddings.feature_pooling": table_pooling(schema["sparse"], shared),
+        "embeddings.shared": shared,
+        "embeddings.weighted": [n for n, s in schema["sparse"].items() if s.get("weights")],
         "loss.tasks": [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])],
         "model.num_dense": len(schema["dense"]),
     }
+
+
+def table_pooling(sparse: dict[str, Any], shared: dict[str, str]) -> dict[str, str]:
+    """Each sparse column's pooling, by name: its table's. A table that columns share
+    (``shared``: ``{sharer: owner}``) has one pooling for all its readers: that of its multi-hot
+    columns (the schema makes them agree), else its owner's. A one-hot column pools one id, where
+    ``sum`` and ``mean`` agree, so a one-hot ``item_id`` takes the ``mean`` of the ``history``
+    list that shares its table.
+
+    Args:
+        sparse: the schema's sparse columns (``meta["schema"]["sparse"]``: ``pooling``,
+            ``multi_hot``). shared: the folder's ``shared``.
+    """
+    own = {n: s.get("pooling", "sum") for n, s in sparse.items()}
+    table = {n: own[n] for n in sparse if n not in shared}  # owner -> the table's pooling
+    for n, s in sparse.items():
+        if s.get("multi_hot"):
+            table[shared.get(n, n)] = own[n]
+    return {n: table.get(shared.get(n, n), own[n]) for n in sparse}
 
 
 def resolve(cfg: ExperimentConfig) -> ExperimentConfig:

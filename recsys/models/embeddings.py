@@ -24,6 +24,13 @@ For ``add`` and ``concat`` this equals pooling the per-id combined vectors (both
 ``sum_j (q_j * r_j)``; for one-hot features (Criteo) the two are identical. We combine after pooling
 because it keeps the lookups fused pooled TBE kernels; ``tests/unit/test_embeddings.py`` pins this.
 
+Weighted lists (``EmbeddingConfig.weighted``): the collection is built weighted
+(``is_weighted=True``) and reads each id's weight from the KJT (``weights()``: a weighted
+feature's own, 1 for the others' ids, a QR remainder's its quotient's), pooling a bag to
+``sum_j w_j * E[id_j]``. TorchRec's flag is the collection's, not the input's: an unweighted
+collection given a weighted KJT ignores the weights without a word, so the flag is set from the
+config wherever the tables are built (training, sharding, the quantized export all copy it).
+
 Shapes: ``B`` batch size, ``F`` sparse features, ``D`` common dim, ``d_f`` the dim of feature f.
 """
 
@@ -178,12 +185,14 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
     """Split the ids of QR features into quotient (key ``f``) and remainder (key ``f__qr_r``).
 
     Args:
-        kjt: sparse features, keys ``[f_1..f_F]``, unweighted.
+        kjt: sparse features, keys ``[f_1..f_F]``, weighted or not.
         collisions: ``{feature: c}`` for each QR-split feature.
 
     Returns:
         A KJT with the same keys in the same order (QR features now holding ``id // c``) followed by
-        one ``f__qr_r`` key per QR feature holding ``id % c``, with the same lengths.
+        one ``f__qr_r`` key per QR feature holding ``id % c``, with the same lengths; a weighted
+        ``kjt`` gives a weighted one, each remainder id weighted as its quotient (as the data
+        path's ``recsys.data.loader.ragged_kjt``).
 
     Written for TorchScript too (the exported model scripts it).
     """
@@ -191,12 +200,18 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
         return kjt
     keys: list[str] = kjt.keys()
     stride = kjt.stride()
-    values = kjt.values().split(kjt.length_per_key())
+    per_key = kjt.length_per_key()
+    values = kjt.values().split(per_key)
     lengths = kjt.lengths().view(len(keys), stride)
+    weights = kjt.weights_or_none()
     new_values: list[torch.Tensor] = []
     extra_values: list[torch.Tensor] = []
+    extra_weights: list[torch.Tensor] = []
     extra_lengths: list[torch.Tensor] = [kjt.lengths()]
     extra_keys: list[str] = []
+    key_weights: list[torch.Tensor] = []
+    if weights is not None:
+        key_weights = list(weights.split(per_key))
     for i in range(len(keys)):
         key = keys[i]
         if key in collisions:
@@ -205,11 +220,17 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
             extra_values.append(torch.remainder(values[i], c))
             extra_lengths.append(lengths[i])
             extra_keys.append(key + "__qr_r")  # QR_SUFFIX (TorchScript takes no str globals)
+            if weights is not None:
+                extra_weights.append(key_weights[i])  # a remainder weighs as its quotient
         else:
             new_values.append(values[i])
+    new_weights: torch.Tensor | None = None
+    if weights is not None:
+        new_weights = torch.cat(key_weights + extra_weights)
     return KeyedJaggedTensor(
         keys=keys + extra_keys,
         values=torch.cat(new_values + extra_values),
+        weights=new_weights,
         lengths=torch.cat(extra_lengths),
         stride=stride,
     )
@@ -229,7 +250,9 @@ class SparseArch(nn.Module):
 
     Features that share a table (``EmbeddingConfig.shared``) look their ids up in the same rows,
     each pooled on its own (TorchRec pools every feature of a table separately); QR and the
-    projection to ``project_to`` are per feature, as for any other.
+    projection to ``project_to`` are per feature, as for any other. With ``cfg.weighted`` the
+    collection is weighted: a bag pools to ``sum_j w_j * E[id_j]`` (the KJT's weights; 1 for the
+    ids of unweighted features).
 
     Args:
         cfg: the embedding tables.
@@ -259,8 +282,11 @@ class SparseArch(nn.Module):
             for f, rows in zip(self.features, cfg.num_embeddings, strict=True)
             if cfg.qr.applies_to(rows)
         }
+        self.weighted = bool(cfg.weighted)
         self.embedding_bag_collection = EmbeddingBagCollection(
-            tables=embedding_bag_configs(cfg, init_seed), device=torch.device(device or "cpu")
+            tables=embedding_bag_configs(cfg, init_seed),
+            is_weighted=self.weighted,
+            device=torch.device(device or "cpu"),
         )
         dims = cfg.table_dims()
         self.out_dims = [project_to or d for d in dims]
@@ -273,7 +299,8 @@ class SparseArch(nn.Module):
         )
 
     def forward(self, features: KeyedJaggedTensor) -> list[torch.Tensor]:
-        """``features``: the split KJT (``EmbeddingConfig.layout().keys()``) -> F x ``[B, d_f]``."""
+        """``features``: the split KJT (``EmbeddingConfig.layout().keys()``; weighted when
+        ``cfg.weighted`` names a feature) -> F x ``[B, d_f]``."""
         pooled = self.embedding_bag_collection(features).to_dict()
         out = []
         for f in self.features:
