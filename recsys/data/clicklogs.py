@@ -10,10 +10,13 @@ Columns (``schemas/clicklogs.yaml`` describes them):
 - ``history``: the items the user clicked before, a list of 0 to 120 item ids from
   ``item_id``'s id space (the same ``i45`` strings: a shared table fits one vocabulary over
   both; geometric lengths, mean about 20; longer than the schema's ``max_len`` now and then);
+  ``history_weights``: each history item's recency weight (``0.9 ** k`` for the ``k``-th most
+  recent; the list starts with the most recent), for a weighted sum of the history's embeddings;
   ``tags``: 1 to 5 of 300 tag strings of the item;
 - ``price`` (log-normal, 5% null), ``age`` (integer, 5% null);
 - ``click`` and ``like``: two labels from a planted logistic model. ``click`` depends on user,
-  item and country effects, the history's affinity with the item, the price, the local hour
+  item and country effects, the history's recency-weighted affinity with the item, the price,
+  the local hour
   (Europe/Berlin: evenings click more), the weekend and the item's freshness (items published
   less than a week before the event); ``like`` mostly follows a click (its logit adds 2.5 for a
   click) plus its own item and tag effects. So the two tasks are correlated, and a model that
@@ -58,10 +61,25 @@ def _zipf(rng: np.random.Generator, cdf: np.ndarray, n: int) -> np.ndarray:
     return np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1]), len(cdf) - 1)
 
 
-def _mean_over_lists(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _sum_over_lists(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     total = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
     ends = np.cumsum(lengths)
-    return (total[ends] - total[ends - lengths]) / np.maximum(lengths, 1)
+    return np.asarray(total[ends] - total[ends - lengths])
+
+
+def _mean_over_lists(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    return _sum_over_lists(values, lengths) / np.maximum(lengths, 1)
+
+
+def recency_weights(lengths: np.ndarray) -> np.ndarray:
+    """``0.9 ** k`` for the ``k``-th id of each list (``k = 0``: the most recent), float32."""
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.asarray(0.9 ** (np.arange(int(lengths.sum())) - starts), np.float32)
+
+
+def _float_lists(values: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
 
 
 class ClickLogs:
@@ -104,10 +122,11 @@ class ClickLogs:
             0, s.items // 16, len(popular)
         )
         history = np.where(same, np.minimum(group_items, s.items - 1), popular)
-        affinity = _mean_over_lists(
-            (self.item_group[history] == np.repeat(self.item_group[item], lengths)).astype(float),
-            lengths,
-        )
+        weights = recency_weights(lengths)
+        same_group = self.item_group[history] == np.repeat(self.item_group[item], lengths)
+        affinity = _sum_over_lists(weights * same_group, lengths) / np.maximum(
+            _sum_over_lists(weights, lengths), 1e-9
+        )  # the recency-weighted share of the history in the item's group
         price = np.exp(rng.normal(3.0, 1.0, n))
         age = rng.integers(18, 80, n).astype(np.float64)
         when = np.random.default_rng([self.seed, 2, k])  # its own stream: the rest unchanged
@@ -135,6 +154,7 @@ class ClickLogs:
             "item_id": self._dict("item", item),
             "country": self._dict("country", country),
             "history": self._lists("item", history, lengths),
+            "history_weights": _float_lists(weights, lengths),
             "tags": self._lists("tag", tags, tag_len),
             "price": pa.array(price, from_pandas=True),
             "age": age_arr,
