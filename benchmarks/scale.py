@@ -48,7 +48,7 @@ def write_days(folder: str, days: int, rows: int, seed: int = 0, chunk: int = 1 
         for a in range(0, n_rows, chunk):
             n = min(chunk, n_rows - a)
             arrays["dense"][a : a + n] = rng.random((n, 13), dtype=np.float32) * 8
-            arrays["ids"][a : a + n] = rng.integers(0, 100_000, (n, 26), dtype=np.uint32)
+            arrays["ids"][a : a + n] = rng.integers(1, 100_001, (n, 26), dtype=np.uint32)
             arrays["labels"][a : a + n] = (rng.random((n, 1)) < 0.25).astype(np.int8)
         for arr in arrays.values():
             arr.flush()
@@ -60,7 +60,7 @@ def write_days(folder: str, days: int, rows: int, seed: int = 0, chunk: int = 1 
     meta = {
         "format": FORMAT, "schema": schema, "sources": [], "shards": shards,
         "rows": {s: sum(x["rows"] for x in v) for s, v in shards.items()},
-        "feature_names": list(schema["sparse"]), "table_sizes": [100_000] * 26,
+        "feature_names": list(schema["sparse"]), "table_sizes": [100_001] * 26,  # + missing row
         "labels": ["label"], "vocab": {}, "dense_stats": {}, "id_types": {},
     }  # fmt: skip
     with open(os.path.join(folder, "meta.json"), "w") as f:

@@ -4,7 +4,7 @@ config itself reads no file: ``recsys.config`` is pure).
 
 - ``resolve(cfg)``: for ``data.source: prepared``, the feature names, table sizes, per-feature
   pooling (a table's: every feature reading a shared table pools as its multi-hot readers do,
-  ``table_pooling``), the tables features share (``embeddings.shared``, from the folder's
+  ``pooling_by_table``), the tables features share (``embeddings.shared``, from the folder's
   ``shared``: absent in older folders, none), the weighted lists (``embeddings.weighted``: the
   sparse columns whose schema names a ``weights`` column; none in older folders),
   ``model.num_dense`` and the tasks (the labels, in order). Table sizes
@@ -29,7 +29,7 @@ from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
 from recsys.data.meta import FORMAT, META, read_meta
-from recsys.data.schema import DatasetSchema
+from recsys.data.schema import DatasetSchema, pooling_by_table
 
 
 def source_for(path: str) -> str:
@@ -79,7 +79,7 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
     return {
         "embeddings.num_embeddings": list(emb.num_embeddings) if same else meta["table_sizes"],
         "embeddings.feature_names": names,
-        "embeddings.feature_pooling": table_pooling(schema["sparse"], shared),
+        "embeddings.feature_pooling": pooling_by_table(schema["sparse"], shared),
         "embeddings.shared": shared,
         "embeddings.weighted": [n for n, s in schema["sparse"].items() if s.get("weights")],
         "loss.tasks": [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])],
@@ -87,23 +87,17 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def table_pooling(sparse: dict[str, Any], shared: dict[str, str]) -> dict[str, str]:
-    """Each sparse column's pooling, by name: its table's. A table that columns share
-    (``shared``: ``{sharer: owner}``) has one pooling for all its readers: that of its multi-hot
-    columns (the schema makes them agree), else its owner's. A one-hot column pools one id, where
-    ``sum`` and ``mean`` agree, so a one-hot ``item_id`` takes the ``mean`` of the ``history``
-    list that shares its table.
-
-    Args:
-        sparse: the schema's sparse columns (``meta["schema"]["sparse"]``: ``pooling``,
-            ``multi_hot``). shared: the folder's ``shared``.
-    """
-    own = {n: s.get("pooling", "sum") for n, s in sparse.items()}
-    table = {n: own[n] for n in sparse if n not in shared}  # owner -> the table's pooling
-    for n, s in sparse.items():
-        if s.get("multi_hot"):
-            table[shared.get(n, n)] = own[n]
-    return {n: table.get(shared.get(n, n), own[n]) for n in sparse}
+def check_weighted(cfg: ExperimentConfig) -> None:
+    """Weighted features (``embeddings.weighted``) need data that carries weights: a prepared
+    folder whose schema names them (``sparse.<col>.weights``); other sources carry none, and
+    TorchRec's weighted lookup would fail at the first batch."""
+    weighted = cfg.embeddings.weighted
+    if weighted and cfg.data.source != "prepared":
+        raise ConfigError(
+            f"embeddings.weighted={weighted}: data.source={cfg.data.source} carries no weights; "
+            "weighted lists come from a prepared folder whose schema names them "
+            "(sparse.<column>.weights)"
+        )
 
 
 def resolve(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -139,12 +139,13 @@ def list_weights(arr: pa.Array, spec: SparseColumn) -> tuple[np.ndarray, np.ndar
         return np.zeros(0, np.float32), np.zeros(n, np.int64), np.ones(n, bool)
     flat, lengths = as_list(arr, spec)
     values, missing, bad = numeric(flat)
-    wrong = bad | missing
+    with np.errstate(invalid="ignore"):
+        wrong = bad | missing | (np.abs(values) > np.finfo(np.float32).max)  # inf as float32
     rows = np.bincount(np.repeat(np.arange(n), lengths)[wrong], minlength=n) > 0
     return np.where(wrong, 0, values).astype(np.float32), lengths, rows
 
 
-WEIGHTS_WHY = "a weight list needs finite numbers, one per id of its list"
+WEIGHTS_WHY = "a weight list needs finite numbers (in float32 range), one per id of its list"
 
 
 def weights_problem(
@@ -164,7 +165,9 @@ def weights_problem(
         weights = list_weights(table.column(column), spec)[1]
         bad = ids != weights
         if bad.any():
-            out[column] = (bad, f"holds as many weights as {name} has ids, row by row")
+            k = int(np.flatnonzero(bad)[0])
+            why = f"must hold as many weights as {name} has ids, row by row (row {k}: "
+            out[column] = (bad, why + f"{ids[k]} ids, {weights[k]} weights)")
     return out
 
 

@@ -428,6 +428,7 @@ class DatasetSchema:
                 "a label" if column in self.labels
                 else "a derived feature" if other is not None and other.derive
                 else "a multi-hot column" if other is not None and other.multi_hot
+                else "a weight column" if column in self.roles()["weights"]
                 else None
             )  # fmt: skip
             check(what is None, f"sparse.{name}.{key}", column, f"is {what}, not a timestamp")
@@ -537,12 +538,11 @@ class DatasetSchema:
         return {n: c.table for n, c in self.sparse.items() if c.table is not None}
 
     def table_pooling(self, name: str) -> Pooling:
-        """The pooling of ``name``'s table: that of its multi-hot columns (they agree), else
-        the column's own (a one-hot column pools one id)."""
-        table = self.table_of(name)
-        pools = [c.pooling for n, c in self.sparse.items()
-                 if c.multi_hot and self.table_of(n) == table]  # fmt: skip
-        return pools[0] if pools else self.sparse[name].pooling
+        """The pooling of ``name``'s table (``pooling_by_table``)."""
+        sparse = {
+            n: {"pooling": c.pooling, "multi_hot": c.multi_hot} for n, c in self.sparse.items()
+        }
+        return pooling_by_table(sparse, self.shared())[name]  # type: ignore[return-value]
 
     def id_spec(self, name: str) -> SparseColumn:
         """``name``'s keys with its table's vocabulary keys (a sharer's are its owner's): how
@@ -592,6 +592,25 @@ class DatasetSchema:
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
+
+
+def pooling_by_table(sparse: dict[str, Any], shared: dict[str, str]) -> dict[str, str]:
+    """Each sparse column's pooling, by name: its table's. A table that columns share
+    (``shared``: ``{sharer: owner}``) has one pooling for all its readers: that of its multi-hot
+    columns (the schema makes them agree), else its owner's. A one-hot column pools one id, where
+    ``sum`` and ``mean`` agree, so a one-hot ``item_id`` takes the ``mean`` of the ``history``
+    list that shares its table.
+
+    Args:
+        sparse: the sparse columns as ``meta.json`` holds them (``pooling``, ``multi_hot``).
+        shared: the folder's ``shared``.
+    """
+    own = {n: s.get("pooling", "sum") for n, s in sparse.items()}
+    table = {n: own[n] for n in sparse if n not in shared}  # owner -> the table's pooling
+    for n, s in sparse.items():
+        if s.get("multi_hot"):
+            table[shared.get(n, n)] = own[n]
+    return {n: table.get(shared.get(n, n), own[n]) for n in sparse}
 
 
 def _columns(cls: type, role: str, entries: Any) -> Any:

@@ -32,7 +32,7 @@ from torch import nn
 
 from recsys.config import ExperimentConfig
 from recsys.data import TrainStream, load_splits, shard_range
-from recsys.data.dataset import with_budget
+from recsys.data.dataset import check_weighted, with_budget
 from recsys.data.loader import map_position
 from recsys.data.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
@@ -129,6 +129,7 @@ class Trainer:
         t_start = time.perf_counter()
         self.cfg, self.env, self.reporter, self.log = cfg, env, reporter, log
         self.clock = Clock()
+        check_weighted(cfg)
         self.splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
         built = build(cfg, env)
         self.plan = built.plan

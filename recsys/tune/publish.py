@@ -96,15 +96,20 @@ def log_served_model(
 
 def serving_example(prepared_dir: str) -> Any:
     """The served model's input example: a few raw rows of the data set, dense columns as
-    float64 (the signature then accepts missing values, which integers cannot hold in pandas)."""
+    float64 (the signature then accepts missing values, which integers cannot hold in pandas),
+    weight lists as lists of Python floats (float64: the signature then takes float32 and
+    float64 weights alike)."""
     import json
 
     import pandas as pd
 
     with open(os.path.join(prepared_dir, META_FILE)) as f:
-        dense = list(json.load(f)["schema"]["dense"])
+        schema = json.load(f)["schema"]
+    weights = [s["weights"] for s in schema["sparse"].values() if s.get("weights")]
     example = plain_columns(pd.read_parquet(os.path.join(prepared_dir, "examples.parquet")))
-    return example.astype({c: "float64" for c in dense})
+    for c in weights:
+        example[c] = [None if v is None else [float(x) for x in v] for v in example[c]]
+    return example.astype({c: "float64" for c in schema["dense"]})
 
 
 def plain_columns(frame: Any) -> Any:

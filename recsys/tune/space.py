@@ -63,7 +63,7 @@ import yaml
 from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, monitor_parts
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
-from recsys.data.dataset import source_for, with_data
+from recsys.data.dataset import check_weighted, source_for, with_data
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
@@ -338,6 +338,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         overrides["data.paths"] = [os.path.abspath(p) for p in overrides["data.paths"]]
     try:
         base = with_data(base, overrides)
+        check_weighted(base)
     except ConfigError as e:
         raise ConfigError(f"{path}: overrides: {e}") from None
     valid = ExperimentConfig.all_keys()

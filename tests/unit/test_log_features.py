@@ -593,3 +593,23 @@ WEIGHTS_IDS = ["one-hot", "mean", "mean elsewhere", "a feature", "derived"]
 def test_weights_in_a_schema_that_cannot_use_them_are_refused(sparse, message):
     with pytest.raises(ConfigError, match=message):
         DatasetSchema.from_dict({"labels": ["y"], "sparse": {"item_id": {}, **sparse}})
+
+
+def test_the_served_signature_takes_weights_as_python_floats_or_float32(tmp_path):
+    """The MLflow model's signature comes from ``examples.parquet`` (float32 weights): its
+    example has them as float64 lists, so a caller's Python floats and float32 arrays both pass
+    MLflow's input check."""
+    from mlflow.models import infer_signature
+    from mlflow.models.utils import _enforce_schema
+
+    from recsys.tune.publish import serving_example
+
+    data = weighted_log(dwell=pa.array(DWELL, pa.list_(pa.float32())))  # as the demo's
+    _, out, _ = prepared(tmp_path, WEIGHTED, data, name="w")
+    example = serving_example(out)
+    schema = infer_signature(example).inputs
+    rows = pd.DataFrame({"item_id": ["a", "zz"], "history": [["a", "b"], []],
+                         "dwell": [[1.0, 0.9], []]})  # fmt: skip
+    assert _enforce_schema(rows, schema)["dwell"].tolist() == [[1.0, 0.9], []]
+    rows["dwell"] = [np.array([1.0, 0.9], np.float32), np.zeros(0, np.float32)]
+    _enforce_schema(rows, schema)

@@ -26,8 +26,11 @@ def test_the_shipped_schema_parses_in_order():
     assert s.derived == ["event_hour", "event_weekday", "item_age"]
     assert s.sparse["event_hour"].time_zone == "Europe/Berlin" and s.sparse["item_age"].rows == 7
     assert s.columns() == ["click", "like", "event_ts", "price", "age", "user_id", "item_id",
-                           "country", "history", "tags", "published_ts"]  # fmt: skip
-    assert s.sparse["tags"].pooling == "mean" and s.sparse["history"].max_len == 50
+                           "country", "history", "tags", "history_weights",
+                           "published_ts"]  # fmt: skip
+    assert s.sparse["tags"].pooling == "sum" and s.sparse["history"].max_len == 50
+    assert s.shared() == {"history": "item_id"} and s.weighted == ["history"]
+    assert s.sparse["item_id"].max_size == 4000 and s.sparse["user_id"].oov_buckets == 8
     assert s.sparse["country"].hash_buckets == 64 and s.dense["age"].fill == 45
     assert DatasetSchema.from_dict(s.to_dict()) == s
 

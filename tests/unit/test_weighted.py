@@ -296,3 +296,17 @@ def test_every_reader_of_a_table_pools_as_its_multi_hot_readers(monkeypatch):
     sparse = {"item_id": {"pooling": "sum"}, "history": {"pooling": "mean", "table": "item_id"}}
     cfg = _resolve(monkeypatch, _meta(sparse, SHARED))
     assert cfg.embeddings.feature_pooling == {"item_id": "sum", "history": "sum"}
+
+
+def test_weighted_features_on_data_without_weights_are_refused_before_training():
+    """Only a prepared folder's weighted lists carry weights; on synthetic data the weighted
+    lookup would fail inside TorchRec at the first batch, so the trainer and the sweep's space
+    refuse it first, naming the key and the source."""
+    from recsys.data.dataset import check_weighted
+
+    cfg = ExperimentConfig().with_overrides({"embeddings.weighted": ["cat_1"]})
+    with pytest.raises(
+        ConfigError, match=r"embeddings.weighted=\['cat_1'\]: data.source=synthetic"
+    ):
+        check_weighted(cfg)
+    check_weighted(ExperimentConfig())
