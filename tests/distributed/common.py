@@ -116,16 +116,20 @@ def concat_batches(parts):
 
     kjts = [p.sparse_features for p in parts]
     keys = kjts[0].keys()
-    values, lengths = [], []
+    values, lengths, weights = [], [], []
+    weighted = kjts[0].weights_or_none() is not None
     for k in keys:
         for kjt in kjts:
             values.append(kjt[k].values())
+            if weighted:
+                weights.append(kjt[k].weights())
     for i, _ in enumerate(keys):
         for kjt in kjts:
             lengths.append(kjt.lengths().view(len(keys), -1)[i])
     kjt = KeyedJaggedTensor(
         keys=keys,
         values=torch.cat(values),
+        weights=torch.cat(weights) if weighted else None,
         lengths=torch.cat(lengths),
         stride=sum(k.stride() for k in kjts),
     )

@@ -60,8 +60,9 @@ def test_sharded_matches_unsharded_with_layer_norm_and_embedding_weight_decay():
 
 
 def _rank_fn_own_data(rank, world, folder):
-    """Forward and K training steps on a user's data (multi-hot bags of real lengths, sum and
-    mean pooling, two tasks, a QR table, a column-wise table) against the unsharded model."""
+    """Forward and K training steps on a user's data (multi-hot bags of real lengths, a
+    weighted list in a shared table, two tasks, a QR table, a column-wise table) against the
+    unsharded model."""
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
@@ -96,7 +97,7 @@ def test_sharded_matches_unsharded_on_multi_hot_own_data(demo_prepared):
     assert {f"t_{largest}_q", f"t_{largest}_r"} <= set(plan)  # QR on the largest table
     assert plan["t_tags"]["sharding_type"] == "column_wise" and len(plan["t_tags"]["ranks"]) == 2
     assert {r for p in plan.values() for r in p["ranks"]} == {0, 1}  # tables on both ranks
-    assert cfg.embeddings.pooling_of("tags") == "mean" and len(cfg.loss.tasks) == 2
+    assert cfg.embeddings.weighted == ["history"] and len(cfg.loss.tasks) == 2
     assert len(results[0]["lengths"] | results[1]["lengths"]) > 5  # bags of many lengths, 0 too
     assert 0 in results[0]["lengths"] | results[1]["lengths"]
     for r in results:
