@@ -160,8 +160,8 @@ def weights_problem(
         if column not in table.column_names or name not in table.column_names:
             continue
         spec = schema.id_spec(name)
-        ids = codes[name][1] if codes and name in codes else sparse_codes_of(
-            table.column(name), spec)[1]  # fmt: skip
+        # the id lists' lengths: the batch's codes have them, else the lists (no hashing)
+        ids = codes[name][1] if codes and name in codes else as_list(table.column(name), spec)[1]
         weights = list_weights(table.column(column), spec)[1]
         bad = ids != weights
         if bad.any():
