@@ -27,9 +27,10 @@ def two_nodes():
     import ray
     from ray.cluster_utils import Cluster
 
-    from recsys.cluster import connect
+    from recsys.cluster import connect, local_system_config
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3})
+    head = {"num_cpus": 3, "_system_config": local_system_config()}  # workers at nice 0, as ours
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     cluster.add_node(num_cpus=3)
     connect(cluster.address, log_to_driver=False)
     try:
