@@ -7,11 +7,13 @@ states: the CPU generator's and, on a GPU worker, its device's (FBGEMM's fp16/bf
 stochastically in backward with the CUDA generator, so an exact resume needs it). Everything
 loads with DCP or ``torch.load(weights_only=True)``: no arbitrary pickles.
 
-A checkpoint loads on any number of workers. DCP reshards the tables and the optimizer state
-(fused and dense) to the loading plan, exactly. What is per rank follows a rule (``load``):
-step and best report are the same on every rank; rank ``r`` takes rank ``r``'s RNG states if the
-saving run had that rank, else a generator seeded from the step and ``r``; the data position is
-mapped by the trainer (``recsys.data.loader.map_position``).
+A checkpoint loads on any number of workers and any sharding plan. DCP reshards the tables and
+the optimizer state (fused and dense) to the loading plan, exactly, except the row-wise state of a
+table whose number of column shards changed, which is mapped by the rule in
+``recsys.distributed.rowwise_state`` and named in ``TrainState.remapped``. What is per rank
+follows a rule (``load``): step and best report are the same on every rank; rank ``r`` takes
+rank ``r``'s RNG states if the saving run had that rank, else a generator seeded from the step
+and ``r``; the data position is mapped by the trainer (``recsys.data.loader.map_position``).
 
 With Ray Train every rank saves into its own local folder and reports it; Ray merges the folders
 into one checkpoint directory on the run's storage.
@@ -28,6 +30,8 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+
+from recsys.distributed import rowwise_state
 
 CPU = torch.device("cpu")
 
@@ -51,6 +55,9 @@ class TrainState:
     wall_s: float = 0.0
     worker_s: float = 0.0
     samples_seen: int = 0
+    # tables whose row-wise optimizer state was mapped to this plan's column shards (as
+    # ``"t_x (2 column shards -> 1 shard of all columns)"``); empty when the plan kept the layout
+    remapped: tuple[str, ...] = ()
 
 
 def _worker_file(folder: str, rank: int) -> str:
@@ -178,7 +185,7 @@ def load(
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
     if not has_optimizer_state(folder):  # stateless optimizers (SGD): DCP wrote no "optim"
         del state["optim"]
-    dcp.load(state, checkpoint_id=folder)
+    remaps = load_state(folder, state)
     model.load_state_dict(state["model"])
     if "optim" in state:
         optimizer.load_state_dict(state["optim"])
@@ -199,7 +206,39 @@ def load(
         wall_s=float(extra.get("wall_s", 0.0)),
         worker_s=float(extra.get("worker_s", 0.0)),
         samples_seen=int(extra.get("samples_seen", 0)),
+        remapped=tuple(r.describe() for r in remaps),
     )
+
+
+def load_state(folder: str, state: dict[str, Any]) -> list[rowwise_state.Remap]:
+    """``dcp.load`` into ``state`` (collective), mapping the row-wise optimizer states whose
+    layout the loading plan changed (``rowwise_state``); returns those. A state the checkpoint
+    lacks or cannot map raises ``CheckpointError`` naming it, before anything is loaded."""
+    metadata = FileSystemReader(folder).read_metadata()
+    flat = rowwise_state.flatten(state)
+    missing = sorted(k for k in flat if k not in metadata.state_dict_metadata)
+    if missing:
+        raise CheckpointError(
+            f"{folder} has no {missing[0]} ({len(missing)} missing): it was saved by another "
+            "model or another optimizer, or with this table data-parallel in one run and sharded "
+            "in the other; resume with the saving run's config"
+        )
+    try:
+        remaps = rowwise_state.plan_remaps(metadata, flat)
+    except rowwise_state.LayoutError as e:
+        raise CheckpointError(f"{folder}: {e}") from None
+    targets = {}
+    for r in remaps:  # read whole in the saved layout, then mapped into this plan's shards
+        holder, name = flat[r.key]
+        saved: Any = metadata.state_dict_metadata[r.key]  # a tensor's (plan_remaps found it)
+        targets[r.key] = holder[name]
+        holder[name] = torch.empty(tuple(saved.size), dtype=saved.properties.dtype)
+    dcp.load(state, checkpoint_id=folder)
+    for r in remaps:
+        holder, name = flat[r.key]
+        rowwise_state.fill(targets[r.key], rowwise_state.mapped(r, holder[name]))
+        holder[name] = targets[r.key]
+    return remaps
 
 
 def seed_new_rank(step: int, rank: int, device: torch.device) -> None:

@@ -171,25 +171,18 @@ class Trainer:
         self.stopped_early = False
 
     def _reshard_position(self) -> str:
-        """Carry a checkpoint of another number of workers to this one: the data position by
-        ``map_position``; returns the notice for the log and the first report ('' if the
-        number is the same)."""
+        """Carry a checkpoint of another number of workers or another plan to this one: the data
+        position by ``map_position``; returns the notice for the log and the first report ('' if
+        neither changed)."""
         start, stop = shard_range(len(self.splits.train), self.env.rank, self.env.world_size)
         state, rows = self.state, stop - start
         saved = state.saved_world_size
         if state.shard_rows and state.shard_rows != rows:
             state.data_position = map_position(state.data_position, state.shard_rows, rows)
         state.shard_rows = rows
-        if not saved or saved == self.env.world_size:
+        if not saved or (saved == self.env.world_size and not state.remapped):
             return ""
-        per_worker = self.cfg.train.batch_size
-        note = (
-            f"resumed at step {state.step} on {self.env.world_size} workers from a checkpoint of "
-            f"{saved}: tables and optimizer state resharded exactly; the data position kept its "
-            f"epoch and the fraction done (rows of the current epoch may repeat or be skipped); "
-            f"ranks {saved} and up got fresh RNG seeds; the global batch is now "
-            f"{per_worker * self.env.world_size} (was {per_worker * saved})"
-        )
+        note = resume_note(state, self.env.world_size, self.cfg.train.batch_size)
         if self.env.is_main:
             self.log(f"warning: {note}")
         return note
@@ -375,3 +368,27 @@ class Trainer:
         }
         self.reporter.report(metrics, "", step)
         return metrics
+
+
+def resume_note(state: checkpoint.TrainState, world_size: int, batch_size: int) -> str:
+    """The notice of a resume on another number of workers or another plan (``state`` as
+    restored; ``batch_size`` per worker)."""
+    saved = state.saved_world_size
+    note = f"resumed at step {state.step} on {world_size} workers from a checkpoint of {saved}: "
+    if state.remapped:
+        note += (
+            "tables resharded exactly; the row-wise optimizer state of "
+            f"{', '.join(state.remapped)} mapped to this plan's column shards (a row's state is "
+            "the column-weighted mean of its saved shards' states: exact where shards merge, "
+            "each part starting from the whole shard's where one splits); the rest of the "
+            "optimizer state resharded exactly"
+        )
+    else:
+        note += "tables and optimizer state resharded exactly"
+    if saved != world_size:
+        note += (
+            "; the data position kept its epoch and the fraction done (rows of the current epoch "
+            f"may repeat or be skipped); ranks {saved} and up got fresh RNG seeds; the global "
+            f"batch is now {batch_size * world_size} (was {batch_size * saved})"
+        )
+    return note
