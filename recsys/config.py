@@ -534,9 +534,10 @@ class OptimConfig:
         decay_power: the decay's exponent.
         end_lr_factor: the final learning rate as a share of the peak.
         weight_decay: dense weight decay (the ``dense_optimizer``'s own ``weight_decay``: L2, added
-            to the gradient). It also applies to a table trained by the dense optimizer: one
-            ``sharding`` constrains to ``data_parallel`` or the ``dense`` compute kernel (the
-            planner's own choice is the fused kernel).
+            to the gradient). It also applies to a table trained by the dense optimizer: one whose
+            ``sharding`` names ``data_parallel`` or the ``dense`` compute kernel. Such a table is
+            trained by ``dense_optimizer`` at ``lr``, not at ``embedding_lr``. The planner never
+            makes a table data-parallel on its own (TorchRec's would, for small tables on GPUs).
         embedding_weight_decay: weight decay on the embedding tables, applied by the fused FBGEMM
             optimizer in backward (``0``: none). FBGEMM updates only the rows a batch looks up,
             so a row is decayed at the steps that read it, never in between (a rare id is decayed
@@ -721,7 +722,9 @@ class TableSharding:
 
     Attributes:
         sharding_types: allowed types (``table_wise``, ``column_wise``, ``row_wise``,
-            ``table_row_wise``, ``data_parallel``); empty = any.
+            ``table_row_wise``, ``data_parallel``); empty = any of these but ``data_parallel``
+            (which the dense optimizer would train: see ``optim.weight_decay``), and on CPU
+            ``table_wise`` or ``column_wise``.
         compute_kernels: allowed kernels (``fused``, ``dense``); empty = any.
         min_partition: smallest column-wise shard width.
     """

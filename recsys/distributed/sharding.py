@@ -119,34 +119,43 @@ def constraints(
 ) -> dict[str, ParameterConstraints]:
     """Per-table planner constraints; unknown table names and CUDA-only types on CPU are errors.
 
-    Half-precision tables (``half``) are never data-parallel: those would be updated by the dense
-    optimizer, whose epsilon (1e-8) is zero in half precision (0/0 = NaN); the fused FBGEMM
+    A table is data-parallel only where its ``sharding`` names ``data_parallel``. Left to itself,
+    TorchRec's planner makes small tables data-parallel on GPUs (replicated, ``dense`` kernel),
+    and those are trained by the dense optimizer at ``optim.lr`` instead of the fused embedding
+    optimizer at ``optim.embedding_lr``: which tables that hits would change with the number of
+    GPUs, and with it the model a trial trains. Every table the user did not pin stays in the
+    fused optimizer. Half-precision tables (``half``) are never data-parallel: the dense
+    optimizer's epsilon (1e-8) is zero in half precision (0/0 = NaN); the fused FBGEMM
     optimizers keep their state in float32."""
     for name in cfg.tables:
         if name not in table_names:
             raise ConfigError(
                 f"sharding.tables: unknown table {name!r}{nearest(name, table_names)}"
             )
-    out = {}
-    for name in table_names:
-        t = cfg.tables.get(name, cfg.default)
-        if half and "data_parallel" in t.sharding_types:
-            raise ConfigError(f"sharding of {name}: data_parallel cannot hold fp16/bf16 tables")
-        if half and not t.sharding_types:
-            allowed: list[ShardingType] = [s for s in SHARDING_TYPES if s != "data_parallel"]
-            if compute_device == "cpu":
-                allowed = [s for s in allowed if s not in CUDA_ONLY_SHARDING]
-            t = TableSharding(allowed, t.compute_kernels, t.min_partition)
+    return {name: _table_constraint(name, cfg, compute_device, half) for name in table_names}
+
+
+def _table_constraint(
+    name: str, cfg: ShardingConfig, compute_device: str, half: bool
+) -> ParameterConstraints:
+    """One table's constraints (``constraints``): its own or the default, checked, and without
+    ``data_parallel`` unless named there."""
+    t = cfg.tables.get(name, cfg.default)
+    if half and "data_parallel" in t.sharding_types:
+        raise ConfigError(f"sharding of {name}: data_parallel cannot hold fp16/bf16 tables")
+    if compute_device == "cpu":
+        bad = [s for s in t.sharding_types if s in CUDA_ONLY_SHARDING]
+        if bad:
+            raise ConfigError(
+                f"sharding of {name}: {bad[0]} needs CUDA; use table_wise, "
+                "column_wise or data_parallel on CPU"
+            )
+    if not t.sharding_types:
+        allowed: list[ShardingType] = [s for s in SHARDING_TYPES if s != "data_parallel"]
         if compute_device == "cpu":
-            bad = [s for s in t.sharding_types if s in CUDA_ONLY_SHARDING]
-            if bad:
-                raise ConfigError(
-                    f"sharding of {name}: {bad[0]} needs CUDA; use table_wise, "
-                    "column_wise or data_parallel on CPU"
-                )
-        if t.sharding_types or t.compute_kernels or t.min_partition is not None:
-            out[name] = _constraint(t)
-    return out
+            allowed = [s for s in allowed if s not in CUDA_ONLY_SHARDING]
+        t = TableSharding(allowed, t.compute_kernels, t.min_partition)
+    return _constraint(t)
 
 
 class DataParallelSpecNote(logging.Filter):

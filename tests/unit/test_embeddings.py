@@ -172,13 +172,15 @@ def test_bad_qr_configs():
         QRConfig(operation="max")  # type: ignore[arg-type]
 
 
-def test_half_tables_are_never_data_parallel():
+def test_tables_are_data_parallel_only_where_pinned_and_half_tables_never():
     from recsys.config import ShardingConfig, TableSharding
     from recsys.distributed.sharding import constraints
 
-    free = constraints(ShardingConfig(), ["t_a", "t_b"], "cpu", half=True)
-    assert all("data_parallel" not in c.sharding_types for c in free.values())
-    assert constraints(ShardingConfig(), ["t_a"], "cpu", half=False) == {}
+    for half in (True, False):
+        free = constraints(ShardingConfig(), ["t_a", "t_b"], "cpu", half=half)
+        assert [c.sharding_types for c in free.values()] == [["table_wise", "column_wise"]] * 2
+    pinned = ShardingConfig(tables={"t_a": TableSharding(["data_parallel"])})
+    assert constraints(pinned, ["t_a"], "cpu")["t_a"].sharding_types == ["data_parallel"]
     dp = ShardingConfig(tables={"t_a": TableSharding(["data_parallel"])})
     with pytest.raises(ConfigError, match="data_parallel cannot hold fp16"):
         constraints(dp, ["t_a"], "cpu", half=True)

@@ -114,6 +114,28 @@ def test_planner_is_told_the_real_gpu_memory_and_the_batch_size():
     assert cpu.local_world_size == 2 and cpu.compute_device == "cpu"
 
 
+def test_on_gpus_every_table_stays_in_the_fused_optimizer_unless_pinned_data_parallel():
+    """TorchRec's planner makes small tables data-parallel on GPUs, where the dense optimizer
+    would train them at optim.lr; only a table whose sharding names data_parallel is."""
+    from recsys.config import TableSharding
+    from recsys.distributed.sharding import Machine, planner, sharders
+
+    cfg, model, names = _big_model(dim=16)
+    gpus = Machine("cuda", 80 * 2**30, 256 * 2**30)
+
+    def kinds(sharding):
+        p, _ = planner(sharding, names, gpus, 2, 2, 2048)
+        plan = p.plan(model, sharders(cfg.optim))
+        return {t: (ps.sharding_type, ps.compute_kernel) for mp in plan.plan.values()
+                for t, ps in mp.items()}  # fmt: skip
+
+    free = kinds(cfg.sharding)
+    assert {k for _, k in free.values()} == {"fused"}
+    assert "data_parallel" not in {t for t, _ in free.values()}
+    pinned = dataclasses.replace(cfg.sharding, tables={names[0]: TableSharding(["data_parallel"])})
+    assert kinds(pinned)[names[0]] == ("data_parallel", "dense")
+
+
 def test_machine_of_a_gpu_worker_reads_its_gpu_and_shares_host_memory(monkeypatch):
     from recsys.distributed import sharding
     from recsys.distributed.env import WorkerEnv
