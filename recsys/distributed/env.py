@@ -33,6 +33,14 @@ class WorkerEnv:
     local_rank: int
     local_world_size: int
     device: torch.device
+    # workers of any trial that may share this worker's node and its host memory (a sweep runs
+    # up to --max-concurrent trials at once); 0: this run's own local_world_size
+    node_workers: int = 0
+
+    @property
+    def host_share(self) -> int:
+        """How many workers the node's host memory is divided among."""
+        return max(self.local_world_size, self.node_workers)
 
     @property
     def compute_device(self) -> str:
@@ -44,9 +52,10 @@ class WorkerEnv:
         return self.rank == 0
 
 
-def current(use_gpu: bool) -> WorkerEnv:
+def current(use_gpu: bool, node_workers: int = 0) -> WorkerEnv:
     """This worker's env from the initialised process group and the LOCAL_* variables set by
-    the launcher (Ray Train sets LOCAL_RANK / LOCAL_WORLD_SIZE, as torchrun does)."""
+    the launcher (Ray Train sets LOCAL_RANK / LOCAL_WORLD_SIZE, as torchrun does);
+    ``node_workers`` as ``WorkerEnv`` has it."""
     if not dist.is_initialized():
         raise RuntimeError("no process group: launch through Ray Train or the test harness")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -56,6 +65,7 @@ def current(use_gpu: bool) -> WorkerEnv:
         local_rank=local_rank,
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.get_world_size()))),
         device=device_for(use_gpu, local_rank),
+        node_workers=node_workers,
     )
     if use_gpu:
         torch.cuda.set_device(env.device)

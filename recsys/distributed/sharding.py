@@ -179,8 +179,8 @@ class Machine:
 
     Attributes:
         device: ``cuda`` or ``cpu``. hbm: bytes of the worker's GPU (None on CPU).
-        ddr: host memory per worker (the node's memory over its workers); on CPU it is also the
-            device's memory.
+        ddr: host memory per worker (the node's memory over every worker that may run on it:
+            ``WorkerEnv.host_share``); on CPU it is also the device's memory.
     """
 
     device: str
@@ -189,11 +189,12 @@ class Machine:
 
     @classmethod
     def of(cls, env: WorkerEnv) -> Machine:
-        """This worker's: the GPU's real memory, the host's memory over the node's workers."""
+        """This worker's: the GPU's real memory, the host's memory over the workers that may share
+        the node (this run's, and other trials' where a sweep runs several at once)."""
         hbm = None
         if env.device.type == "cuda":
             hbm = int(torch.cuda.get_device_properties(env.device).total_memory)
-        return cls(env.compute_device, hbm, host_memory_bytes() // env.local_world_size)
+        return cls(env.compute_device, hbm, host_memory_bytes() // env.host_share)
 
 
 def topology(world_size: int, local_world_size: int, machine: Machine) -> Topology:

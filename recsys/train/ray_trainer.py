@@ -29,6 +29,7 @@ class Resources:
     num_workers: int = 2
     use_gpu: bool = False
     cpus_per_worker: float = 1.0
+    node_workers: int = 0  # workers of all trials that may share a node (``WorkerEnv``); 0: own
 
     def __post_init__(self) -> None:
         check(self.num_workers >= 1, "num_workers", self.num_workers, "must be >= 1")
@@ -56,7 +57,11 @@ def make_trainer(
     slots = node_slots(alive_nodes(), resources.cpus_per_worker, per_worker.get("GPU", 0))
     return TorchTrainer(
         train_loop,
-        train_loop_config={"experiment": cfg.to_dict(), "use_gpu": resources.use_gpu},
+        train_loop_config={
+            "experiment": cfg.to_dict(),
+            "use_gpu": resources.use_gpu,
+            "node_workers": resources.node_workers,
+        },
         torch_config=TorchConfig(backend=backend_for(resources.use_gpu)),
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,

@@ -124,7 +124,8 @@ def quiet_libraries() -> None:
 
 
 def train_func(config: dict[str, Any]) -> None:
-    """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool}``.
+    """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool,
+    "node_workers": int}`` (``node_workers``: as ``WorkerEnv`` has it; absent: 0).
 
     TorchRec (and FBGEMM, which logs every library it loads at INFO on the root logger, which Ray
     Train sets to INFO in its workers) is imported only after ``quiet_libraries``. A budget in
@@ -136,7 +137,7 @@ def train_func(config: dict[str, Any]) -> None:
 
     cfg = ExperimentConfig.from_dict(config["experiment"])
     use_gpu = bool(config.get("use_gpu", False))
-    env = current(use_gpu)
+    env = current(use_gpu, int(config.get("node_workers", 0)))
     if use_gpu and ray.train.torch.get_device() != env.device:
         raise RuntimeError(
             f"Ray placed this worker on {ray.train.torch.get_device()} but TorchRec shards on "

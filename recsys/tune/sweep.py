@@ -234,18 +234,22 @@ def machine_spec(opts: SweepOptions, nodes: list[dict[str, float]]) -> dict[str,
     (``Machine.of``): its device's memory (a GPU's HBM, measured on one of the cluster's GPUs, or
     ``--device-memory-gb``; on CPU its share of host memory) and its share of the host memory
     of its node (``host_memory_bytes``, measured on the smallest node that can hold workers).
-    Workers share a node ``local_world_size`` at a time."""
+    A trial's workers share a node ``local_world_size`` at a time, and up to
+    ``--max-concurrent`` trials may run on one node: the node's memory is divided among
+    ``node_workers``, every worker the sweep may place there, by the workers too (passed to
+    them with the trial's ``Resources``)."""
     from recsys.cluster import node_host_memory, node_slots
 
     gpus = 1.0 if opts.use_gpu else 0.0
-    slots = node_slots(nodes, opts.cpus_per_worker, gpus)
-    local = max(1, min(opts.num_workers, max(slots, default=1)))
-    ddr = node_host_memory(opts.cpus_per_worker, gpus) // local
+    slots = max(node_slots(nodes, opts.cpus_per_worker, gpus), default=1)
+    local = max(1, min(opts.num_workers, slots))
+    share = max(local, min(slots, opts.max_concurrent * local))
+    ddr = node_host_memory(opts.cpus_per_worker, gpus) // share
     given = int(opts.device_memory_gb * 2**30) if opts.device_memory_gb else None
+    spec = {"ddr": ddr, "local_world_size": local, "node_workers": share}
     if not opts.use_gpu:
-        return {"device": "cpu", "hbm": None, "ddr": given or ddr, "local_world_size": local}
-    hbm = given or gpu_memory()
-    return {"device": "cuda", "hbm": hbm, "ddr": ddr, "local_world_size": local}
+        return {**spec, "device": "cpu", "hbm": None, "ddr": given or ddr}
+    return {**spec, "device": "cuda", "hbm": given or gpu_memory()}
 
 
 def gpu_memory(timeout_s: float = 120.0) -> int:

@@ -58,7 +58,8 @@ class TrialSpec:
     metric: str = "val_auc"
     mode: str = "max"
     constraints: dict[str, float] | None = None
-    machine: dict[str, Any] | None = None  # Machine fields, and "local_world_size"
+    # Machine fields, "local_world_size" and "node_workers" (``recsys.tune.sweep.machine_spec``)
+    machine: dict[str, Any] | None = None
     role: str = "trial"  # the phase: "trial" (the search), "baseline" or "confirm"
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +127,12 @@ def check_feasible(cfg: ExperimentConfig, spec: TrialSpec) -> feasibility.Verdic
     return feasibility.check(cfg, constraints, machine, spec.num_workers, local)
 
 
+def trial_resources(spec: TrialSpec) -> Resources:
+    """The trial's workers, told how many workers may share their node's host memory."""
+    share = int((spec.machine or {}).get("node_workers", 0))
+    return Resources(spec.num_workers, spec.use_gpu, spec.cpus_per_worker, node_workers=share)
+
+
 def refuse(tracker: Tracker, run_id: str, verdict: feasibility.Verdict, metric: str) -> None:
     """Record an infeasible trial (no worker was started) in MLflow and Tune: its sizes, and no
     score (every report carries the keys the searcher and scheduler read)."""
@@ -155,7 +162,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     backfill(tracker, run_id, os.path.join(train_storage, f"trial_{trial_id}"))
     trainer = make_trainer(
         cfg,
-        Resources(spec.num_workers, spec.use_gpu, spec.cpus_per_worker),
+        trial_resources(spec),
         name=f"trial_{trial_id}",
         storage_path=train_storage,
         max_failures=spec.max_failures,

@@ -148,6 +148,37 @@ def test_machine_of_a_gpu_worker_reads_its_gpu_and_shares_host_memory(monkeypatc
     assert sharding.Machine.of(env) == sharding.Machine("cuda", 85_000_000_000, 2**40)
 
 
+def test_host_memory_is_shared_by_every_worker_the_sweep_may_place_on_a_node(monkeypatch):
+    """With --max-concurrent trials on one node, the planner's host memory per worker (UVM
+    placement) is the node's over all their workers, in the sweep's check and in the workers."""
+    import recsys.cluster
+    from recsys.distributed import sharding
+    from recsys.distributed.env import WorkerEnv
+    from recsys.tune.state import SweepOptions
+    from recsys.tune.sweep import machine_spec
+    from recsys.tune.trial import TrialSpec, trial_resources
+
+    monkeypatch.setattr(recsys.cluster, "node_host_memory", lambda cpus, gpus: 48 * 2**30)
+    nodes = [{"CPU": 8.0}]  # 8 worker slots of 1 CPU
+    shares = {}
+    for concurrent in (1, 3, 10):
+        opts = SweepOptions("s", "/x", "sqlite://", max_concurrent=concurrent, num_workers=2,
+                            cpus_per_worker=1.0)  # fmt: skip
+        spec = machine_spec(opts, nodes)
+        shares[concurrent] = (spec["node_workers"], spec["ddr"], spec["local_world_size"])
+    assert shares == {1: (2, 24 * 2**30, 2), 3: (6, 8 * 2**30, 2), 10: (8, 6 * 2**30, 2)}
+    trial = TrialSpec(sweep="s", base={}, storage="/x", tracking_uri="sqlite://", experiment_id="1",
+                      parent_run_id="p", num_workers=2, use_gpu=False, cpus_per_worker=1.0,
+                      max_failures=0, machine=machine_spec(opts, nodes))  # fmt: skip
+    assert trial_resources(trial).node_workers == 8
+    monkeypatch.setattr(sharding, "host_memory_bytes", lambda: 48 * 2**30)
+    env = WorkerEnv(rank=0, world_size=2, local_rank=0, local_world_size=2,
+                    device=torch.device("cpu"), node_workers=8)  # fmt: skip
+    assert sharding.Machine.of(env).ddr == 6 * 2**30
+    alone = dataclasses.replace(env, node_workers=0)  # recsys-train: its own workers
+    assert sharding.Machine.of(alone).ddr == 24 * 2**30
+
+
 def test_batches_are_pinned_only_on_gpu_workers(monkeypatch):
     import numpy as np
     from torchrec.datasets.utils import Batch
