@@ -36,6 +36,7 @@ case $verb in
         exec "$py" -m pytest -n "${RECSYS_TEST_PROCS:-2}" --dist loadfile --no-loadscope-reorder "$@" ;;
     gpu-check)
         if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+            python3 scripts/gpu_check.py --list
             echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi lists none); nothing was run" >&2
             exit 1
         fi

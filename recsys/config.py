@@ -676,6 +676,13 @@ class TrainConfig:
             run's storage is not a file system (an object store URI); empty: the system's temp
             folder. Its free space is checked before each checkpoint. On a file-system storage
             (a local or mounted path) checkpoints are written there directly, never staged.
+        deterministic: GPU workers run deterministic kernels where torch offers them
+            (``torch.use_deterministic_algorithms(True, warn_only=True)``,
+            ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` for cuBLAS, cuDNN's deterministic mode), so a
+            resumed run repeats an uninterrupted one and two runs of one seed agree. FBGEMM's
+            ``exact_*`` optimizers and its embedding Adam are deterministic by design (rows are
+            sorted before their updates). ``false``: torch's faster defaults. CPU kernels are
+            deterministic either way.
     """
 
     batch_size: int = 256
@@ -692,6 +699,7 @@ class TrainConfig:
     patience: int = 0
     quiet: bool = False
     checkpoint_staging: str = ""
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         check_choices(self, "train")

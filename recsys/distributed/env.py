@@ -52,6 +52,22 @@ class WorkerEnv:
         return self.rank == 0
 
 
+CUBLAS_DETERMINISTIC = ":4096:8"  # the workspace setting cuBLAS needs to be deterministic
+
+
+def deterministic_kernels(device: torch.device) -> None:
+    """On a GPU worker, make torch choose deterministic kernels (``train.deterministic``):
+    cuBLAS's workspace setting (read when the process makes its cuBLAS handle, so this runs
+    before any training), torch's deterministic algorithms (warning, not failing, where an op has
+    none) and cuDNN's deterministic mode. A CPU worker is left as it is."""
+    if device.type != "cuda":
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
 def current(use_gpu: bool, node_workers: int = 0) -> WorkerEnv:
     """This worker's env from the initialised process group and the LOCAL_* variables set by
     the launcher (Ray Train sets LOCAL_RANK / LOCAL_WORLD_SIZE, as torchrun does);

@@ -36,7 +36,7 @@ from recsys.data.dataset import check_weighted, with_budget
 from recsys.data.loader import map_position
 from recsys.data.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
-from recsys.distributed.env import WorkerEnv
+from recsys.distributed.env import WorkerEnv, deterministic_kernels
 from recsys.models import embedding_report
 from recsys.train.build import build
 from recsys.train.evaluation import evaluate
@@ -129,6 +129,8 @@ class Trainer:
         t_start = time.perf_counter()
         self.cfg, self.env, self.reporter, self.log = cfg, env, reporter, log
         self.clock = Clock()
+        if cfg.train.deterministic:
+            deterministic_kernels(env.device)
         check_weighted(cfg)
         self.splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
         built = build(cfg, env)

@@ -28,6 +28,15 @@ def test_items_needing_more_gpus_make_the_verdict_incomplete_not_passed():
     assert gpu_check.verdict([], gpus=1)[1] == 1
 
 
+def test_a_machine_without_gpus_lists_every_item_with_the_gpus_it_needs():
+    out = subprocess.run(["bash", os.path.join(ROOT, "run.sh"), "gpu-check"], capture_output=True,
+                         text=True, env={**os.environ, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.returncode == 1 and "nothing was run" in out.stderr
+    lines = out.stdout.splitlines()
+    assert lines == [f"NOT RUN  {name} ({need} GPU)" for name, need, _ in gpu_check.ITEMS]
+    assert any("within 1e-6" in line for line in lines)  # the resume items say their tolerance
+
+
 def test_one_gpu_has_a_variant_of_every_kind_of_item():
     one = " ".join(name for name, need, _ in gpu_check.ITEMS if need == 1)
     for kind in ("resume", "export", "Pipeline", "killed", "smoke sweep"):

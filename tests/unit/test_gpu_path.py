@@ -285,6 +285,36 @@ def test_evaluation_leaves_the_embedding_optimizers_step_counter_where_training_
     assert int(model.tbe.iter.item()) == 4 and int(model.tbe.iter_cpu.item()) == 4
 
 
+def test_gpu_workers_run_deterministic_kernels_unless_told_not_to(monkeypatch):
+    """A resumed GPU run repeats the uninterrupted one only with deterministic cuBLAS and torch
+    kernels: a GPU worker sets them (train.deterministic, on by default), a CPU worker is left
+    alone, and the Trainer calls it before it builds anything."""
+    from recsys.config import TrainConfig
+    from recsys.distributed.env import deterministic_kernels
+    from recsys.train import trainer
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)  # fmt: skip
+    try:
+        deterministic_kernels(torch.device("cpu"))
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        assert not torch.are_deterministic_algorithms_enabled()
+        deterministic_kernels(torch.device("cuda", 0))
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
+    assert TrainConfig().deterministic
+    source = Path(trainer.__file__).read_text()
+    init = source[source.index("    def __init__") : source.index("load_splits(")]
+    assert "deterministic_kernels(env.device)" in init
+
+
 def test_cuda_rng_state_is_saved_and_restored_per_device(monkeypatch):
     calls = []
     state = torch.arange(16, dtype=torch.uint8)
