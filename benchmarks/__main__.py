@@ -13,6 +13,8 @@ BENCHMARKS.md with the machine, versions, date and command.
     .venv/bin/python -m benchmarks store               # MLflow rows and bytes per trial-step
     .venv/bin/python -m benchmarks soak                # 200 trials, a PostgreSQL-backed server,
                                                        # driver/server/worker faults mid-flight
+    .venv/bin/python -m benchmarks export --gib 2      # INT8 export of 2 GiB of FP32 tables:
+                                                       # peak memory and time
     .venv/bin/python -m benchmarks quality             # the sweep's best against a plain MLP,
                                                        # its references against scikit-learn's LR
                                                        # and a plain FM, and the oracle
@@ -83,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     k.add_argument("--trials", type=int, default=200)
     k.add_argument("--small", type=int, default=16, help="trials of the reference sweep")
     k.add_argument("--seed", type=int, default=0, help="where the faults fall")
+    x = sub.add_parser("export", help="INT8 export of a large checkpoint: peak memory, time")
+    x.add_argument("--gib", type=float, default=2.0, help="FP32 bytes of the tables, in GiB")
     u = sub.add_parser(
         "quality", help="the sweep's best against hand-written models and the oracle"
     )
@@ -97,6 +101,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> str:
+    if args.bench == "export":
+        from benchmarks import export
+
+        return export.run(args.gib)
     if args.bench == "quality":
         from benchmarks import quality
 

@@ -63,9 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     print(f"exported {report.dtype} model: {report.path}")
+    print(f"  on the first {report.rows:,} test rows:")
     print(f"  test AUC {report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f})")
     print(f"  log loss {report.exported_log_loss:.4f} (FP32 {report.fp32_log_loss:.4f})")
-    print(f"  largest probability difference {report.max_prob_diff:.2e} over {report.rows} rows")
+    print(f"  largest probability difference {report.max_prob_diff:.2e}")
     tables, fp32 = report.exported_table_bytes / 2**20, report.fp32_table_bytes / 2**20
     print(f"  tables {tables:.2f} MB (FP32 {fp32:.2f} MB)")
 

@@ -462,8 +462,8 @@ INT8_MAX_PROB_DIFF = 0.02  # row-wise INT8 tables: |p_int8 - p_fp32| on every te
 EXPORT_ROWS = 64  # the test rows both ranks score in-process after training (``export_rank``)
 
 
-def export_rank(rank, world, root, use_gpu=False):
-    """Train ``export_config`` to its checkpoint; returns this rank's logits of the first
+def export_rank(rank, world, root, use_gpu=False, arch="dlrm"):
+    """Train ``export_config(arch)`` to its checkpoint; returns this rank's logits of the first
     ``EXPORT_ROWS`` test rows from the trained model in eval mode, in process (``[R, T]``)."""
     from recsys.data import load_splits
     from recsys.data.loader import to_batch
@@ -471,7 +471,7 @@ def export_rank(rank, world, root, use_gpu=False):
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
-    cfg, env = export_config(), current(use_gpu)
+    cfg, env = export_config(arch), current(use_gpu)
     trainer = Trainer(cfg, env, LocalReporter(root, rank), log=lambda s: None)
     trainer.train()
     test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test
@@ -482,16 +482,19 @@ def export_rank(rank, world, root, use_gpu=False):
     return out["logits"].cpu()
 
 
-def export_config():
-    """A tiny DLRM with mixed dims, batch norm and dropout, trained 30 steps."""
+def export_config(arch="dlrm"):
+    """A tiny DLRM with mixed dims, batch norm and dropout (or reference model ``arch``, one
+    table width), trained 30 steps."""
+    mixed = {"embeddings.dims": [8, 16, 8, 16, 16]} if arch == "dlrm" else {}  # `dot` projects
     return tiny_config(
         **{
+            "model.arch": arch,
             "model.norm": "batch",
             "model.dropout": 0.2,
             "train.steps": 30,
             "train.checkpoint_every": 30,
             "train.eval_every": 30,
-            "embeddings.dims": [8, 16, 8, 16, 16],  # mixed dims, projected for `dot`
+            **mixed,
             "sharding.tables": {},
         }
     )

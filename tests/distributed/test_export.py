@@ -51,6 +51,28 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["lr", "fm"])
+def test_reference_models_export_table_by_table(tmp_path, arch):
+    """The references' tables (LR's weights, FM's factors, one QR table) go through the same
+    table-by-table export: the FP32 check and the INT8 model score as the trained model did."""
+    from recsys.export import export
+
+    in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), False, arch, world_size=2)
+    c, ckpt = export_config(arch), str(tmp_path / "ckpt" / "step_00000030")
+    report = export(c, ckpt, str(tmp_path / "out"), "int8")
+    assert report.max_prob_diff < INT8_MAX_PROB_DIFF, report
+    assert report.fp32_table_bytes == 4 * sum(rows * dim for rows, dim in _table_shapes(c)), report
+    _check_against_the_eval_model(c, ckpt, report.path, in_process)
+
+
+def _table_shapes(cfg):
+    from recsys.config import model_tables
+    from recsys.models.embeddings import table_specs
+
+    tables = model_tables(cfg.model, cfg.embeddings, len(cfg.loss.tasks))
+    return [(s.rows, s.dim) for s in table_specs(tables)]
+
+
 def _check_against_the_eval_model(cfg, ckpt, exported, in_process):
     """Both ranks' trained model in eval mode scored the first test rows alike (one set of batch
     norm statistics, no dropout); the checkpoint loaded for export (FP32) scores them as they
