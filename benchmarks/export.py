@@ -30,7 +30,7 @@ def config(gib: float) -> ExperimentConfig:
             "name": "export-bench",
             "embeddings": {"num_embeddings": [rows] * TABLES, "dim": DIM},
             "model": {"num_dense": 13, "bottom_mlp": [64, DIM], "top_mlp": [64, 32]},
-            "data": {"synthetic": {"num_samples": 400_000}},
+            "data": {"synthetic": {"num_samples": 100_000}},  # generated in memory
             "train": {"steps": 2, "batch_size": 512, "eval_every": 0, "checkpoint_every": 2},
             "sharding": {"default": {"sharding_types": ["table_wise"]}},
         }

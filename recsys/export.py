@@ -264,28 +264,52 @@ def convert_tables(
     out = Tables({}, {})
     for path, ebc in collections(model):
         configs = copy.deepcopy(ebc.embedding_bag_configs())
-        weights, pooled = {}, {}
         for table in configs:
             table.data_type = dtype_to_data_type(DTYPES[dtype])
+        # rows unpadded on CPU (TorchRec's sharded CPU kernels use 1; 16 is for CUDA's)
+        quant = QuantEmbeddingBagCollection(
+            configs, ebc.is_weighted(), torch.device("cpu"), torch.float, None,
+            register_tbes=True, cache_features_order=True, row_alignment=1,
+        )  # fmt: skip
+        rows_of = quantized_rows(quant)  # where each table's quantized rows go, allocated once
+        pooled = {}
+        for table in configs:
             weight = read(path, table).float()
             mean = table.pooling == PoolingType.MEAN
             for f in table.feature_names if inputs is not None else []:
                 bags = inputs[path]  # type: ignore[index]
                 pooled[f] = torch.cat([pool(weight, kjt, f, mean) for kjt in bags])
-            weights[table.name] = quantize_table(table.name, weight, table.data_type)
+            rows, scale_bias = quantize_table(table.name, weight, table.data_type)
+            dest_rows, dest_scale_bias = rows_of[table.name]
+            dest_rows.copy_(rows)
+            if scale_bias is not None:
+                dest_scale_bias.copy_(scale_bias)
             out.fp32_bytes += weight.numel() * 4
-            out.quant_bytes += sum(
-                t.numel() * t.element_size() for t in weights[table.name] if t is not None
-            )
-            del weight
-        out.quantized[path] = QuantEmbeddingBagCollection(
-            configs, ebc.is_weighted(), torch.device("cpu"), torch.float, weights,
-            register_tbes=True, cache_features_order=True,
-        )  # fmt: skip
+            out.quant_bytes += sum(t.numel() * t.element_size() for t in (rows, scale_bias)
+                                   if t is not None)  # fmt: skip
+            del weight, rows, scale_bias
+        out.quantized[path] = quant
         if inputs is not None:
             keys = [f for t in configs for f in t.feature_names]
             dims = [t.embedding_dim for t in configs for _ in t.feature_names]
             out.pooled[path] = _Pooled(keys, dims, torch.cat([pooled[f] for f in keys], dim=1))
+    return out
+
+
+def quantized_rows(quant: nn.Module) -> dict[str, Any]:
+    """Allocate the quantized collection's tables (FBGEMM's inference TBEs, built without
+    weights) and return each table's ``(rows, scale and bias)`` views into them, to be filled
+    one table at a time, as ``assign_embedding_weights`` fills them from a list."""
+    from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (
+        IntNBitTableBatchedEmbeddingBagsCodegen as TBE,
+    )
+
+    out = {}
+    for tbe in quant.modules():
+        if isinstance(tbe, TBE):
+            tbe.initialize_weights()
+            views = tbe.split_embedding_weights()
+            out.update({spec[0]: views[i] for i, spec in enumerate(tbe.embedding_specs)})
     return out
 
 
@@ -319,25 +343,16 @@ def swap_in(model: nn.Module, modules: Mapping[str, nn.Module]) -> nn.Module:
 
 
 def script(model: nn.Module, sample: tuple[torch.Tensor, Any]) -> torch.jit.ScriptModule:
-    """Shard a quantized model (raw ids in) for inference on CPU, trace and script it. ``model``
-    is consumed; ``sample`` (dense, raw KJT) runs once first: sharded inference modules set up
-    their input distribution on the first real batch, which tracing cannot provide."""
-    from torchrec.distributed.global_settings import set_propogate_device
+    """Trace a quantized model (raw ids in) with TorchRec's fx tracer and script it. ``sample``
+    (dense, raw KJT) runs once first, as a check that the model scores. The quantized tables are
+    scripted where they are, unsharded: sharding them for inference (``shard_quant_model``)
+    would copy every table into new kernels, twice the quantized model's memory at its peak;
+    a serving host that wants them on several GPUs shards the loaded model itself."""
     from torchrec.fx import symbolic_trace
-    from torchrec.inference.modules import (
-        assign_weights_to_tbe,
-        get_table_to_weights_from_tbe,
-        shard_quant_model,
-    )
 
-    weights = get_table_to_weights_from_tbe(model)
-    set_propogate_device(True)  # place the inference TBEs on the sharding device (CPU here)
-    sharded, _ = shard_quant_model(model, compute_device="cpu", sharding_device="cpu")
-    assign_weights_to_tbe(sharded, weights)  # sharding builds fresh TBEs: carry the weights over
-    del weights
     with torch.no_grad():
-        sharded(*sample)
-    return torch.jit.script(symbolic_trace(sharded))
+        model(*sample)
+    return torch.jit.script(symbolic_trace(model))
 
 
 def quantize_and_script(
