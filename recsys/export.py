@@ -1,15 +1,15 @@
 """From a trained checkpoint to a servable model, with TorchRec's inference workflow.
 
 1. the model is built with its tables on ``meta`` and its dense part loaded from the checkpoint;
-2. each table in turn is read from the sharded checkpoint in FP32 (whatever it was trained in;
+2. TorchRec's ``QuantEmbeddingBagCollection`` is built with its kernels' memory allocated once;
+   each table in turn is read from the sharded checkpoint in FP32 (whatever it was trained in;
    DCP converts on load), quantized row-wise with TorchRec's own rule (``quantize_state_dict``:
-   INT8 by default, INT4 or FP16 selectable) and dropped, so the export never holds more than
-   the quantized tables, one FP32 table and the dense part (a ``criteo_terabyte`` model's FP32
-   tables alone are about 125 GB); the quantized tables make TorchRec's
-   ``QuantEmbeddingBagCollection``, as ``quantize_inference_model`` would have built it;
-3. the quantized module is sharded for inference (``shard_quant_model``, table-wise on one CPU
-   device here; ``world_size`` GPUs on a serving host), with the QR id split in front
-   (``WithRawIds``) so the exported model takes raw ids;
+   INT8 by default, INT4 or FP16 selectable) into its place there, and dropped, so the export
+   never holds more than the quantized tables, one FP32 table and the dense part (a
+   ``criteo_terabyte`` model's FP32 tables alone are about 125 GB);
+3. the QR id split goes in front (``WithRawIds``) so the exported model takes raw ids; the
+   quantized tables stay unsharded (sharding them for inference would copy each into new
+   kernels: twice the quantized tables' memory);
 4. it is traced with TorchRec's fx tracer and scripted (TorchScript), so it loads with
    ``torch.jit.load`` and no Python model code (``import torchrec`` registers the KJT type and
    FBGEMM's ops).
@@ -23,7 +23,7 @@ are computed from shapes (FP32) and from the written file (exported).
 QR tables (two ordinary tables each), tables that several features share (one TorchRec table
 listing them all, quantized once) and mixed dims survive: all are plain TorchRec tables and the id
 split and projections are scriptable. Weighted lists (``embeddings.weighted``) too: the quantized
-collection copies the trained one's ``is_weighted`` (``from_float``; built from the config, never
+collection takes the trained one's ``is_weighted`` (built from the config, never
 from the input, since a collection whose flag is off ignores a KJT's weights), so the exported
 model takes a weighted KJT (``qr_split_kjt`` carries the weights) and ``meta.json`` lists the
 weighted features (``weighted``) beside ``shared``.
