@@ -358,7 +358,7 @@ def script(model: nn.Module, sample: tuple[torch.Tensor, Any]) -> torch.jit.Scri
 def quantize_and_script(
     model: nn.Module, dtype: str, sample: tuple[torch.Tensor, Any]
 ) -> tuple[torch.jit.ScriptModule, int]:
-    """A model with its FP32 tables in memory (raw ids in), quantized, sharded for inference,
+    """A model with its FP32 tables in memory (raw ids in), quantized,
     traced and scripted (consumed); returns the scripted module and its table bytes."""
     tables = convert_tables(model, dtype, memory_reader(model))
     return script(swap_in(model, tables.quantized), sample), tables.quant_bytes
