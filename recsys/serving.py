@@ -74,9 +74,15 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
         self.fitted = load_fitted(folder)
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: Any = None) -> pd.DataFrame:
+        """Probabilities per task. A bad row raises MLflow's invalid-parameter error naming the
+        column and row (``raw_table``), which ``mlflow models serve`` answers with HTTP 400."""
         import torch
+        from mlflow.exceptions import MlflowException
 
-        batch = tabular_batch(model_input, self.fitted, self.meta["table_rows"])
+        try:
+            batch = tabular_batch(model_input, self.fitted, self.meta["table_rows"])
+        except ValueError as e:
+            raise MlflowException.invalid_parameter_value(str(e)) from None
         with torch.no_grad():
             logits = self.model(batch.dense_features, batch.sparse_features)
         probs = torch.sigmoid(logits.float()).numpy()
@@ -158,13 +164,31 @@ def _weights(values: list[Any], name: str) -> Any:
         raise ValueError(f"column {name!r}: weights must be lists of numbers: {e}") from None
 
 
+EPOCH_GUARD = pd.Timestamp("1971-01-01")
+
+
 def _timestamps(values: pd.Series, name: str) -> Any:
+    """A timestamp column as Arrow. A datetime before 1971 is refused naming column and row:
+    it is almost surely a number sent as a timestamp over JSON (pandas writes epoch
+    milliseconds, which MLflow's schema check reads as nanoseconds: 2026 becomes 1970), and the
+    time features derived from it would be silently wrong."""
     import pyarrow as pa
 
     try:
-        return pa.Array.from_pandas(values)
+        arr = pa.Array.from_pandas(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise ValueError(f"column {name!r}: not timestamps: {e}") from None
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        when = values.dt.tz_localize(None) if values.dt.tz is not None else values
+        early = np.flatnonzero((when < EPOCH_GUARD).to_numpy())
+        if len(early):
+            row = int(early[0])
+            raise ValueError(
+                f"column {name!r}, row {row}: {values.iloc[row]} is before 1971, most likely a "
+                "number read as a timestamp (epoch milliseconds read as nanoseconds); send "
+                "timestamps as ISO 8601 strings (pandas: to_json(date_format='iso'))"
+            )
+    return arr
 
 
 def _ids(values: list[Any], id_type: str, multi_hot: bool, name: str) -> Any:

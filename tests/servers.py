@@ -169,6 +169,9 @@ class MlflowServer:
         # no GenAI job runners (huey consumers that outlive a stopped server); a session of its own,
         # so that stop() ends the server and every process it started
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        # the venv's programs first, as the README's commands have them (`mlflow models serve`
+        # starts `uvicorn` by name)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(  # (cwd: where `mlflow ui` puts a default ./mlartifacts)
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
