@@ -48,7 +48,7 @@ ensure_venv() {
         [[ $torch_choice == preinstalled ]] && shared=(--system-site-packages)
         log "creating virtual environment at $venv ${shared[*]}"
         "$python" -m venv "${shared[@]}" "$venv"
-        [[ -n $wheelhouse ]] || "$venv/bin/python" -m pip install --quiet --upgrade pip
+        [[ -n $wheelhouse ]] || "$venv/bin/python" -m pip install --quiet --upgrade pip 2> >(pip_noise)
         if [[ $torch_choice == preinstalled ]]; then see_host_packages; fi
     fi
     return 0
@@ -86,12 +86,27 @@ host_variant() {
     fi
 }
 
+pip_noise() {
+    # pip's stderr minus the noise: mirror folders that lack a package, and setuptools' ten-line
+    # warning on editable installs (a folder named like the package in the working directory
+    # could shadow it), which here is this project's own folder: one line says what it means.
+    awk '
+        /is ignored: it is neither/ { next }
+        /BuildBackendWarning: Editable installation/ {
+            print "[setup] note: recsys is installed in editable mode: it runs from this folder, edits here take effect"
+            skip = 1; next
+        }
+        skip && /with strategy, WheelFile/ { skip = 0; next }
+        skip { next }
+        { print }
+    ' >&2
+}
+
 quiet_pip() {
-    # pip install (from the wheelhouse alone when there is one), minus the noise of mirror
-    # folders that lack a package.
+    # pip install (from the wheelhouse alone when there is one), minus the noise (pip_noise).
     local source=()
     [[ -n $wheelhouse ]] && source=(--no-index --find-links "$wheelhouse")
-    "$venv/bin/python" -m pip install --quiet "${source[@]}" "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+    "$venv/bin/python" -m pip install --quiet "${source[@]}" "$@" 2> >(pip_noise)
 }
 
 resolve_pair() {
