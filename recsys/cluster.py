@@ -7,8 +7,11 @@ impossible request must be refused up front, with the numbers.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import re
+import sys
 from typing import Any
 
 from recsys.configlib import ConfigError
@@ -51,6 +54,9 @@ def connect(
     multiple active Ray instances" when another sweep or training runs on the same machine.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):  # no colour codes in a file or pipe:
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the workers' line prefixes (a user's 1
+        plain_ray_messages()  # wins) and Ray's own "Started a local Ray instance" line
     import ray
 
     if not ray.is_initialized():
@@ -71,12 +77,14 @@ def connect(
             if not dashboard:
                 del kwargs["dashboard_host"]
                 ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+                quiet_teardown()
                 return ray.cluster_resources()
             port = _free_port(host)
             api = f"http://{_url_host(host)}:{port}"
             kwargs["runtime_env"]["env_vars"][API_ENV] = api
             ray.init(address="local", num_cpus=num_cpus, dashboard_port=port, **kwargs)
             os.environ[API_ENV] = os.environ[OURS_ENV] = api  # this process's own State API calls
+        quiet_teardown()
     return ray.cluster_resources()
 
 
@@ -92,6 +100,90 @@ NICENESS_ENV = "RAY_worker_niceness"
 def local_system_config() -> dict[str, Any]:
     """Ray's ``_system_config`` for a local Ray of ours: its workers at nice 0."""
     return {} if NICENESS_ENV in os.environ else {"worker_niceness": 0}
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class PlainText(logging.Filter):
+    """Strips terminal colour codes from a record (Ray colours its dashboard link whatever the
+    console is)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = ANSI.sub("", record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(ANSI.sub("", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def drop_sigterm_tracebacks(lines: list[str]) -> list[str]:
+    """``lines`` of a worker's stderr without the traceback of Ray's SIGTERM handler raised
+    inside a callback whose exceptions Python ignores.
+
+    Ray ends an actor it no longer needs (a trial's, Train's queue actor) with SIGTERM, and its
+    handler (``sigterm_handler``) raises ``SystemExit`` wherever the main thread is. Inside a
+    weakref callback or finalizer Python cannot propagate it and prints ``Exception ignored
+    in: ...``, the traceback and ``SystemExit: 1``; the process still exits as Ray meant it to
+    (its shutdown and MLflow's last writes run from ``atexit`` either way). Only such a block
+    whose frames name ``sigterm_handler`` and which ends in ``SystemExit`` is dropped; every
+    other line, other ignored exceptions included, is kept in order."""
+    out: list[str] = []
+    block: list[str] | None = None
+    for line in lines:
+        if line.startswith("Exception ignored in"):
+            out += block or []
+            block = [line]
+        elif block is not None:
+            block.append(line)
+            if line.startswith("SystemExit"):
+                if not any("sigterm_handler" in b for b in block):
+                    out += block
+                block = None
+        else:
+            out.append(line)
+    return out + (block or [])
+
+
+class QuietTeardown:
+    """Ray's handler that prints workers' lines on the driver, minus the SIGTERM tracebacks
+    (``drop_sigterm_tracebacks``) of actors Ray ends."""
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        if data.get("is_err"):
+            lines = drop_sigterm_tracebacks(list(data.get("lines", [])))
+            if not lines:
+                return
+            data = {**data, "lines": lines}
+        self.handler(data)
+
+
+def quiet_teardown() -> None:
+    """Wrap the driver's printing of workers' lines in ``QuietTeardown`` (once)."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:  # moved: Ray's own printing, tracebacks and all
+        return
+    with dispatcher._lock:
+        dispatcher.handlers = [
+            (
+                name,
+                QuietTeardown(h)
+                if name == "ray_print_logs" and not isinstance(h, QuietTeardown)
+                else h,
+            )
+            for name, h in dispatcher.handlers
+        ]
+
+
+def plain_ray_messages() -> None:
+    """Ray's driver-side messages without colour codes (``PlainText``), once per process."""
+    log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, PlainText) for f in log.filters):
+        log.addFilter(PlainText())
 
 
 def start_train_coordinator(timeout_s: float = 300.0) -> None:

@@ -42,6 +42,11 @@ def clock(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+# each phase's clock starts at 0: its name beside it, so a later phase's [00:06] does not read as
+# time going back after an earlier one's [03:34]
+PHASES = {"trial": "search", "baseline": "baselines", "confirm": "seed check"}
+
+
 class Progress(Callback):  # type: ignore[misc]
     """Prints the progress of the trials of a sweep scored by ``metric``."""
 
@@ -75,7 +80,8 @@ class Progress(Callback):  # type: ignore[misc]
     def _say(self, text: str) -> None:
         self._erase()
         minutes, seconds = divmod(int(time.time() - self.t0), 60)
-        print(f"[{minutes:02d}:{seconds:02d}] {text}", file=self.out, flush=True)
+        phase = PHASES.get(self.label, self.label)
+        print(f"[{phase} {minutes:02d}:{seconds:02d}] {text}", file=self.out, flush=True)
 
     def _row(self, trial: Any) -> dict[str, Any]:
         if trial.trial_id not in self.rows:

@@ -34,6 +34,7 @@ NOISE = [
     "multiple active Ray instances",  # Ray tools that found the other process's Ray
     "Traceback",
     "View run",  # MLflow's link per ended run, printed by a tracking server's client
+    "\x1b[",  # terminal colour codes (Ray's worker prefixes) in a console that is a pipe
 ]
 
 

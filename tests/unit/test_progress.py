@@ -74,3 +74,13 @@ def test_minimised_metrics_rank_the_lowest_first():
         t.last_result = {"step": 10, "best_val_log_loss": best}
         p.on_trial_complete(0, [], t)
     assert [r["trial"] for r in p.shown()] == ["1", "2", "0"]
+
+
+def test_each_phases_clock_is_named(capsys):
+    """A later phase's clock restarts at 0: its name beside it, so [00:06] after [03:34] does
+    not read as time going back."""
+    from recsys.tune.progress import Progress
+
+    for label, name in (("baseline", "baselines"), ("trial", "search"), ("confirm", "seed check")):
+        Progress("val_auc", 10, label=label)._say("x")
+        assert capsys.readouterr().out == f"[{name} 00:00] x\n"

@@ -1,0 +1,69 @@
+"""The traceback Python prints when Ray's SIGTERM handler raises ``SystemExit`` inside a weakref
+callback (an actor Ray ends while its main thread runs one) is dropped from the workers' lines
+the driver prints; every other line, other ignored exceptions included, is kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from recsys.cluster import QuietTeardown, drop_sigterm_tracebacks
+
+# a process with a SIGTERM handler like Ray's worker's (raises SystemExit), which receives the
+# SIGTERM while its main thread runs a WeakSet's removal callback, as a Ray actor may
+SIGTERM_IN_CALLBACK = """
+import gc, os, signal, sys, weakref
+
+def sigterm_handler(signum, frame):
+    sys.exit(1)
+
+signal.signal(signal.SIGTERM, sigterm_handler)
+
+class Item:
+    pass
+
+def callback(ref):
+    print("before", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # delivered while this callback runs
+    for _ in range(1000):
+        pass
+
+item = Item()
+ref = weakref.ref(item, callback)
+del item
+gc.collect()
+print("kept: a line of its own", file=sys.stderr, flush=True)
+"""
+
+
+def sigterm_lines(handler_name: str) -> list[str]:
+    code = SIGTERM_IN_CALLBACK.replace("sigterm_handler", handler_name)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return done.stderr.splitlines()
+
+
+def test_the_sigterm_traceback_is_dropped_and_the_rest_kept():
+    lines = sigterm_lines("sigterm_handler")
+    assert any(line.startswith("Exception ignored in") for line in lines), lines
+    assert any(line.startswith("SystemExit") for line in lines), lines
+    kept = drop_sigterm_tracebacks(lines)
+    assert kept == ["before", "kept: a line of its own"], kept
+
+
+def test_another_ignored_exception_is_kept():
+    lines = sigterm_lines("another_handler")  # not Ray's handler: the block stays
+    assert drop_sigterm_tracebacks(lines) == lines
+    value_error = ["Exception ignored in: <function f>", "Traceback (most recent call last):",
+                   '  File "x.py", line 1, in f', "ValueError: boom", "next line"]  # fmt: skip
+    assert drop_sigterm_tracebacks(value_error) == value_error
+
+
+def test_the_driver_prints_the_rest_of_a_batch_and_nothing_for_a_dropped_one():
+    printed: list[list[str]] = []
+    quiet = QuietTeardown(lambda data: printed.append(data["lines"]))
+    lines = sigterm_lines("sigterm_handler")
+    quiet({"is_err": True, "lines": lines, "pid": 1})
+    own = ("before", "kept: a line of its own")
+    quiet({"is_err": True, "lines": [x for x in lines if x not in own]})
+    quiet({"is_err": False, "lines": ["stdout line"]})
+    assert printed == [["before", "kept: a line of its own"], ["stdout line"]]
