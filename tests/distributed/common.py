@@ -498,3 +498,37 @@ def export_config(arch="dlrm"):
             "sharding.tables": {},
         }
     )
+
+
+def own_data_cfg(folder):
+    """The own-data demo config, trained 30 steps with one checkpoint and one evaluation."""
+    return own_data_config(folder).with_overrides(
+        {"train.steps": 30, "train.checkpoint_every": 30, "train.eval_every": 30}
+    )
+
+
+def own_data_rank(rank, world, folder, root):
+    """One rank of training `own_data_cfg(folder)`, reporting under `root`."""
+    from recsys.distributed.env import current
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
+
+    reporter = LocalReporter(root, rank)
+    Trainer(own_data_cfg(folder), current(False), reporter, log=lambda s: None).train()
+
+
+def raw_test_rows(folder):
+    """The raw rows that became the prepared test split, in order, as a DataFrame."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recsys.data.encode import TEST, SplitPlan, split_of
+    from recsys.data.meta import read_meta
+    from recsys.data.schema import DatasetSchema
+    from recsys.tune.publish import plain_columns
+
+    meta = read_meta(folder)
+    schema = DatasetSchema.from_dict(meta["schema"])
+    table = pa.concat_tables(pq.read_table(f) for f in meta["sources"])
+    split = split_of(table, schema, SplitPlan("time", cuts=tuple(meta["split"]["time_cuts"])))
+    return plain_columns(table.filter(pa.array(split == TEST)).to_pandas())

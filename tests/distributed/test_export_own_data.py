@@ -8,45 +8,18 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-from recsys.tune.publish import plain_columns, serving_example
-from tests.distributed.common import own_data_config
+from recsys.tune.publish import serving_example
+from tests.distributed.common import own_data_cfg as cfg
+from tests.distributed.common import own_data_rank as _train
+from tests.distributed.common import raw_test_rows
 from tests.distributed.harness import run_ranks
 from tests.helpers import served_in_a_fresh_process
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 INT8_MAX_PROB_DIFF = 0.02
-
-
-def cfg(folder):
-    return own_data_config(folder).with_overrides(
-        {"train.steps": 30, "train.checkpoint_every": 30, "train.eval_every": 30}
-    )
-
-
-def _train(rank, world, folder, root):
-    from recsys.distributed.env import current
-    from recsys.train.reporting import LocalReporter
-    from recsys.train.trainer import Trainer
-
-    Trainer(cfg(folder), current(False), LocalReporter(root, rank), log=lambda s: None).train()
-
-
-def raw_test_rows(folder):
-    """The raw rows that became the prepared test split, in order, as a DataFrame."""
-    from recsys.data.encode import TEST, SplitPlan, split_of
-    from recsys.data.meta import read_meta
-    from recsys.data.schema import DatasetSchema
-
-    meta = read_meta(folder)
-    schema = DatasetSchema.from_dict(meta["schema"])
-    table = pa.concat_tables(pq.read_table(f) for f in meta["sources"])
-    split = split_of(table, schema, SplitPlan("time", cuts=tuple(meta["split"]["time_cuts"])))
-    return plain_columns(table.filter(pa.array(split == TEST)).to_pandas())
 
 
 def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_path):

@@ -15,11 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.distributed.common import export_config, export_rank
+from tests.distributed.common import (
+    export_config,
+    export_rank,
+    own_data_cfg,
+    own_data_rank,
+    raw_test_rows,
+)
 from tests.distributed.harness import run_ranks
-from tests.distributed.test_export_own_data import _train as train_own_data
-from tests.distributed.test_export_own_data import cfg as own_data_cfg
-from tests.distributed.test_export_own_data import raw_test_rows
 from tests.servers import MlflowServer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -106,7 +109,7 @@ def test_criteo_shaped_model_served_over_http(tmp_path, monkeypatch):
 def test_own_data_model_served_over_http(demo_prepared, tmp_path, monkeypatch):
     from recsys.export import export
 
-    run_ranks(train_own_data, demo_prepared, str(tmp_path / "ckpt"))
+    run_ranks(own_data_rank, demo_prepared, str(tmp_path / "ckpt"))
     out = str(tmp_path / "out")
     export(own_data_cfg(demo_prepared), str(tmp_path / "ckpt" / "step_00000030"), out, "int8")
     uri = logged(out, tmp_path, "own-data")
