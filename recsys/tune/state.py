@@ -12,7 +12,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from recsys import storage
 from recsys.configlib import ConfigError
+from recsys.storage import is_uri
 from recsys.tune.space import SearchSpace
 
 
@@ -43,13 +45,14 @@ def default_tracking_uri(root: str) -> str:
 
 
 def sweep_dir(opts: SweepOptions) -> str:
-    return os.path.join(opts.storage, opts.name)
+    """The sweep's folder or object store prefix (``recsys.storage``)."""
+    return storage.join(opts.storage, opts.name)
 
 
-def unlogged_dir(storage: str, sweep: str) -> str | None:
+def unlogged_dir(where: str, sweep: str) -> str | None:
     """Where a sweep keeps the artifacts MLflow could not store: a folder of its own, where its
     storage is a file system (None for an object store URI: the warning then names the artifact)."""
-    return None if "://" in storage else os.path.join(storage, sweep, "unlogged_artifacts")
+    return None if is_uri(where) else os.path.join(where, sweep, "unlogged_artifacts")
 
 
 def _fingerprint(space: SearchSpace) -> dict[str, Any]:
@@ -60,13 +63,12 @@ def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
     """Whether to restore: a sweep of that name exists. ``--resume`` of a missing sweep, or of one
     started with another space, is an error."""
     path = sweep_dir(opts)
-    state = os.path.join(path, "sweep.json")
-    if not os.path.isfile(state):
+    state = storage.join(path, "sweep.json")
+    if not storage.exists(state):
         if opts.resume:
             raise ConfigError(f"--resume: no sweep named {opts.name!r} in {opts.storage}")
         return False
-    with open(state) as f:
-        saved = json.load(f)
+    saved = json.loads(storage.read_text(state))
     if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
         raise ConfigError(
             f"sweep {opts.name!r} in {path} was started with another search space or base config "
@@ -78,9 +80,8 @@ def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
 def worker_change(opts: SweepOptions) -> str:
     """On a resume, a notice if the trials now get another number of workers (or device) than the
     sweep started with: their checkpoints are resharded ('' if nothing changed)."""
-    path = os.path.join(sweep_dir(opts), "sweep.json")
-    with open(path) as f:
-        started = json.load(f).get("options", {})
+    started = json.loads(storage.read_text(storage.join(sweep_dir(opts), "sweep.json")))
+    started = started.get("options", {})
     was = (started.get("num_workers"), bool(started.get("use_gpu")))
     if was == (opts.num_workers, opts.use_gpu):
         return ""
@@ -94,11 +95,10 @@ def worker_change(opts: SweepOptions) -> str:
 
 
 def save_state(space: SearchSpace, opts: SweepOptions) -> None:
-    os.makedirs(sweep_dir(opts), exist_ok=True)
     state = {
         "fingerprint": _fingerprint(space),
         "space_source": space.source,
         "options": asdict(opts),
     }
-    with open(os.path.join(sweep_dir(opts), "sweep.json"), "w") as f:
-        json.dump(state, f, indent=2, default=str)
+    text = json.dumps(state, indent=2, default=str)
+    storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), text)

@@ -25,6 +25,7 @@ import yaml
 
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
+from recsys.storage import check_storage, is_uri
 from recsys.tune.phases import (
     Outcome,
     baseline_header,
@@ -284,6 +285,7 @@ def launch(
     to look, and export the best one if asked. Returns the trials' rows, best first."""
     from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator
 
+    check_storage(opts.storage)
     restore = check_resume(space, opts)
     if restore and (change := worker_change(opts)):
         print(change)
@@ -301,7 +303,7 @@ def launch(
     if export:
         from recsys.tune.publish import export_best
 
-        out = os.path.join(sweep_dir(opts), "export")
+        out = export_dir(opts)
         run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
         print(
             f"exported the best trial ({run_id}) as {export}: {report.path}; test AUC "
@@ -314,6 +316,14 @@ def launch(
         )
     print(compare_line(opts.tracking_uri, link))
     return table
+
+
+def export_dir(opts: SweepOptions) -> str:
+    """Where ``--export`` writes: the sweep's folder on a file-system storage, else
+    ``exports/<name>`` in the working folder (the model is also logged to MLflow)."""
+    if is_uri(opts.storage):
+        return os.path.abspath(os.path.join("exports", opts.name))
+    return os.path.join(sweep_dir(opts), "export")
 
 
 def run_sweep(

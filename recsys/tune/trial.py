@@ -29,9 +29,11 @@ from ray.train import Result as TrainResult
 from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
+from recsys import storage
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import train_rows, with_budget
 from recsys.distributed.sharding import Machine
+from recsys.storage import as_uri
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
 from recsys.tune.report import MlflowReportCallback
@@ -158,8 +160,8 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     verdict = check_feasible(cfg, spec)
     if not verdict.ok:
         return refuse(tracker, run_id, verdict, spec.metric)
-    train_storage = os.path.join(spec.storage, spec.sweep, "train")
-    backfill(tracker, run_id, os.path.join(train_storage, f"trial_{trial_id}"))
+    train_storage = storage.join(spec.storage, spec.sweep, "train")
+    backfill(tracker, run_id, storage.join(train_storage, f"trial_{trial_id}"))
     trainer = make_trainer(
         cfg,
         trial_resources(spec),
@@ -200,14 +202,14 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: i
     (``trial_status``)."""
     metrics = result.metrics or {}
     tags = {}
-    if result.checkpoint is not None:
-        tags[Tag.LAST_CHECKPOINT] = result.checkpoint.path
-        plan = os.path.join(result.checkpoint.path, "sharding_plan.json")
-        if os.path.isfile(plan):
-            tracker.log_file(run_id, plan)
+    if (last := result.checkpoint) is not None:
+        tags[Tag.LAST_CHECKPOINT] = as_uri(last.filesystem, last.path)
+        plan = storage.join(tags[Tag.LAST_CHECKPOINT], "sharding_plan.json")
+        if storage.exists(plan):
+            tracker.log_text(run_id, storage.read_text(plan), "sharding_plan.json")
     best = result.get_best_checkpoint("ckpt_score", mode) if result.best_checkpoints else None
     if best is not None:
-        tags[Tag.BEST_CHECKPOINT] = best.path
+        tags[Tag.BEST_CHECKPOINT] = as_uri(best.filesystem, best.path)
         if _size(best.path) < 64 * 2**20:
             tracker.log_folder(run_id, best.path, artifact_path="checkpoint_best")
     tags[Tag.STATUS] = trial_status(metrics, steps)
@@ -223,7 +225,7 @@ class FinishStoppedTrials(Callback):  # type: ignore[misc]
         self.uri, self.experiment_id, self.mode, self.steps = (
             spec.tracking_uri, spec.experiment_id, spec.mode, steps
         )  # fmt: skip
-        self.train_storage = os.path.join(spec.storage, spec.sweep, "train")
+        self.train_storage = storage.join(spec.storage, spec.sweep, "train")
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         tracker = Tracker(self.uri)
@@ -232,7 +234,7 @@ class FinishStoppedTrials(Callback):  # type: ignore[misc]
             return
         try:
             result = TrainResult.from_path(
-                os.path.join(self.train_storage, f"trial_{trial.trial_id}")
+                storage.join(self.train_storage, f"trial_{trial.trial_id}")
             )
         except RuntimeError:  # stopped before its first checkpoint
             tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})

@@ -13,75 +13,31 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.ray.killing import (
+    check_resumed,
+    kill_space,
+    kill_when,
+    runs_of,
+    start_sweep,
+    sweep_cmd,
+    trial_runs,
+    wait_for_mid_run,
+)
 from tests.ray.spaces import write_space
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS, LOG_EVERY = 600, 50  # trial 2 is killed between its step-200 report and step 600
-
-
-def sweep_cmd(space: str, tmp, uri: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        os.path.join(ROOT, "experiments", "sweep.py"),
-        "--space", space,
-        "--name", "kill",
-        "--storage", str(tmp / "runs"),
-        "--tracking-uri", uri,
-        "--num-samples", "1",
-        "--num-workers", "1", "--cpus-per-worker", "1.5",  # the driver is what gets killed
-        *extra,
-    ]  # fmt: skip
-
-
-def start_sweep(space: str, tmp, uri: str, **env: str) -> subprocess.Popen:
-    """The sweep in a session of its own (so the test can kill it and its Ray), output dropped."""
-    return subprocess.Popen(
-        sweep_cmd(space, tmp, uri),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, **env},
-    )
-
-
-def trial_runs(client: MlflowClient) -> list:
-    exp = client.get_experiment_by_name("kill")
-    if exp is None:
-        return []
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.`recsys.kind` = 'trial'")
-    return sorted(runs, key=lambda r: r.info.start_time)
-
-
-def wait_for_mid_run(client: MlflowClient, proc: subprocess.Popen, timeout: float = 400) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, "the sweep ended before it could be killed"
-        runs = trial_runs(client)
-        if len(runs) == 2 and runs[0].info.status == "FINISHED":
-            step = runs[1].data.metrics.get("step", 0)
-            assert step < STEPS, "trial 2 finished before the kill; the test needs a slower trial"
-            if step >= 200:
-                return
-        time.sleep(0.3)
-    raise AssertionError("trial 2 never got mid-run")
 
 
 def test_killed_driver_resumes(tmp_path, tracking_uri):
-    space = Path(write_space(tmp_path, steps=STEPS))
-    text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 100")
-    text = text.replace("train.log_every: 5", f"train.log_every: {LOG_EVERY}")
-    space.write_text(text.replace("{choice: [null, 500]}", "{choice: [500]}"))
+    space = kill_space(tmp_path)
     client = MlflowClient(tracking_uri)
-    first = start_sweep(str(space), tmp_path, tracking_uri)
+    runs = str(tmp_path / "runs")
+    first = start_sweep(space, runs, tracking_uri)
     try:
         wait_for_mid_run(client, first)
         first_finished = trial_runs(client)[0]
@@ -90,7 +46,7 @@ def test_killed_driver_resumes(tmp_path, tracking_uri):
         stale = trial_runs(client)[1]
         assert stale.info.status == "RUNNING"
         resumed = subprocess.run(
-            sweep_cmd(str(space), tmp_path, tracking_uri, "--resume"),
+            sweep_cmd(space, runs, tracking_uri, "--resume"),
             capture_output=True,
             text=True,
             timeout=600,
@@ -99,38 +55,7 @@ def test_killed_driver_resumes(tmp_path, tracking_uri):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGKILL)
-    runs = trial_runs(client)
-    assert len(runs) == 2, "exactly one MLflow run per trial"
-    assert runs[1].info.run_id == stale.info.run_id  # the stale RUNNING run was reused
-    assert all(r.info.status == "FINISHED" for r in runs)
-    # trial 1 was not re-run: its history is unchanged
-    done = client.get_metric_history(first_finished.info.run_id, "loss")
-    assert len(done) == STEPS // LOG_EVERY
-    # trial 2 continued: every logged step exactly once, no gap, no restart
-    steps = [m.step for m in client.get_metric_history(runs[1].info.run_id, "loss")]
-    assert steps == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
-    assert "resumed from step" in resumed.stdout + resumed.stderr
-    assert "best trials" in resumed.stdout
-
-
-def runs_of(client: MlflowClient, kind: str) -> list:
-    exp = client.get_experiment_by_name("kill")
-    if exp is None:
-        return []
-    return client.search_runs([exp.experiment_id], filter_string=f"tags.`recsys.kind` = '{kind}'")
-
-
-def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], what: str) -> None:
-    """Wait until ``ready()``, then SIGKILL the sweep's whole session (driver and its Ray)."""
-    try:
-        deadline = time.time() + 400
-        while not ready():
-            assert proc.poll() is None and time.time() < deadline, f"never got to: {what}"
-            time.sleep(0.2)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    check_resumed(client, first_finished, stale, resumed.stdout + resumed.stderr)
 
 
 def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
@@ -157,7 +82,8 @@ def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
     def last_step_of_a_seed_run() -> bool:
         return any(r.data.metrics.get("step") == steps for r in runs_of(client, "confirm"))
 
-    first = start_sweep(str(space), tmp_path, uri, **{HOLD_ENV: "600", HOLD_SEED_ENV: "1"})
+    runs = str(tmp_path / "runs")
+    first = start_sweep(str(space), runs, uri, **{HOLD_ENV: "600", HOLD_SEED_ENV: "1"})
     kill_when(first, last_step_of_a_seed_run, "a seed run's report of its last step")
     (trial,) = runs_of(client, "trial")
     (held,) = runs_of(client, "confirm")
@@ -166,7 +92,7 @@ def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
     history = client.get_metric_history(held.info.run_id, "val_auc")
     trial_history = client.get_metric_history(trial.info.run_id, "val_auc")
 
-    again = sweep_cmd(str(space), tmp_path, uri, "--resume")
+    again = sweep_cmd(str(space), runs, uri, "--resume")
     resumed = subprocess.run(again, capture_output=True, text=True, timeout=600)
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-3000:]
