@@ -15,6 +15,7 @@ BENCHMARKS.md with the machine, versions, date and command.
                                                        # driver/server/worker faults mid-flight
     .venv/bin/python -m benchmarks export --gib 2      # INT8 export of 2 GiB of FP32 tables:
                                                        # peak memory and time
+    .venv/bin/python -m benchmarks checkpoint --gib 1  # checkpoint save/restore: S3 vs local disk
     .venv/bin/python -m benchmarks serving             # the served endpoint: requests/s, p50/p99
     .venv/bin/python -m benchmarks quality             # the sweep's best against a plain MLP,
                                                        # its references against scikit-learn's LR
@@ -88,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     k.add_argument("--seed", type=int, default=0, help="where the faults fall")
     x = sub.add_parser("export", help="INT8 export of a large checkpoint: peak memory, time")
     x.add_argument("--gib", type=float, default=2.0, help="FP32 bytes of the tables, in GiB")
+    c = sub.add_parser("checkpoint", help="checkpoint save and restore: S3 vs local disk")
+    c.add_argument("--gib", type=float, default=1.0, help="FP32 bytes of the tables, in GiB")
+    c.add_argument("--reps", type=int, default=3)
     v = sub.add_parser("serving", help="mlflow models serve: requests/s and latency vs in-process")
     v.add_argument("--requests", type=int, default=200, help="requests per size")
     u = sub.add_parser(
@@ -108,6 +112,10 @@ def run(args: argparse.Namespace) -> str:
         from benchmarks import serving
 
         return serving.run(args.requests)
+    if args.bench == "checkpoint":
+        from benchmarks import checkpoint
+
+        return checkpoint.run(args.gib, args.reps)
     if args.bench == "export":
         from benchmarks import export
 
