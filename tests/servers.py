@@ -134,14 +134,15 @@ class Postgres:
 
 
 class MlflowServer:
-    """``mlflow server`` over a store URI on 127.0.0.1, artifacts served from ``artifacts``; or,
+    """``mlflow server`` over a store URI on 127.0.0.1, artifacts served from ``artifacts`` (a
+    folder, or an object store URI); or,
     with ``command``, that ``mlflow ...`` command (as a sweep prints it: ``mlflow ui
     --backend-store-uri ... --port 5000``) on a free port of 127.0.0.1 instead."""
 
     def __init__(
         self,
         store: str = "",
-        artifacts: Path | None = None,
+        artifacts: Path | str | None = None,
         port: int | None = None,
         command: list[str] | None = None,
     ) -> None:
@@ -161,9 +162,10 @@ class MlflowServer:
                 else:
                     args += [flag, value]
             return [sys.executable, "-m", "mlflow", *args]
-        assert self.artifacts is not None, "a server needs its artifact folder"
+        assert self.artifacts is not None, "a server needs its artifact folder (or URI)"
+        artifacts = self.artifacts if isinstance(self.artifacts, str) else self.artifacts.as_uri()
         return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store,
-                "--artifacts-destination", self.artifacts.as_uri(), "--host", "127.0.0.1",
+                "--artifacts-destination", artifacts, "--host", "127.0.0.1",
                 "--port", str(self.port), "--workers", "1"]  # fmt: skip
 
     def start(self, timeout: float = 120) -> MlflowServer:

@@ -3,8 +3,9 @@
 Killed with its Ray while trial 2 is mid-run, its head node's local folders deleted (its working
 folder, Ray's session folders, the temp folder the workers stage checkpoints in: what a lost
 head node loses), it resumes from the bucket alone: trial 1 stays finished, trial 2 continues
-from its last checkpoint in the bucket, one MLflow run per trial (MLflow's store is the tracking
-server's, not the head node's), and the best trial exports from its checkpoint in the bucket.
+from its last checkpoint in the bucket, one MLflow run per trial, and the best trial exports
+from its checkpoint in the bucket. MLflow is a tracking server (its own disk, not the head
+node's) whose artifact root is the same store (``--artifacts-destination s3://...``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -28,6 +30,7 @@ from tests.ray.killing import (
     trial_runs,
     wait_for_mid_run,
 )
+from tests.servers import MlflowServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -40,9 +43,47 @@ def head_node() -> tuple[str, dict[str, str]]:
     return head, {"RAY_TMPDIR": head, "TMPDIR": head}
 
 
+def lose(head: str) -> None:
+    """SIGKILL every process left that runs from the head node's folder (those of the killed
+    sweep's Ray that started sessions of their own), and wait until they are gone."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        left = [pid for pid in running_from(head) if pid != os.getpid()]
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    raise AssertionError(f"processes still running from {head}: {running_from(head)}")
+
+
+def running_from(head: str) -> list[int]:
+    """The processes whose environment or command line names ``head`` (every process the sweep
+    started inherits its RAY_TMPDIR and TMPDIR), from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        for part in ("environ", "cmdline"):
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/{part}", "rb") as f:
+                if head.encode() in f.read():
+                    found.append(int(entry))
+                    break
+    return found
+
+
 def test_a_sweep_on_s3_resumes_from_the_bucket_alone(tmp_path, s3):
     space = kill_space(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    server = MlflowServer(f"sqlite:///{tmp_path / 'mlflow.db'}", storage.join(s3, "mlflow"))
+    uri = server.start().uri
+    try:
+        run_kill_and_resume(space, uri, s3)
+    finally:
+        server.stop()
+
+
+def run_kill_and_resume(space: str, uri: str, s3: str) -> None:
     sweeps = storage.join(s3, "sweeps")
     client = MlflowClient(uri)
     head, env = head_node()
@@ -54,6 +95,7 @@ def test_a_sweep_on_s3_resumes_from_the_bucket_alone(tmp_path, s3):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGKILL)  # the driver and its Ray
         first.wait()
+    lose(head)
     stale = trial_runs(client)[1]
     assert stale.info.status == "RUNNING"
     assert storage.exists(storage.join(sweeps, "kill", "sweep.json"))
@@ -76,5 +118,8 @@ def test_a_sweep_on_s3_resumes_from_the_bucket_alone(tmp_path, s3):
             assert storage.exists(storage.join(best, ".metadata"))
         assert os.path.isfile(os.path.join(head, "work", "exports", "kill", "model.pt"))
         assert "exported the best trial" in out
+        for run in trial_runs(client):  # the artifacts went through the server into the store
+            folder = storage.join(s3, "mlflow", run.info.experiment_id, run.info.run_id)
+            assert storage.exists(storage.join(folder, "artifacts", "config.yaml"))
     finally:
         shutil.rmtree(head, ignore_errors=True)
