@@ -474,7 +474,8 @@ class DataConfig:
             poolings, dense count and tasks all come from its ``meta.json``
             (``recsys.data.dataset.resolve``), and so does the split); ``torchrec`` (a folder of
             TorchRec's own preprocessed Criteo, ``day_N_{dense,sparse,labels}.npy``).
-        paths: the prepared folder (one), or TorchRec folders in time order.
+        paths: the prepared folder (one; a local path, or an object store URI such as
+            ``s3://bucket/prepared``), or TorchRec folders in time order.
         split: ``synthetic`` and ``torchrec`` only (a prepared folder is split already):
             ``fraction``: the rows in file order are cut into train / val / test by
             ``val_fraction`` and ``test_fraction``; ``files``: the last day is test, the one
@@ -485,6 +486,10 @@ class DataConfig:
         synthetic: generator options when ``source`` is ``synthetic``.
         prefetch: training batches made ahead of the step in a background thread (0: on the
             training thread); the data order and exact resume are the same either way.
+        cache_dir: where a worker caches the shards it reads of a prepared folder in an object
+            store (``recsys.data.remote``: only its own rows' shards, shared by the workers of
+            a node, free space checked first); empty: ``recsys-data-cache`` in the system's
+            temp folder.
         torchrec_dense_min: a folder made by TorchRec's own preprocessing stores dense features
             as ``log(x - min + 2)`` without recording ``min``; it is read off each day's first
             rows unless declared here (``recsys.data.torchrec_npy``).
@@ -498,6 +503,7 @@ class DataConfig:
     shuffle: bool = True
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     prefetch: int = 2
+    cache_dir: str = ""
     torchrec_dense_min: int | None = None
 
     def __post_init__(self) -> None:

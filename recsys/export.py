@@ -51,6 +51,7 @@ from recsys.config import ExperimentConfig, SparseLayout
 from recsys.data import RowSource, load_splits
 from recsys.data.dataset import write_serving
 from recsys.data.loader import to_batch
+from recsys.data.remote import localised_for_export
 from recsys.distributed.checkpoint import load_model_unsharded
 from recsys.models import ModelAndLoss, build_model
 from recsys.models.dlrm import WithRawIds
@@ -395,7 +396,9 @@ def export(
     """Export ``checkpoint_dir`` to ``out_dir/model.pt`` (+ ``meta.json``), table by table (the
     module docstring), and compare it with the FP32 model on the first ``sample_rows`` rows of the
     test split (the validation split if there is no test split). A checkpoint in an object store
-    (a URI) is downloaded to a temporary local folder first."""
+    (a URI) is downloaded to a temporary local folder first; a prepared folder in one is read
+    through a local cache of the rows the export reads (``recsys.data.remote``)."""
+    cfg = localised_for_export(cfg, sample_rows)  # a prepared folder in an object store
     with storage.local_folder(checkpoint_dir) as local:
         return _export(cfg, local, out_dir, dtype, sample_rows)
 

@@ -46,8 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
     p.add_argument(
-        "--data", help="a prepared folder (recsys-preprocess) or TorchRec's Criteo folder: "
-        "replaces data.paths; features, tables and tasks follow it",
+        "--data", help="a prepared folder (recsys-preprocess; or its s3://... URI) or TorchRec's "
+        "Criteo folder: replaces data.paths; features, tables and tasks follow it",
     )  # fmt: skip
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument(

@@ -36,7 +36,7 @@ def source_for(path: str) -> str:
     """``prepared`` for a prepared folder, ``torchrec`` for a folder of TorchRec's
     ``day_N_*.npy`` triples; a raw file (or a folder of them) is refused with the command that
     prepares it."""
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, META)):
+    if "://" in path or (os.path.isdir(path) and os.path.isfile(os.path.join(path, META))):
         try:
             read_meta(path)
         except DataError as e:

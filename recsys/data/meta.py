@@ -25,19 +25,37 @@ OLD = {  # formats of earlier versions: prepared again with the one path
 def read_meta(folder: str) -> dict[str, Any]:
     """The folder's ``meta.json``; a folder that is not a finished preparation is refused, and
     one prepared by an earlier version is named with the command that prepares it again."""
-    path = os.path.join(folder, META)
-    if not os.path.isfile(path):
-        partial = os.path.isdir(folder.rstrip("/") + ".partial")
-        why = " (a preparation of it did not finish)" if partial else ""
-        raise DataError(f"{folder}: not a prepared folder, {path} is missing{why}")
-    with open(path) as f:
-        meta: dict[str, Any] = json.load(f)
+    if "://" in folder:  # a prepared folder in an object store (``recsys.data.remote``)
+        meta = _read_uri(folder)
+        path = f"{folder.rstrip('/')}/{META}"
+    else:
+        path = os.path.join(folder, META)
+        if not os.path.isfile(path):
+            partial = os.path.isdir(folder.rstrip("/") + ".partial")
+            why = " (a preparation of it did not finish)" if partial else ""
+            raise DataError(f"{folder}: not a prepared folder, {path} is missing{why}")
+        with open(path) as f:
+            meta = json.load(f)
     fmt = meta.get("format")
     if fmt in OLD:
         raise DataError(f"{path}: prepared by an earlier version (format {fmt!r}); prepare it "
                         f"again: {again(meta, folder, OLD[fmt])}")  # fmt: skip
     if fmt != FORMAT:
         raise DataError(f"{path}: format {fmt!r}, expected {FORMAT!r}")
+    return meta
+
+
+def _read_uri(folder: str) -> dict[str, Any]:
+    from recsys import storage
+
+    path = storage.join(folder, META)
+    try:
+        text = storage.read_text(path)
+    except FileNotFoundError:
+        raise DataError(f"{folder}: not a prepared folder, {path} is missing") from None
+    except OSError as e:
+        raise DataError(f"{path}: not readable: {str(e).splitlines()[0][:300]}") from None
+    meta: dict[str, Any] = json.loads(text)
     return meta
 
 

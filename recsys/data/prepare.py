@@ -62,6 +62,7 @@ import functools
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from recsys import storage
 from recsys.data.encode import (
     SPLIT_NAMES,
     BatchStats,
@@ -285,6 +287,48 @@ def write_piece(
 
 # ---------------------------------------------------------------------------------------------
 # The whole preparation
+
+
+def upload_prepared(
+    make: Callable[[str], dict[str, Any]],
+    out: str,
+    overwrite: bool,
+    address: str | None,
+    log: Callable[[str], Any],
+) -> dict[str, Any]:
+    """Prepare with ``make`` into a local temporary folder (the system's temp folder), then
+    upload it to object store URI ``out``: every file but ``meta.json``, then ``meta.json``,
+    whose presence is what marks a prepared folder (``read_meta``), so a failed or killed
+    upload never reads as prepared. An existing ``out`` is refused, or with ``overwrite``
+    emptied first. The preparation's tasks write locally: not with ``address`` (a cluster's
+    nodes do not share this machine's disk)."""
+    import pyarrow.fs
+
+    if address:
+        raise DataError(
+            f"--out {out}: an object store is written from this machine's preparation; with "
+            "--address, prepare onto storage every node shares and copy the folder up"
+        )
+    storage.check_storage(out, flag="--out")
+    if storage.exists(storage.join(out, META)) and not overwrite:
+        raise DataError(f"{out} exists; choose another --out or pass --overwrite")
+    local = tempfile.mkdtemp(prefix="recsys-prepare-")
+    try:
+        meta = make(os.path.join(local, "prepared"))
+        fs, base = storage.filesystem(out)
+        if overwrite:
+            fs.delete_dir_contents(base, missing_dir_ok=True)
+        folder = os.path.join(local, "prepared")
+        names = [os.path.relpath(os.path.join(d, f), folder)
+                 for d, _, fs_ in os.walk(folder) for f in fs_]  # fmt: skip
+        log(f"prepare: uploading {len(names)} files to {out}")
+        for name in sorted(names, key=lambda n: n == META):  # meta.json last
+            pyarrow.fs.copy_files(
+                os.path.join(folder, name), f"{base}/{name}", destination_filesystem=fs
+            )
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    return meta
 
 
 @contextlib.contextmanager
@@ -516,9 +560,18 @@ def prepare(
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Prepare ``inputs`` into ``out`` (see the module docstring); returns its ``meta.json``.
-    ``workers``: local Ray worker processes (None: every core; 0: no Ray, this process)."""
+    ``workers``: local Ray worker processes (None: every core; 0: no Ray, this process).
+    ``out`` may be an object store URI (``upload_prepared``)."""
     if not chunk_mb > 0:
         raise DataError(f"--chunk-mb={chunk_mb}: must be > 0")
+    if storage.is_uri(out):
+        return upload_prepared(
+            lambda local: prepare(
+                schema, inputs, local, workers=workers, address=address,
+                object_store_mb=object_store_mb, chunk_mb=chunk_mb, progress=progress, log=log,
+            ),
+            out, overwrite, address, log,
+        )  # fmt: skip
     files = input_files(inputs, schema.format)
     seen = inspect(files, schema)
     splits = file_splits(files, schema) if schema.split_by == "files" else {}

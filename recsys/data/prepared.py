@@ -31,6 +31,8 @@ from recsys.data.columns import (
 )
 from recsys.data.meta import SPLITS, read_meta
 
+CACHE_KEY = "cache"  # meta.json of a worker's cache of a folder in an object store (``remote``)
+
 
 class PreparedShard(RowSource):
     """One shard of a split, memory-mapped; reads give ``RaggedColumns``, or ``Columns``
@@ -143,11 +145,41 @@ def empty_split(meta: dict[str, Any], folder: str) -> Any:
     )
 
 
+class AbsentShard(RowSource):
+    """A shard a worker's cache of a prepared folder in an object store does not hold
+    (``recsys.data.remote``): its length only; its rows lie outside what this worker reads."""
+
+    def __init__(self, folder: str, split: str, shard: dict[str, Any], meta: dict[str, Any]
+                 ) -> None:  # fmt: skip
+        self.rows, self.meta = int(shard["rows"]), meta
+        self.source = os.path.join(folder, split, shard["name"])
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def _refuse(self, n: int) -> Any:
+        if n == 0:
+            return empty_split(self.meta, self.source)
+        source = self.meta[CACHE_KEY]["source"]
+        raise DataError(f"{self.source}: not in this worker's cache of {source}")
+
+    def read(self, start: int, stop: int) -> Any:
+        return self._refuse(max(min(stop, self.rows) - start, 0))
+
+    def take(self, idx: np.ndarray) -> Any:
+        return self._refuse(len(idx))
+
+
+def _shard(folder: str, split: str, shard: dict[str, Any], meta: dict[str, Any]) -> RowSource:
+    cached = os.path.exists(os.path.join(folder, split, f"{shard['name']}.cached"))
+    if CACHE_KEY in meta and not cached:
+        return AbsentShard(folder, split, shard, meta)
+    return PreparedShard(folder, split, shard, meta["schema"])
+
+
 def split_source(folder: str, split: str, meta: dict[str, Any]) -> RowSource:
     """A split as one row source: its shards in order (one shard: itself)."""
-    shards: list[RowSource] = [
-        PreparedShard(folder, split, s, meta["schema"]) for s in meta["shards"][split]
-    ]
+    shards: list[RowSource] = [_shard(folder, split, s, meta) for s in meta["shards"][split]]
     if not shards:
         return empty_split(meta, os.path.join(folder, split))
     source = shards[0] if len(shards) == 1 else Concat(shards)

@@ -30,7 +30,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("inputs", nargs="+", help="Parquet or text files (plain or gzip), or folders")
     p.add_argument("--schema", required=True, help="a schema file, or a shipped schema's name")
-    p.add_argument("--out", required=True, help="output folder (shared storage on a cluster)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output folder (shared storage on a cluster), or an object store URI (s3://...)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument(
         "--on-bad-row", choices=["error", "skip"],

@@ -22,6 +22,7 @@ import ray.train.torch
 from ray.train.v2.api.report_config import CheckpointUploadMode
 
 from recsys.config import ExperimentConfig
+from recsys.data.remote import localised
 from recsys.distributed import collectives
 from recsys.distributed.env import check_placement, current
 
@@ -187,6 +188,7 @@ def train_func(config: dict[str, Any]) -> None:
     placement = collectives.all_gather_objects((node, env.local_rank, env.local_world_size))
     check_placement(placement)  # fail fast, naming the nodes, before the planner runs
     nodes = ",".join(sorted({n for n, _, _ in placement}))
+    cfg = localised(cfg, env.rank, env.world_size)  # a prepared folder in an object store
     reporter = RayReporter(
         nodes, cfg.train.checkpoint_staging, patience_s=cfg.train.upload_patience_s
     )

@@ -333,9 +333,9 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     if smoke:
         overrides.update(smoke_raw.get("overrides") or {})
     if data:
-        overrides.update({"data.source": source_for(data), "data.paths": [os.path.abspath(data)]})
+        overrides.update({"data.source": source_for(data), "data.paths": [_absolute(data)]})
     elif isinstance(overrides.get("data.paths"), list):  # relative to where the sweep starts
-        overrides["data.paths"] = [os.path.abspath(p) for p in overrides["data.paths"]]
+        overrides["data.paths"] = [_absolute(p) for p in overrides["data.paths"]]
     try:
         base = with_data(base, overrides)
         check_weighted(base)
@@ -597,6 +597,11 @@ def resolve(path_or_name: str) -> str:
     raise ConfigError(
         f"search space {path_or_name!r} not found (a file, or one of {sorted(names)})"
     )
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute (workers start elsewhere); an object store URI as it is."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _relative(space_path: str, ref: str) -> str:

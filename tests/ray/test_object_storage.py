@@ -123,3 +123,43 @@ def run_kill_and_resume(space: str, uri: str, s3: str) -> None:
             assert storage.exists(storage.join(folder, "artifacts", "config.yaml"))
     finally:
         shutil.rmtree(head, ignore_errors=True)
+
+
+def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
+    """``--data s3://...``: a folder prepared into the bucket trains on 2 workers, each reading
+    through the node's cache of its shards, and the best trial exports from it."""
+    import json
+    import sys
+
+    from recsys.data.prepare import prepare
+    from recsys.data.schema import DatasetSchema
+    from tests.conftest import SCHEMA, write_demo
+    from tests.ray.killing import ROOT
+
+    raw = [write_demo(str(tmp_path / f"raw{k}"), rows=3000, seed=k)[0] for k in range(3)]
+    data = storage.join(s3, "prepared")
+    prepare(DatasetSchema.load(SCHEMA), raw, data, workers=0, log=lambda s: None)
+    head, env = head_node()
+    try:
+        done = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--space",
+             "clicklogs", "--smoke-test", "--data", data, "--storage", storage.join(s3, "sweeps"),
+             "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--num-samples", "1",
+             "--num-workers", "2", "--cpus-per-worker", "0.9", "--confirm", "0",
+             "--export", "int8"],
+            capture_output=True, text=True, timeout=900, cwd=os.path.join(head, "work"),
+            env={**os.environ, **env},
+        )  # fmt: skip
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        assert "exported the best trial" in out
+        root = os.path.join(head, "recsys-data-cache")
+        (folder,) = [os.path.join(root, n) for n in os.listdir(root) if not n.endswith(".lock")]
+        with open(os.path.join(folder, "meta.json")) as f:
+            assert json.load(f)["cache"] == {"source": data}
+        cached = [n for n in os.listdir(os.path.join(folder, "train")) if n.endswith(".cached")]
+        assert cached, "the workers read their shards from the cache"
+        assert os.path.isdir(os.path.join(folder, "vocab")), "the export cached what serving needs"
+    finally:
+        lose(head)
+        shutil.rmtree(head, ignore_errors=True)
