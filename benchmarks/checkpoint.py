@@ -7,8 +7,10 @@ GiB), trained two steps by the product's own loop (one worker, DMP, the fused op
 - **local disk**: ``checkpoint.save`` into a folder of a local storage (written once, in place),
   ``checkpoint.load`` from it;
 - **S3**: the same save into a staging folder, then Ray Train's own upload of it
-  (``StorageContext.persist_current_checkpoint``, pyarrow); restore is Ray's download of the
-  checkpoint (``Checkpoint.to_directory``) followed by the same load.
+  (``StorageContext.persist_current_checkpoint``, pyarrow) through the file system the product
+  gives Ray (``recsys.storage.ray_storage``: retried, each file spooled and uploaded whole);
+  restore is Ray's download of the checkpoint (``Checkpoint.to_directory``) followed by the
+  same load.
 
 The store is SeaweedFS on loopback (``tests/servers.py``): the figures are the protocol's and
 the server's cost on this machine, not a network's. Everything is deleted after.
@@ -47,6 +49,7 @@ def run(gib: float = 1.0, reps: int = 3) -> str:
     from ray.train import Checkpoint
     from ray.train.v2._internal.execution.storage import StorageContext
 
+    from recsys import storage
     from recsys.distributed import checkpoint
     from tests.servers import S3Server
 
@@ -57,8 +60,8 @@ def run(gib: float = 1.0, reps: int = 3) -> str:
             os.environ[key] = value
         trainer = trained(gib, os.path.join(tmp, "run"))
         model, optimizer = trainer.stepper.model, trainer.stepper.optimizer
-        bucket = server.bucket("bench")
-        s3 = StorageContext(storage_path=f"{bucket}/runs", experiment_dir_name="trial")
+        path, fs = storage.ray_storage(f"{server.bucket('bench')}/runs")  # as the product's runs
+        s3 = StorageContext(storage_path=path, experiment_dir_name="trial", storage_filesystem=fs)
         times: dict[str, list[float]] = {k: [] for k in ("save", "upload", "load", "download")}
         size = 0
         for i in range(reps):

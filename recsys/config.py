@@ -682,11 +682,6 @@ class TrainConfig:
             run's storage is not a file system (an object store URI); empty: the system's temp
             folder. Its free space is checked before each checkpoint. On a file-system storage
             (a local or mounted path) checkpoints are written there directly, never staged.
-        upload_patience_s: how long a worker keeps retrying a checkpoint upload to an object
-            store that fails (the store down, the network gone), waiting 2 s, then twice as
-            long up to 30 s, between tries; training waits meanwhile and goes on once the upload
-            succeeds. Past it the run fails (and is restarted from its last checkpoint, up to
-            ``--max-failures``). 0: no retry.
         deterministic: GPU workers run deterministic kernels where torch offers them
             (``torch.use_deterministic_algorithms(True, warn_only=True)``,
             ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` for cuBLAS, cuDNN's deterministic mode), so a
@@ -710,7 +705,6 @@ class TrainConfig:
     patience: int = 0
     quiet: bool = False
     checkpoint_staging: str = ""
-    upload_patience_s: float = 300.0
     deterministic: bool = True
 
     def __post_init__(self) -> None:
@@ -726,8 +720,6 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "eval_batches"):
             check(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), "must be >= 0")
         check(self.log_every >= 1, "train.log_every", self.log_every, "must be >= 1")
-        ups = self.upload_patience_s
-        check(math.isfinite(ups) and ups >= 0, "train.upload_patience_s", ups, "must be >= 0")
         if self.eval_every and self.checkpoint_every:
             check(
                 self.eval_every % self.checkpoint_every == 0,

@@ -84,6 +84,13 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "`scripts/wheelhouse.sh --torch preinstalled`: the target host's torch version (e.g. "
         "`2.11.0+cu130`), which picks the torchrec and FBGEMM the wheelhouse carries",
     ),
+    "RECSYS_STORE_PATIENCE_S": (
+        RUN,
+        "seconds an operation on an object store (`--storage s3://...`: a checkpoint upload, "
+        "Ray Train's and Tune's state) is retried while the store cannot be reached, 2 s "
+        "between the first tries, doubling up to 30 s (default 300); set it where the "
+        "workers run as well as for the sweep",
+    ),
     "RECSYS_TRACKING_WAIT_S": (
         RUN,
         "seconds a trial waits for an unreachable MLflow tracking store (a server restarting) "

@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow.fs
+
 from recsys.configlib import ConfigError
 
 
@@ -50,6 +52,8 @@ def as_uri(fs: Any, path: str) -> str:
 
     if isinstance(fs, pyarrow.fs.LocalFileSystem) or is_uri(path):
         return path
+    if isinstance(fs, pyarrow.fs.PyFileSystem) and isinstance(fs.handler, RetryingHandler):
+        fs = fs.handler.fs
     return f"{fs.type_name}://{path}"
 
 
@@ -153,3 +157,173 @@ def _reason(message: str) -> str:
     if found:
         return f"{found.group(1)}: {found.group(2).strip()}"
     return message.splitlines()[0][:300]
+
+
+# --- the store as Ray sees it: every operation retried while the store cannot be reached ------
+
+PATIENCE_ENV = "RECSYS_STORE_PATIENCE_S"  # how long an operation on the store is retried
+DEFAULT_PATIENCE_S = 300.0
+NOT_RETRIED = ("NO_SUCH_BUCKET", "ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH",
+               "INVALID_ACCESS_KEY_ID", "does not exist", "Path does not exist")  # fmt: skip
+
+
+def patience_s() -> float:
+    return float(os.environ.get(PATIENCE_ENV, DEFAULT_PATIENCE_S))
+
+
+def retried(what: str, fn: Any, patience: float, log: Any = print, sleep: Any = None) -> Any:
+    """``fn()``, tried again after an ``OSError`` that is not the store's firm answer (a
+    missing object or bucket, refused credentials) for up to ``patience`` seconds: 2 s between
+    the first tries, doubling up to 30 s, one line per failure naming ``what`` and the error."""
+    import time
+
+    deadline, wait = time.monotonic() + patience, 2.0
+    while True:
+        try:
+            return fn()
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            message = str(e)
+            if any(s in message for s in NOT_RETRIED) or time.monotonic() + wait > deadline:
+                raise
+            log(f"{what}: {message.splitlines()[0][:200]}; retry in {wait:.0f} s")
+            (sleep or time.sleep)(wait)
+            wait = min(2 * wait, 30.0)
+
+
+class _Spool:
+    """A file written to a local temporary file, uploaded whole (with retries) on ``close``: a
+    write to the store either lands complete or is retried from the start."""
+
+    def __init__(self, handler: RetryingHandler, path: str, metadata: Any) -> None:
+        self.handler, self.path, self.metadata = handler, path, metadata
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close)
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        return self.file.write(data)
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.handler.upload(self.file, self.path, self.metadata)
+        finally:
+            self.file.close()
+
+
+class RetryingHandler(pyarrow.fs.FileSystemHandler):  # type: ignore[misc]
+    """A pyarrow ``FileSystemHandler`` over an object store's file system whose every
+    operation is ``retried`` while the store cannot be reached, for ``patience`` seconds;
+    writes are spooled locally and uploaded whole (``_Spool``). Ray Train and Tune get it as
+    their ``storage_filesystem`` (``ray_storage``), so the controller's state, Tune's
+    experiment state and the workers' checkpoint uploads all wait out an outage."""
+
+    def __init__(self, fs: Any, patience: float) -> None:
+        self.fs, self.patience = fs, patience
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RetryingHandler) and self.fs.equals(other.fs)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __reduce__(self) -> Any:
+        return RetryingHandler, (self.fs, self.patience)
+
+    def _do(self, what: str, fn: Any) -> Any:
+        return retried(f"{self.fs.type_name} store, {what}", fn, self.patience)
+
+    def get_type_name(self) -> str:
+        return f"retrying-{self.fs.type_name}"
+
+    def normalize_path(self, path: str) -> str:
+        return str(self.fs.normalize_path(path))
+
+    def get_file_info(self, paths: list[str]) -> Any:
+        return self._do(f"info of {paths[0]}", lambda: self.fs.get_file_info(paths))
+
+    def get_file_info_selector(self, selector: Any) -> Any:
+        return self._do(f"listing {selector.base_dir}", lambda: self.fs.get_file_info(selector))
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self._do(f"creating {path}", lambda: self.fs.create_dir(path, recursive=recursive))
+
+    def delete_dir(self, path: str) -> None:
+        self._do(f"deleting {path}", lambda: self.fs.delete_dir(path))
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self._do(f"emptying {path}", lambda: self.fs.delete_dir_contents(path, missing_dir_ok))
+
+    def delete_root_dir_contents(self) -> None:
+        self._do("emptying the root", lambda: self.fs.delete_dir_contents("/"))
+
+    def delete_file(self, path: str) -> None:
+        self._do(f"deleting {path}", lambda: self.fs.delete_file(path))
+
+    def move(self, src: str, dest: str) -> None:
+        self._do(f"moving {src}", lambda: self.fs.move(src, dest))
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self._do(f"copying {src}", lambda: self.fs.copy_file(src, dest))
+
+    def open_input_stream(self, path: str) -> Any:
+        return self._do(f"reading {path}", lambda: self.fs.open_input_stream(path))
+
+    def open_input_file(self, path: str) -> Any:
+        return self._do(f"reading {path}", lambda: self.fs.open_input_file(path))
+
+    def open_output_stream(self, path: str, metadata: Any) -> Any:
+        import pyarrow as pa
+
+        return pa.PythonFile(_Spool(self, path, metadata), mode="w")
+
+    def open_append_stream(self, path: str, metadata: Any) -> Any:
+        raise OSError(f"{path}: appending is not supported by an object store")
+
+    def upload(self, spool: Any, path: str, metadata: Any) -> None:
+        def put() -> None:
+            spool.seek(0)
+            with self.fs.open_output_stream(path, metadata=metadata) as out:
+                shutil.copyfileobj(spool, out, 16 << 20)
+
+        self._do(f"writing {path}", put)
+
+
+def ray_storage(path: str) -> tuple[str, Any]:
+    """``(storage_path, storage_filesystem)`` for Ray Train's and Tune's run configs: a local
+    folder as it is (``None``: Ray's own); an object store URI as the path in its file system
+    and that file system wrapped in a ``RetryingHandler`` (``RECSYS_STORE_PATIENCE_S``)."""
+    if not is_uri(path):
+        return path, None
+    import pyarrow.fs
+
+    fs, inner = filesystem(path)
+    return inner, pyarrow.fs.PyFileSystem(RetryingHandler(foreground(fs), patience_s()))
+
+
+def foreground(fs: Any) -> Any:
+    """``fs`` writing in the calling thread: an S3 file system's background writes run on
+    Arrow's IO thread pool, whose threads are the very ones that close a ``_Spool`` inside
+    ``copy_files``; each would wait on a write queued behind the others (a deadlock)."""
+    if not isinstance(fs, pyarrow.fs.S3FileSystem):
+        return fs
+    rebuild, (kwargs,) = fs.__reduce__()
+    return rebuild({**kwargs, "background_writes": False})

@@ -13,6 +13,7 @@ from recsys.cluster import alive_nodes, node_slots, placement_strategy
 from recsys.config import ExperimentConfig
 from recsys.configlib import check
 from recsys.distributed.env import backend_for
+from recsys.storage import ray_storage
 from recsys.train.worker import train_func
 
 
@@ -55,6 +56,7 @@ def make_trainer(
     if resources.use_gpu:
         per_worker["GPU"] = 1
     slots = node_slots(alive_nodes(), resources.cpus_per_worker, per_worker.get("GPU", 0))
+    path, fs = ray_storage(storage_path)  # an object store: retried while it is down
     return TorchTrainer(
         train_loop,
         train_loop_config={
@@ -72,7 +74,8 @@ def make_trainer(
         # ray.train.RunConfig is Train V2's at run time (mypy sees the V1 class it replaces)
         run_config=RunConfig(  # type: ignore[call-arg]
             name=name,
-            storage_path=storage_path,
+            storage_path=path,
+            storage_filesystem=fs,
             callbacks=callbacks or [],
             failure_config=FailureConfig(max_failures=max_failures),
             logging_config=LoggingConfig(log_level="WARNING"),

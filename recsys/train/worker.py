@@ -33,8 +33,9 @@ class RayReporter:
     there and reports it without an upload (``CheckpointUploadMode.NO_UPLOAD``): each byte is
     written once and nothing is staged. Elsewhere (an object store URI) each rank writes to a
     local staging folder (``train.checkpoint_staging``, default the system's temp folder; its free
-    space is checked first), which ``ray.train.report`` uploads and merges, then it is removed;
-    a failed upload is retried for ``patience_s`` seconds (``retrying_upload``).
+    space is checked first), which ``ray.train.report`` uploads and merges (through the run's
+    ``storage_filesystem``, which retries while the store is down: ``recsys.storage``), then it
+    is removed.
 
     Reports also say which Ray nodes the worker group runs on (``worker_nodes``)."""
 
@@ -43,10 +44,8 @@ class RayReporter:
         worker_nodes: str = "",
         staging: str = "",
         need_bytes: int = 0,
-        patience_s: float = 300.0,
     ) -> None:
         self.worker_nodes = worker_nodes
-        self.patience_s = patience_s
         self.suffix = ""
         self.staging, self.need_bytes = staging or tempfile.gettempdir(), need_bytes
         storage = ray.train.get_context().get_storage()
@@ -94,40 +93,8 @@ class RayReporter:
                 checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
             )
             return
-        upload = retrying_upload(self.storage, self.patience_s)
-        ray.train.report(
-            metrics,
-            checkpoint=checkpoint,
-            checkpoint_dir_name=self._name(step),
-            checkpoint_upload_fn=upload,
-        )
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def retrying_upload(
-    storage: Any, patience_s: float, log: Any = print, sleep: Any = time.sleep
-) -> Any:
-    """Ray Train's upload of a staged checkpoint (``StorageContext.persist_current_checkpoint``),
-    tried again after an ``OSError`` (what pyarrow raises when the store cannot be reached or
-    refuses) for up to ``patience_s`` seconds: 2 s between the first tries, doubling up to
-    30 s. Each failure is one line naming the store and the error. Files already uploaded are
-    uploaded again whole (a checkpoint counts only once Ray records it, after this returns)."""
-
-    def upload(checkpoint: Any, name: str) -> Any:
-        deadline, wait = time.monotonic() + patience_s, 2.0
-        while True:
-            try:
-                return storage.persist_current_checkpoint(checkpoint, name)
-            except OSError as e:
-                if time.monotonic() + wait > deadline:
-                    raise
-                where = f"{storage.storage_filesystem.type_name}://{storage.experiment_fs_path}"
-                first = str(e).splitlines()[0][:200]
-                log(f"checkpoint {name}: upload to {where} failed ({first}); retry in {wait:.0f} s")
-                sleep(wait)
-                wait = min(2 * wait, 30.0)
-
-    return upload
 
 
 def check_space(folder: str, need: int) -> None:
@@ -189,9 +156,7 @@ def train_func(config: dict[str, Any]) -> None:
     check_placement(placement)  # fail fast, naming the nodes, before the planner runs
     nodes = ",".join(sorted({n for n, _, _ in placement}))
     cfg = localised(cfg, env.rank, env.world_size)  # a prepared folder in an object store
-    reporter = RayReporter(
-        nodes, cfg.train.checkpoint_staging, patience_s=cfg.train.upload_patience_s
-    )
+    reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
     trainer.train()

@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from typing import Any
 
 import pandas as pd
 
+from recsys import storage
 from recsys.config import ExperimentConfig
+from recsys.storage import ray_storage
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
 from recsys.tune.results import status
@@ -125,11 +126,11 @@ def phase_tuner(
         base = ExperimentConfig.from_dict(spec.base).with_overrides(common)
         phase_spec = dataclasses.replace(phase_spec, base=base.to_dict())
         points = [{k: v for k, v in p.items() if k not in common} for p in points]
-    path = os.path.join(sweep_dir(opts), PHASE_DIRS[role])
-    if restore and tune.Tuner.can_restore(path):
+    path, fs = ray_storage(storage.join(sweep_dir(opts), PHASE_DIRS[role]))
+    if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(
             path, trainable=trainable(opts, phase_spec), resume_unfinished=True,
-            resume_errored=True,
+            resume_errored=True, storage_filesystem=fs,
         )  # fmt: skip
     score = space.objectives[0]
     steps = phase_steps(space, baseline_points(space) if role == "baseline" else points,
@@ -145,7 +146,8 @@ def phase_tuner(
         ),
         run_config=tune.RunConfig(
             name=PHASE_DIRS[role],
-            storage_path=sweep_dir(opts),
+            storage_path=ray_storage(sweep_dir(opts))[0],
+            storage_filesystem=fs,
             verbose=0,
             callbacks=[progress, FinishStoppedTrials(phase_spec, steps)],
         ),

@@ -25,7 +25,7 @@ import yaml
 
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
-from recsys.storage import check_storage, is_uri
+from recsys.storage import check_storage, is_uri, ray_storage
 from recsys.tune.phases import (
     Outcome,
     baseline_header,
@@ -147,14 +147,15 @@ def build_tuner(
 
     from recsys.tune.progress import Progress
 
-    path = sweep_dir(opts)
+    path, fs = ray_storage(sweep_dir(opts))  # an object store: retried while it is down
     total = space.num_trials(opts.num_samples)
     steps = space.base.train.steps  # (``run_sweep`` has made a budget in epochs steps)
     progress = Progress(space.metric, steps, mode=space.mode, total=total)
-    if restore and tune.Tuner.can_restore(path):
+    if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(
-            path, trainable=trainable(opts, spec), resume_unfinished=True, resume_errored=True
-        )  # (Tune restores its run config, the progress callback included)
+            path, trainable=trainable(opts, spec), resume_unfinished=True, resume_errored=True,
+            storage_filesystem=fs,
+        )  # (Tune restores its run config, the progress callback included)  # fmt: skip
     score = space.objectives[0]
     single = len(space.objectives) == 1 or opts.search == "random"
     return tune.Tuner(
@@ -169,7 +170,8 @@ def build_tuner(
         ),
         run_config=tune.RunConfig(
             name=opts.name,
-            storage_path=opts.storage,
+            storage_path=ray_storage(opts.storage)[0],
+            storage_filesystem=fs,
             verbose=0,
             stop=stop,
             callbacks=[progress, FinishStoppedTrials(spec, steps)],

@@ -185,7 +185,7 @@ def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
     the checkpoint's registration and its logging), so the restored trial leaves no gap in its
     step axis. Returns how many reports were logged."""
     try:
-        result = TrainResult.from_path(train_run)
+        result = train_result(train_run)
     except RuntimeError:  # a trial that never checkpointed
         return 0
     reports = sorted((m for _, m in result.best_checkpoints or []), key=lambda m: m.get("step", 0))
@@ -194,6 +194,13 @@ def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
     for metrics in missing:
         tracker.log_report(run_id, metrics)
     return len(missing)
+
+
+def train_result(train_run: str) -> Any:
+    """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
+    or object store URI."""
+    path, fs = storage.ray_storage(train_run)
+    return TrainResult.from_path(path, storage_filesystem=fs)
 
 
 def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: int) -> None:
@@ -233,9 +240,7 @@ class FinishStoppedTrials(Callback):  # type: ignore[misc]
         if run is None or Tag.STATUS in run.data.tags:  # it recorded itself
             return
         try:
-            result = TrainResult.from_path(
-                storage.join(self.train_storage, f"trial_{trial.trial_id}")
-            )
+            result = train_result(storage.join(self.train_storage, f"trial_{trial.trial_id}"))
         except RuntimeError:  # stopped before its first checkpoint
             tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})
             tracker.finish(run.info.run_id, "KILLED")

@@ -1,4 +1,5 @@
-"""A sweep whose storage is an S3 bucket (SeaweedFS on loopback, the ``s3`` fixture).
+"""A sweep whose storage is an S3 bucket (SeaweedFS on loopback, the ``s3`` fixture): resumed
+from the bucket alone, reading its prepared data from the bucket, waiting out the store down.
 
 Killed with its Ray while trial 2 is mid-run, its head node's local folders deleted (its working
 folder, Ray's session folders, the temp folder the workers stage checkpoints in: what a lost
@@ -23,6 +24,8 @@ from mlflow.tracking import MlflowClient
 
 from recsys import storage
 from tests.ray.killing import (
+    LOG_EVERY,
+    STEPS,
     check_resumed,
     kill_space,
     start_sweep,
@@ -163,3 +166,34 @@ def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
     finally:
         lose(head)
         shutil.rmtree(head, ignore_errors=True)
+
+
+def test_a_sweep_waits_out_the_store_down_for_30_s(tmp_path, s3, s3_server):
+    """The store is taken down for 30 s once trial 1 has reported step 100: the workers'
+    checkpoint uploads, Ray Train's controller state and Tune's experiment state are retried
+    (one line per try), training goes on, and the sweep ends with both trials finished and
+    every report in MLflow."""
+    space = kill_space(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    proc = subprocess.Popen(
+        sweep_cmd(space, storage.join(s3, "sweeps"), uri),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 400
+        while not any(r.data.metrics.get("step", 0) >= 100 for r in trial_runs(client)):
+            assert proc.poll() is None and time.time() < deadline, "trial 1 never reached 100"
+            time.sleep(0.3)
+        s3_server.stop()
+        time.sleep(30)
+    finally:
+        s3_server.start()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "; retry in 2 s" in out and "NETWORK_CONNECTION" in out
+    runs = trial_runs(client)
+    assert len(runs) == 2 and all(r.data.tags["recsys.status"] == "finished" for r in runs), out
+    for run in runs:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+        assert steps == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))

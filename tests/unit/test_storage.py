@@ -78,42 +78,72 @@ def test_the_sweep_names_a_missing_bucket_before_ray_starts(s3, tmp_path):
     assert not os.path.exists(tmp_path / "m.db"), "nothing was written"
 
 
-def test_a_checkpoint_upload_is_retried_while_the_store_is_down(s3, s3_server, tmp_path):
-    """Ray Train's own upload, against the real server taken down: the first try fails, one line
-    names the store, the server comes back during the wait, the second try lands every file.
-    With no patience left the error is raised (the run then fails and restarts)."""
+def test_rays_upload_waits_out_the_store_being_down(s3, s3_server, tmp_path, monkeypatch, capsys):
+    """Ray Train's own checkpoint upload through the run's storage file system
+    (``ray_storage``), against the real server taken down while it runs and brought back 6 s
+    later: the upload goes on once the store is back and lands every byte; one line per failed
+    try names the store and the error. With no patience the error is raised."""
+    import threading
+
     from ray.train import Checkpoint
     from ray.train.v2._internal.execution.storage import StorageContext
 
-    from recsys.train.worker import retrying_upload
-
-    ctx = StorageContext(storage_path=storage.join(s3, "runs"), experiment_dir_name="trial")
+    monkeypatch.setenv(storage.PATIENCE_ENV, "120")
+    path, fs = storage.ray_storage(storage.join(s3, "runs"))
+    ctx = StorageContext(storage_path=path, experiment_dir_name="trial", storage_filesystem=fs)
     folder = tmp_path / "staged"
     (folder / "part").mkdir(parents=True)
-    (folder / "part" / "w.bin").write_text("weights")
-    lines: list[str] = []
-
-    def wait_while_the_store_comes_back(seconds: float) -> None:
-        s3_server.start()
-
+    (folder / "part" / "w.bin").write_bytes(os.urandom(1 << 20))
     s3_server.stop()
+    back = threading.Timer(6, s3_server.start)
+    back.start()
     try:
-        upload = retrying_upload(ctx, 60, log=lines.append, sleep=wait_while_the_store_comes_back)
-        persisted = upload(Checkpoint.from_directory(str(folder)), "step_00000010")
+        persisted = ctx.persist_current_checkpoint(Checkpoint.from_directory(str(folder)), "s1")
     finally:
+        back.join()
         s3_server.start()
     uri = storage.as_uri(persisted.filesystem, persisted.path)
-    assert uri == storage.join(s3, "runs", "trial", "step_00000010")
-    assert storage.read_text(storage.join(uri, "part", "w.bin")) == "weights"
-    assert len(lines) == 1, lines
-    assert f"upload to s3://{s3[5:]}/runs/trial failed (" in lines[0] and "retry in 2 s" in lines[0]
+    assert uri == storage.join(s3, "runs", "trial", "s1")
+    with storage.local_folder(uri) as local, open(os.path.join(local, "part", "w.bin"), "rb") as f:
+        assert f.read() == (folder / "part" / "w.bin").read_bytes()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all("s3 store, " in line and "; retry in " in line for line in lines)
+    assert "NETWORK_CONNECTION" in lines[0]
 
+    monkeypatch.setenv(storage.PATIENCE_ENV, "0")
+    path, fs = storage.ray_storage(storage.join(s3, "runs"))
     s3_server.stop()
     try:
-        with pytest.raises(OSError):
-            retrying_upload(ctx, 0, log=lines.append)(
-                Checkpoint.from_directory(str(folder)), "step_00000020"
-            )
+        with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+            fs.create_dir(f"{path}/other")
     finally:
         s3_server.start()
-    assert len(lines) == 1, "no retry without patience"
+
+
+def test_a_missing_object_is_not_retried(s3):
+    path, fs = storage.ray_storage(storage.join(s3, "runs"))
+    with pytest.raises(FileNotFoundError):
+        fs.open_input_stream(f"{path}/nothing.json")
+
+
+def test_many_files_copied_at_once_through_the_store_do_not_deadlock(s3, tmp_path):
+    """``copy_files`` closes its streams on Arrow's IO threads, more files than it has threads:
+    each close uploads in its own thread (``foreground``), none waits on a queued one."""
+    import threading
+
+    import pyarrow.fs
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for k in range(40):
+        (folder / f"f{k}.bin").write_bytes(os.urandom(70_000))
+    path, fs = storage.ray_storage(storage.join(s3, "many"))
+    copy = threading.Thread(
+        target=pyarrow.fs.copy_files, args=(str(folder), path), daemon=True,
+        kwargs={"destination_filesystem": fs},
+    )  # fmt: skip
+    copy.start()
+    copy.join(timeout=120)
+    assert not copy.is_alive(), "copy_files through the retrying store deadlocked"
+    listed = fs.get_file_info(pyarrow.fs.FileSelector(path))
+    assert sorted(i.size for i in listed) == [70_000] * 40
