@@ -54,6 +54,7 @@ def connect(
     multiple active Ray instances" when another sweep or training runs on the same machine.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    token_notice()
     if not (sys.stdout.isatty() and sys.stderr.isatty()):  # no colour codes in a file or pipe:
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the workers' line prefixes (a user's 1
         plain_ray_messages()  # wins) and Ray's own "Started a local Ray instance" line
@@ -115,6 +116,30 @@ class PlainText(logging.Filter):
         if isinstance(record.args, tuple):
             record.args = tuple(ANSI.sub("", a) if isinstance(a, str) else a for a in record.args)
         return True
+
+
+TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class TokenNotice(logging.Filter):
+    """Ray's notice that a new local Ray turned token authentication on, said as what it means
+    here: the sweep's own Ray, reachable only with the token Ray stored for this user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Token authentication is enabled"):
+            record.msg = (
+                "Ray: token authentication is on for this local Ray (the token is in "
+                "~/.ray/auth_token; nothing to do; RAY_AUTH_MODE=disabled turns it off)"
+            )
+            record.args = ()
+        return True
+
+
+def token_notice() -> None:
+    """Ray's token notice said as ``TokenNotice`` says it (once per process)."""
+    log = logging.getLogger(TOKEN_LOGGER)
+    if not any(isinstance(f, TokenNotice) for f in log.filters):
+        log.addFilter(TokenNotice())
 
 
 def drop_sigterm_tracebacks(lines: list[str]) -> list[str]:

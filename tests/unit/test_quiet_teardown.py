@@ -1,6 +1,7 @@
-"""The traceback Python prints when Ray's SIGTERM handler raises ``SystemExit`` inside a weakref
-callback (an actor Ray ends while its main thread runs one) is dropped from the workers' lines
-the driver prints; every other line, other ignored exceptions included, is kept."""
+"""The console. The traceback Python prints when Ray's SIGTERM handler raises ``SystemExit``
+inside a weakref callback (an actor Ray ends while its main thread runs one) is dropped from the
+workers' lines the driver prints; every other line, other ignored exceptions included, is kept.
+Ray's token notice is one line that says what it means."""
 
 from __future__ import annotations
 
@@ -67,3 +68,22 @@ def test_the_driver_prints_the_rest_of_a_batch_and_nothing_for_a_dropped_one():
     quiet({"is_err": True, "lines": [x for x in lines if x not in own]})
     quiet({"is_err": False, "lines": ["stdout line"]})
     assert printed == [["before", "kept: a line of its own"], ["stdout line"]]
+
+
+def test_rays_token_notice_says_what_it_means(caplog):
+    """Ray's own warning (its function, its logger) comes out as one line a user can act on."""
+    from ray._private.authentication import authentication_token_setup as setup
+
+    from recsys.cluster import token_notice
+
+    token_notice()
+    setup.logger.addHandler(caplog.handler)  # (Ray's loggers do not propagate to the root)
+    try:
+        setup._warn_token_auth_enabled()
+    finally:
+        setup.logger.removeHandler(caplog.handler)
+    (record,) = [r for r in caplog.records if r.name == setup.logger.name]
+    assert record.getMessage() == (
+        "Ray: token authentication is on for this local Ray (the token is in "
+        "~/.ray/auth_token; nothing to do; RAY_AUTH_MODE=disabled turns it off)"
+    )
