@@ -2,11 +2,11 @@
 
 A URI is anything with a scheme (``s3://bucket/sweeps``), opened with pyarrow's file systems as
 Ray Train and Tune open it. An S3-compatible store other than AWS is named the way pyarrow and
-Ray take it: ``AWS_ENDPOINT_URL`` (or ``?endpoint_override=host:port&scheme=http`` on the URI),
-with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` in the environment of the driver and of
-every Ray node. The helpers here are the few file operations the sweep driver and the export do
-themselves (``sweep.json``, a checkpoint's sharding plan, downloading a checkpoint to export
-it); everything else goes through Ray.
+Ray take it, in the environment of the driver and of every Ray node: ``AWS_ENDPOINT_URL``, with
+``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (a URI's ``?query`` is refused: the checkpoint
+URIs recorded in MLflow would lose it). The helpers here are the few file operations the sweep
+driver and the export do themselves (``sweep.json``, downloading a checkpoint to export it),
+and the file system Ray is given (``ray_storage``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def read_text(path: str) -> str:
         with open(path) as f:
             return f.read()
     fs, p = filesystem(path)
-    with fs.open_input_stream(p) as f:
+    with fs.open_input_stream(p, compression=None) as f:
         return bytes(f.read()).decode()
 
 
@@ -81,12 +81,16 @@ def write_text(path: str, text: str) -> None:
     if not is_uri(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
         return
     fs, p = filesystem(path)
-    with fs.open_output_stream(p) as f:
+    with fs.open_output_stream(p, compression=None) as f:
         f.write(text.encode())
 
 
@@ -127,6 +131,11 @@ def check_storage(storage: str, flag: str = "--storage") -> None:
     if not is_uri(storage):
         os.makedirs(storage, exist_ok=True)
         return
+    if "?" in storage:  # (checkpoint URIs recorded in MLflow would lose the query)
+        raise ConfigError(
+            f"{flag}={storage}: name the store's endpoint and options in the environment "
+            "(AWS_ENDPOINT_URL, ...), not in the URI's query"
+        )
     try:
         fs, path = filesystem(storage)
     except Exception as e:  # (a malformed URI, an unknown scheme)
@@ -163,8 +172,9 @@ def _reason(message: str) -> str:
 
 PATIENCE_ENV = "RECSYS_STORE_PATIENCE_S"  # how long an operation on the store is retried
 DEFAULT_PATIENCE_S = 300.0
-NOT_RETRIED = ("NO_SUCH_BUCKET", "ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH",
-               "INVALID_ACCESS_KEY_ID", "does not exist", "Path does not exist")  # fmt: skip
+TRANSIENT = ("NETWORK_CONNECTION", "SLOW_DOWN", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
+             "REQUEST_TIMEOUT", "THROTTLING", "curlCode", "Could not connect", "Connection reset",
+             "HTTP status 5", "HTTP status 429", "timed out")  # fmt: skip
 
 
 def patience_s() -> float:
@@ -172,9 +182,11 @@ def patience_s() -> float:
 
 
 def retried(what: str, fn: Any, patience: float, log: Any = print, sleep: Any = None) -> Any:
-    """``fn()``, tried again after an ``OSError`` that is not the store's firm answer (a
-    missing object or bucket, refused credentials) for up to ``patience`` seconds: 2 s between
-    the first tries, doubling up to 30 s, one line per failure naming ``what`` and the error."""
+    """``fn()``, tried again after an ``OSError`` that says the store could not be reached or
+    was overloaded (``TRANSIENT``: a network error, a 5xx or 429 answer) for up to ``patience``
+    seconds: 2 s between the first tries, doubling up to 30 s, one line per failure naming
+    ``what`` and the error. Any other error (a missing object or bucket, refused credentials,
+    a bad request) is the store's answer and raised at once."""
     import time
 
     deadline, wait = time.monotonic() + patience, 2.0
@@ -185,7 +197,7 @@ def retried(what: str, fn: Any, patience: float, log: Any = print, sleep: Any = 
             raise
         except OSError as e:
             message = str(e)
-            if any(s in message for s in NOT_RETRIED) or time.monotonic() + wait > deadline:
+            if not any(s in message for s in TRANSIENT) or time.monotonic() + wait > deadline:
                 raise
             log(f"{what}: {message.splitlines()[0][:200]}; retry in {wait:.0f} s")
             (sleep or time.sleep)(wait)
@@ -258,7 +270,7 @@ class RetryingHandler(pyarrow.fs.FileSystemHandler):  # type: ignore[misc]
         return str(self.fs.normalize_path(path))
 
     def get_file_info(self, paths: list[str]) -> Any:
-        return self._do(f"info of {paths[0]}", lambda: self.fs.get_file_info(paths))
+        return self._do(f"info of {paths[:1]}", lambda: self.fs.get_file_info(paths))
 
     def get_file_info_selector(self, selector: Any) -> Any:
         return self._do(f"listing {selector.base_dir}", lambda: self.fs.get_file_info(selector))
@@ -270,10 +282,15 @@ class RetryingHandler(pyarrow.fs.FileSystemHandler):  # type: ignore[misc]
         self._do(f"deleting {path}", lambda: self.fs.delete_dir(path))
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self._do(f"emptying {path}", lambda: self.fs.delete_dir_contents(path, missing_dir_ok))
+        self._do(
+            f"emptying {path}",
+            lambda: self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok),
+        )
 
     def delete_root_dir_contents(self) -> None:
-        self._do("emptying the root", lambda: self.fs.delete_dir_contents("/"))
+        self._do(
+            "emptying the root", lambda: self.fs.delete_dir_contents("/", accept_root_dir=True)
+        )
 
     def delete_file(self, path: str) -> None:
         self._do(f"deleting {path}", lambda: self.fs.delete_file(path))
@@ -285,7 +302,9 @@ class RetryingHandler(pyarrow.fs.FileSystemHandler):  # type: ignore[misc]
         self._do(f"copying {src}", lambda: self.fs.copy_file(src, dest))
 
     def open_input_stream(self, path: str) -> Any:
-        return self._do(f"reading {path}", lambda: self.fs.open_input_stream(path))
+        return self._do(
+            f"reading {path}", lambda: self.fs.open_input_stream(path, compression=None)
+        )
 
     def open_input_file(self, path: str) -> Any:
         return self._do(f"reading {path}", lambda: self.fs.open_input_file(path))
@@ -301,7 +320,7 @@ class RetryingHandler(pyarrow.fs.FileSystemHandler):  # type: ignore[misc]
     def upload(self, spool: Any, path: str, metadata: Any) -> None:
         def put() -> None:
             spool.seek(0)
-            with self.fs.open_output_stream(path, metadata=metadata) as out:
+            with self.fs.open_output_stream(path, compression=None, metadata=metadata) as out:
                 shutil.copyfileobj(spool, out, 16 << 20)
 
         self._do(f"writing {path}", put)

@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
             cfg = resolve(from_file(args.config) if args.config else named(args.experiment))
             out = args.out or os.path.join(args.checkpoint, "export")
             if is_uri(args.checkpoint) and not args.out:  # written locally, never into the store
-                out = os.path.abspath(os.path.join("exports", os.path.basename(args.checkpoint)))
+                name = os.path.basename(args.checkpoint.rstrip("/"))
+                out = os.path.abspath(os.path.join("exports", name))
             report = export(cfg, args.checkpoint, out, args.dtype)
     except (ConfigError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None

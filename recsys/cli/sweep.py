@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         from recsys.tune.state import SweepOptions, check_resume, default_tracking_uri
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
-        storage = args.storage if is_uri(args.storage) else os.path.abspath(args.storage)
+        local = args.storage.removeprefix("file://")  # a file:// URI is a local folder
+        storage = args.storage if is_uri(args.storage) else os.path.abspath(local)
         opts = SweepOptions(
             name=args.name or space.name,
             storage=storage,

@@ -238,6 +238,10 @@ def write_serving(cfg: ExperimentConfig, folder: str) -> None:
         src = cfg.data.paths[0]
         for name in SERVING_FILES:
             shutil.copyfile(os.path.join(src, name), os.path.join(folder, name))
+        with open(os.path.join(src, META)) as f:  # a worker cache's own entry is not the data's
+            meta = {k: v for k, v in json.load(f).items() if k != "cache"}
+        with open(os.path.join(folder, META), "w") as f:
+            json.dump(meta, f, indent=2)
         shutil.copytree(os.path.join(src, "vocab"), os.path.join(folder, "vocab"))
         return
     schema = serving_schema(cfg)

@@ -299,9 +299,10 @@ def upload_prepared(
     """Prepare with ``make`` into a local temporary folder (the system's temp folder), then
     upload it to object store URI ``out``: every file but ``meta.json``, then ``meta.json``,
     whose presence is what marks a prepared folder (``read_meta``), so a failed or killed
-    upload never reads as prepared. An existing ``out`` is refused, or with ``overwrite``
-    emptied first. The preparation's tasks write locally: not with ``address`` (a cluster's
-    nodes do not share this machine's disk)."""
+    upload never reads as prepared. An existing prepared ``out`` is refused, or with
+    ``overwrite`` replaced; what a killed upload left there is removed first. The
+    preparation's tasks write locally: not with ``address`` (a cluster's nodes do not share
+    this machine's disk)."""
     import pyarrow.fs
 
     if address:
@@ -310,14 +311,14 @@ def upload_prepared(
             "--address, prepare onto storage every node shares and copy the folder up"
         )
     storage.check_storage(out, flag="--out")
-    if storage.exists(storage.join(out, META)) and not overwrite:
+    prepared = storage.exists(storage.join(out, META))
+    if prepared and not overwrite:
         raise DataError(f"{out} exists; choose another --out or pass --overwrite")
     local = tempfile.mkdtemp(prefix="recsys-prepare-")
     try:
         meta = make(os.path.join(local, "prepared"))
         fs, base = storage.filesystem(out)
-        if overwrite:
-            fs.delete_dir_contents(base, missing_dir_ok=True)
+        fs.delete_dir_contents(base, missing_dir_ok=True)  # the old folder, or a killed upload's
         folder = os.path.join(local, "prepared")
         names = [os.path.relpath(os.path.join(d, f), folder)
                  for d, _, fs_ in os.walk(folder) for f in fs_]  # fmt: skip

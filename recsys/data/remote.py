@@ -151,9 +151,16 @@ def _download(uri: str, path: str, folder: str) -> None:
     dst = os.path.join(folder, path)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     tmp = f"{dst}.download"
-    with fs.open_input_stream(f"{base}/{path}") as src, open(tmp, "wb") as out:
-        shutil.copyfileobj(src, out, 16 << 20)
-    os.replace(tmp, dst)
+    try:
+        with (
+            fs.open_input_stream(f"{base}/{path}", compression=None) as src,
+            open(tmp, "wb") as out,
+        ):
+            shutil.copyfileobj(src, out, 16 << 20)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def localised(cfg: Any, rank: int, world_size: int, log: Callable[[str], None] = print) -> Any:

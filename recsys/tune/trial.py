@@ -200,7 +200,19 @@ def train_result(train_run: str) -> Any:
     """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
     or object store URI."""
     path, fs = storage.ray_storage(train_run)
-    return TrainResult.from_path(path, storage_filesystem=fs)
+    return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
+
+
+def sharding_plan(checkpoint: Any) -> str | None:
+    """A checkpoint's ``sharding_plan.json``, read through its own file system (the run's:
+    an object store's is retried while it is down); None if it has none."""
+    import pyarrow.fs
+
+    fs, path = checkpoint.filesystem, f"{checkpoint.path}/sharding_plan.json"
+    if fs.get_file_info(path).type != pyarrow.fs.FileType.File:
+        return None
+    with fs.open_input_stream(path, compression=None) as f:
+        return bytes(f.read()).decode()
 
 
 def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: int) -> None:
@@ -211,9 +223,8 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: i
     tags = {}
     if (last := result.checkpoint) is not None:
         tags[Tag.LAST_CHECKPOINT] = as_uri(last.filesystem, last.path)
-        plan = storage.join(tags[Tag.LAST_CHECKPOINT], "sharding_plan.json")
-        if storage.exists(plan):
-            tracker.log_text(run_id, storage.read_text(plan), "sharding_plan.json")
+        if (plan := sharding_plan(last)) is not None:
+            tracker.log_text(run_id, plan, "sharding_plan.json")
     best = result.get_best_checkpoint("ckpt_score", mode) if result.best_checkpoints else None
     if best is not None:
         tags[Tag.BEST_CHECKPOINT] = as_uri(best.filesystem, best.path)

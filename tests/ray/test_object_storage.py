@@ -176,10 +176,12 @@ def test_a_sweep_waits_out_the_store_down_for_30_s(tmp_path, s3, s3_server):
     space = kill_space(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    proc = subprocess.Popen(
-        sweep_cmd(space, storage.join(s3, "sweeps"), uri),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    log = tmp_path / "sweep.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            sweep_cmd(space, storage.join(s3, "sweeps"), uri),
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     try:
         deadline = time.time() + 400
         while not any(r.data.metrics.get("step", 0) >= 100 for r in trial_runs(client)):
@@ -187,9 +189,13 @@ def test_a_sweep_waits_out_the_store_down_for_30_s(tmp_path, s3, s3_server):
             time.sleep(0.3)
         s3_server.stop()
         time.sleep(30)
+        s3_server.start()
+        proc.wait(timeout=600)
     finally:
         s3_server.start()
-    out, _ = proc.communicate(timeout=600)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # (only left when the test failed)
+    out = log.read_text()
     assert proc.returncode == 0, out[-3000:]
     assert "; retry in 2 s" in out and "NETWORK_CONNECTION" in out
     runs = trial_runs(client)

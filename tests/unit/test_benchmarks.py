@@ -20,7 +20,7 @@ DOC = os.path.join(ROOT, "BENCHMARKS.md")
 PLACEHOLDERS = {"<name>"}
 SUBCOMMANDS = [
     "step", "overhead", "qr", "data", "sweeps", "scale", "own-data", "store", "soak", "quality",
-    "export", "serving",
+    "export", "serving", "checkpoint",
 ]  # fmt: skip
 
 

@@ -70,19 +70,30 @@ def test_the_driver_prints_the_rest_of_a_batch_and_nothing_for_a_dropped_one():
     assert printed == [["before", "kept: a line of its own"], ["stdout line"]]
 
 
-def test_rays_token_notice_says_what_it_means(caplog):
+def test_rays_token_notice_says_what_it_means():
     """Ray's own warning (its function, its logger) comes out as one line a user can act on."""
+    import logging
+
     from ray._private.authentication import authentication_token_setup as setup
 
     from recsys.cluster import token_notice
 
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
     token_notice()
-    setup.logger.addHandler(caplog.handler)  # (Ray's loggers do not propagate to the root)
+    keep = Keep()
+    setup.logger.addHandler(keep)  # (Ray's loggers may not propagate to the root)
     try:
         setup._warn_token_auth_enabled()
     finally:
-        setup.logger.removeHandler(caplog.handler)
-    (record,) = [r for r in caplog.records if r.name == setup.logger.name]
+        setup.logger.removeHandler(keep)
+    (record,) = keep.records
     assert record.getMessage() == (
         "Ray: token authentication is on for this local Ray (the token is in "
         "~/.ray/auth_token; nothing to do; RAY_AUTH_MODE=disabled turns it off)"

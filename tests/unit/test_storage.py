@@ -26,7 +26,7 @@ def test_files_round_trip_through_the_store(s3, tmp_path):
     with storage.local_folder(storage.join(sweep, "ckpt")) as local:
         with open(os.path.join(local, "part", "w.bin")) as f:
             assert f.read() == "weights"
-        assert not local.startswith(s3)
+        assert os.path.isdir(local)
     assert not os.path.exists(local), "the download is removed afterwards"
     with storage.local_folder(str(tmp_path)) as same:  # a folder is itself
         assert same == str(tmp_path)
@@ -120,10 +120,23 @@ def test_rays_upload_waits_out_the_store_being_down(s3, s3_server, tmp_path, mon
         s3_server.start()
 
 
-def test_a_missing_object_is_not_retried(s3):
+def test_the_stores_firm_answers_are_not_retried(s3, capsys):
+    """A missing object or bucket is the store's answer, raised at once (no retry line)."""
     path, fs = storage.ray_storage(storage.join(s3, "runs"))
     with pytest.raises(FileNotFoundError):
         fs.open_input_stream(f"{path}/nothing.json")
+    _, missing = storage.ray_storage("s3://nobucket/runs")
+    with (
+        pytest.raises(OSError, match="NO_SUCH_BUCKET"),
+        missing.open_output_stream("nobucket/runs/x.json") as f,
+    ):
+        f.write(b"{}")
+    assert "retry in" not in capsys.readouterr().out
+
+
+def test_a_uri_with_a_query_is_refused_naming_the_environment(s3):
+    with pytest.raises(ConfigError, match=r"AWS_ENDPOINT_URL, ...\), not in the URI's query"):
+        storage.check_storage(storage.join(s3, "runs") + "?endpoint_override=127.0.0.1:1")
 
 
 def test_many_files_copied_at_once_through_the_store_do_not_deadlock(s3, tmp_path):
