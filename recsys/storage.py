@@ -40,16 +40,12 @@ def join(base: str, *parts: str) -> str:
 
 def filesystem(uri: str) -> tuple[Any, str]:
     """pyarrow's ``(FileSystem, path)`` for ``uri``, as Ray resolves it."""
-    import pyarrow.fs
-
     return pyarrow.fs.FileSystem.from_uri(uri)
 
 
 def as_uri(fs: Any, path: str) -> str:
     """A path on ``fs`` (as Ray's ``Checkpoint.path`` gives it: without the scheme) as a URI a
     later process opens again (a local path stays a path)."""
-    import pyarrow.fs
-
     if isinstance(fs, pyarrow.fs.LocalFileSystem) or is_uri(path):
         return path
     if isinstance(fs, pyarrow.fs.PyFileSystem) and isinstance(fs.handler, RetryingHandler):
@@ -60,8 +56,6 @@ def as_uri(fs: Any, path: str) -> str:
 def exists(path: str) -> bool:
     if not is_uri(path):
         return os.path.exists(path)
-    import pyarrow.fs
-
     fs, p = filesystem(path)
     return bool(fs.get_file_info(p).type != pyarrow.fs.FileType.NotFound)
 
@@ -101,8 +95,6 @@ def local_folder(path: str, need_bytes: int = 0) -> Iterator[str]:
     if not is_uri(path):
         yield path
         return
-    import pyarrow.fs
-
     fs, p = filesystem(path)
     files = fs.get_file_info(pyarrow.fs.FileSelector(p, recursive=True, allow_not_found=True))
     size = sum(f.size or 0 for f in files if f.type == pyarrow.fs.FileType.File)
@@ -332,8 +324,6 @@ def ray_storage(path: str) -> tuple[str, Any]:
     and that file system wrapped in a ``RetryingHandler`` (``RECSYS_STORE_PATIENCE_S``)."""
     if not is_uri(path):
         return path, None
-    import pyarrow.fs
-
     fs, inner = filesystem(path)
     return inner, pyarrow.fs.PyFileSystem(RetryingHandler(foreground(fs), patience_s()))
 

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -30,6 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from tests.servers import stop_group
 
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 ENV = "RECSYS_CHROMIUM"  # a browser binary to use instead of the first of NAMES on PATH
@@ -250,14 +251,7 @@ class Chromium:
         if getattr(self, "ws", None) is not None:
             self.ws.close()
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            stop_group(self.proc, timeout=10)
         shutil.rmtree(self.profile, ignore_errors=True)
 
 

@@ -30,6 +30,18 @@ PG_USER = "postgres"  # Debian's package makes this user; the programs run as it
 TEMPLATE = "mlflow_template"  # a database MLflow's schema was created in once, cloned per server
 
 
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """End ``proc``'s process group (started with ``start_new_session``): SIGTERM, up to
+    ``timeout`` seconds to exit, then SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -194,15 +206,8 @@ class MlflowServer:
         raise RuntimeError(f"mlflow server did not start: {self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
-        self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc, timeout=30)
         self.proc = None
 
 
@@ -261,6 +266,8 @@ class S3Server:
         return f"s3://{name}"
 
     def start(self, timeout: float = 120) -> S3Server:
+        import pyarrow.fs
+
         if self.proc is not None:
             return self
         flags = [f"-{flag}={port}" for flag, port in self.ports.items()]
@@ -274,7 +281,7 @@ class S3Server:
         deadline = time.time() + timeout
         while time.time() < deadline and self.proc.poll() is None:
             try:  # ready when the S3 gateway answers a listing through the filer
-                self._client().get_file_info(pyarrow_selector())
+                self._client().get_file_info(pyarrow.fs.FileSelector(""))
                 return self
             except OSError:
                 time.sleep(0.5)
@@ -282,24 +289,10 @@ class S3Server:
         raise RuntimeError(f"SeaweedFS did not start: {self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc, timeout=30)
         self.proc = None
 
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def pyarrow_selector() -> Any:
-    import pyarrow.fs
-
-    return pyarrow.fs.FileSelector("", recursive=False)
