@@ -89,7 +89,7 @@ def _median(rows: list[dict[str, float]], key: str) -> float:
 
 def run(trials: int, steps: int, space: str = "default") -> str:
     t0 = time.perf_counter()
-    connect(None)
+    connect("local")
     ray_start = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         bare = floor(trials, torchrec=False, tmp=tmp)

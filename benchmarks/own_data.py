@@ -177,7 +177,7 @@ def _timed(paths: list[str], out: str, workers: int) -> tuple[float, float, floa
 
     t0 = time.perf_counter()
     if workers:
-        connect(None, num_cpus=workers, log_to_driver=False)
+        connect("local", num_cpus=workers, log_to_driver=False)
     ray_start = time.perf_counter() - t0
     phases = Phases()
     prepare(DatasetSchema.load(SCHEMA), paths, out, workers=workers, log=phases)

@@ -135,7 +135,7 @@ def memory_vs_days(rows_per_day: int, steps: int) -> str:
     """Peak memory of a worker training on 2 vs 8 Terabyte-shaped days (same rows per day)."""
     from recsys.cluster import connect
 
-    connect(None, log_to_driver=False)
+    connect("local", log_to_driver=False)
     out, rows = {}, []
     for days in (2, 8):
         folder = tempfile.mkdtemp(prefix=f"tb{days}-")
@@ -174,7 +174,7 @@ def larger_than_memory(gib: float, steps: int, days: int = 8) -> str:
     """``steps`` steps with 2 workers on a folder of ``gib`` GiB (more than this machine's RAM)."""
     from recsys.cluster import connect, host_memory_bytes
 
-    connect(None, log_to_driver=False)
+    connect("local", log_to_driver=False)
     rows_per_day = int(gib * 2**30 / ROW_BYTES / days)
     folder = tempfile.mkdtemp(prefix="big-", dir=os.environ.get("RECSYS_BENCH_DIR"))
     try:
@@ -237,7 +237,7 @@ def preprocessing(rows: int, copies: int, chunk_mb: float) -> str:
         n, size = rows * copies, os.path.getsize(path)
         for w in (0, 1, 2):
             if w:
-                connect(None, num_cpus=w, log_to_driver=False)
+                connect("local", num_cpus=w, log_to_driver=False)
             for name, schema in schemas.items():
                 out = os.path.join(tmp, "out")
                 t0 = time.perf_counter()

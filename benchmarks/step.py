@@ -184,7 +184,7 @@ def two_workers(cases: list[Case], ops: list[str], steps: int) -> str:
     from recsys.cluster import connect
     from recsys.train.ray_trainer import Resources, make_trainer
 
-    connect(None, log_to_driver=False)
+    connect("local", log_to_driver=False)
     rows = []
     for case in cases:
         for op in ops:

@@ -115,7 +115,7 @@ def to_target(rows: list[dict[str, Any]], start: float, target: float) -> tuple[
 
 
 def run(seeds: list[int], trials: int, steps: int, space_name: str = "default") -> str:
-    connect(None, log_to_driver=False)
+    connect("local", log_to_driver=False)
     space = spaces.load(space_name)
     space = dataclasses.replace(space, base=space.base.with_overrides({"train.steps": steps}))
     rows: list[list[Any]] = []

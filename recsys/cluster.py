@@ -11,7 +11,9 @@ import logging
 import math
 import os
 import re
+import socket
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from recsys.configlib import ConfigError
@@ -34,19 +36,116 @@ def runtime_env() -> dict[str, Any]:
     return {"env_vars": {k: os.environ.get(k, v) for k, v in TRAIN_ENV.items()}}
 
 
+@dataclass(frozen=True)
+class RaySource:
+    """Which Ray a command runs on, and why: ``address`` None starts a local Ray of this process;
+    ``origin`` says where the address came from (``--address``, ``RAY_ADDRESS``, or this node's
+    running cluster), as an error about it must say."""
+
+    address: str | None
+    origin: str = ""
+
+    @property
+    def local(self) -> bool:
+        return self.address is None
+
+
+def node_cluster_file() -> str:
+    """Where ``ray start`` on this node writes its cluster's address (``ray stop`` removes it):
+    ``ray_current_cluster`` in Ray's temp folder (``$RAY_TMPDIR``, else ``/tmp``, then ``ray``)."""
+    from ray._common.utils import get_ray_address_file
+
+    return get_ray_address_file(None)
+
+
+def node_cluster() -> str | None:
+    """The address of the cluster ``ray start`` runs on this node, as ``ray.init()`` finds it
+    (None if there is none). A Ray that another process started for itself
+    (``ray.init(address="local")``, another sweep's) writes no such file and is never joined."""
+    try:
+        with open(node_cluster_file()) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def find_ray(flag: str | None) -> RaySource:
+    """Ray's rules for which Ray to use: ``--address`` wins (``local``: a new local Ray; ``auto``:
+    this node's running cluster); else ``RAY_ADDRESS`` (as ``ray job submit`` sets it; the same
+    two words); else the cluster ``ray start`` runs on this node; else a new local Ray."""
+    if flag:
+        return _named(flag, "--address")
+    if env := os.environ.get(ADDRESS_ENV, "").strip():
+        return _named(env, ADDRESS_ENV)
+    if running := node_cluster():
+        return RaySource(running, f"this node's running cluster, {node_cluster_file()}")
+    return RaySource(None)
+
+
+def _named(value: str, origin: str) -> RaySource:
+    if value == "local":
+        return RaySource(None, f"{origin}=local")
+    if value == "auto":
+        if not (running := node_cluster()):
+            raise ConnectionError(
+                f"{origin}=auto: no Ray cluster runs on this node ({node_cluster_file()} is "
+                "absent: start one with `.venv/bin/ray start --head`, or give the head's address)"
+            )
+        return RaySource(running, f"{origin}=auto, {node_cluster_file()}")
+    if value.startswith(("http://", "https://")):
+        raise ConnectionError(
+            f"{origin}={value} is a dashboard (Ray Jobs) address; a driver joins the cluster at "
+            "its GCS address (HEAD:6379). Submit with `ray job submit --address "
+            f"{value} -- ...` (the job then finds its cluster), or set {origin} to HEAD:6379"
+        )
+    return RaySource(value, origin)
+
+
+def check_answers(source: RaySource, timeout_s: float = 5.0) -> None:
+    """Refuse, within ``timeout_s``, an address at which nothing answers (a dead cluster, a stale
+    ``RAY_ADDRESS`` or ``ray_current_cluster``), naming it and where it came from; ``ray.init``
+    itself would retry for minutes."""
+    if source.address is None:
+        return
+    hostport = source.address.removeprefix("ray://").rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConnectionError(
+            f"{source.origin}: {source.address!r} is not a Ray address (HOST:PORT, "
+            "ray://HOST:PORT, auto or local)"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        hint = (
+            " (a cluster `ray start` ran on this node and that is gone: `ray stop` clears it, "
+            "or pass --address local)"
+            if "ray_current_cluster" in source.origin
+            else ""
+        )
+        raise ConnectionError(
+            f"no Ray cluster answers at {source.address} (from {source.origin}): {e}{hint}"
+        ) from None
+
+
 def connect(
-    address: str | None,
+    address: str | RaySource | None,
     num_cpus: int | None = None,
     log_to_driver: bool = True,
     object_store_memory: int | None = None,
     dashboard: bool = True,
+    announce: bool = True,
 ) -> dict[str, Any]:
-    """``ray.init`` an existing cluster (``address``) or a new local one; returns its resources.
+    """``ray.init`` the Ray that ``find_ray(address)`` names (or ``address``, resolved already):
+    an existing cluster, or a new local one; returns its resources. ``announce``: print which,
+    as one line ("joined the Ray cluster at ... (from RAY_ADDRESS): 3 nodes, 4 CPUs, 0 GPUs" or
+    "started a local Ray: 2 CPUs").
 
-    The dashboard, when installed, binds to 127.0.0.1 (pass ``RAY_DASHBOARD_HOST`` to change).
-    ``object_store_memory``: the local object store's cap in MiB (a cluster keeps its own).
-    ``dashboard=False``: a local Ray without the dashboard and its State API (preparation, which
-    runs plain tasks, saves its processes' memory; Ray Train needs them).
+    The local-only settings apply only to a Ray started here: ``num_cpus``,
+    ``object_store_memory`` (the object store's cap in MiB), the dashboard (bound to 127.0.0.1;
+    ``RAY_DASHBOARD_HOST`` changes that) and the workers' niceness. ``dashboard=False``: a local
+    Ray without the dashboard and its State API (preparation, which runs plain tasks, saves its
+    processes' memory; Ray Train needs them).
 
     A local Ray is always a new one of this process (``address="local"``), and every process of it
     is told its own dashboard (``RAY_API_SERVER_ADDRESS``): Ray's State API, which Ray Train's
@@ -57,36 +156,82 @@ def connect(
     token_notice()
     if not (sys.stdout.isatty() and sys.stderr.isatty()):  # no colour codes in a file or pipe:
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the workers' line prefixes (a user's 1
-        plain_ray_messages()  # wins) and Ray's own "Started a local Ray instance" line
+        plain_ray_messages()  # wins) and Ray's own dashboard line
+    own_ray_line()
     import ray
 
-    if not ray.is_initialized():
-        host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
-        kwargs: dict[str, Any] = {
-            "dashboard_host": host,
-            "log_to_driver": log_to_driver,
-            "runtime_env": runtime_env(),
-        }
-        if os.environ.get(API_ENV) and os.environ.get(API_ENV) == os.environ.get(OURS_ENV):
-            del os.environ[API_ENV]  # set by an earlier connect (here or in a parent): stale
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            mb = object_store_memory
-            kwargs["object_store_memory"] = mb * 2**20 if mb else None
-            kwargs["_system_config"] = local_system_config()
-            if not dashboard:
-                del kwargs["dashboard_host"]
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
-                quiet_teardown()
-                return ray.cluster_resources()
-            port = _free_port(host)
-            api = f"http://{_url_host(host)}:{port}"
-            kwargs["runtime_env"]["env_vars"][API_ENV] = api
-            ray.init(address="local", num_cpus=num_cpus, dashboard_port=port, **kwargs)
-            os.environ[API_ENV] = os.environ[OURS_ENV] = api  # this process's own State API calls
-        quiet_teardown()
-    return ray.cluster_resources()
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    source = address if isinstance(address, RaySource) else find_ray(address)
+    check_answers(source)
+    if os.environ.get(API_ENV) and os.environ.get(API_ENV) == os.environ.get(OURS_ENV):
+        del os.environ[API_ENV]  # set by an earlier connect (here or in a parent): stale
+    if os.environ.get(ADDRESS_ENV, source.address) not in (source.address, "local"):
+        del os.environ[ADDRESS_ENV]  # ray.init prefers it to the address it is given
+    if source.local:
+        context = _start_local(num_cpus, log_to_driver, object_store_memory, dashboard)
+    else:
+        context = _join(source, log_to_driver)
+    quiet_teardown()
+    resources = ray.cluster_resources()
+    if announce:
+        print(ray_line(source, resources, len(alive_nodes()), context), flush=True)
+    return resources
+
+
+def _join(source: RaySource, log_to_driver: bool) -> Any:
+    import ray
+
+    try:
+        return ray.init(
+            address=source.address, log_to_driver=log_to_driver, runtime_env=runtime_env()
+        )
+    except ConnectionError as e:
+        where = f"{source.address} ({source.origin})"
+        raise ConnectionError(f"could not join Ray at {where}: {e}") from e
+
+
+def _start_local(
+    num_cpus: int | None, log_to_driver: bool, object_store_mb: int | None, dashboard: bool
+) -> Any:
+    import ray
+
+    kwargs: dict[str, Any] = {
+        "log_to_driver": log_to_driver,
+        "runtime_env": runtime_env(),
+        "num_cpus": num_cpus,
+        "object_store_memory": object_store_mb * 2**20 if object_store_mb else None,
+        "_system_config": local_system_config(),
+    }
+    if not dashboard:
+        return ray.init(address="local", include_dashboard=False, **kwargs)
+    host = os.environ.get("RAY_DASHBOARD_HOST", "127.0.0.1")
+    port = _free_port(host)
+    api = f"http://{_url_host(host)}:{port}"
+    kwargs["runtime_env"]["env_vars"][API_ENV] = api
+    context = ray.init(address="local", dashboard_host=host, dashboard_port=port, **kwargs)
+    os.environ[API_ENV] = os.environ[OURS_ENV] = api  # this process's own State API calls
+    return context
+
+
+def ray_line(source: RaySource, resources: dict[str, float], nodes: int, context: Any) -> str:
+    """The console's line saying which Ray this command runs on."""
+    cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
+    dashboard = getattr(context, "dashboard_url", None)
+    if dashboard and "://" not in dashboard:
+        dashboard = f"http://{dashboard}"
+    board = f"; dashboard {dashboard}" if dashboard else ""
+    if source.local:
+        why = f" ({source.origin})" if source.origin else ""
+        gpu = f", {gpus:g} GPUs" if gpus else ""
+        return f"started a local Ray{why}: {cpus:g} CPUs{gpu}{board}"
+    return (
+        f"joined the Ray cluster at {source.address} (from {source.origin}): {nodes} node"
+        f"{'s' if nodes != 1 else ''}, {cpus:g} CPUs, {gpus:g} GPUs{board}"
+    )
+
+
+ADDRESS_ENV = "RAY_ADDRESS"
 
 
 # Ray starts its worker processes at nice 15 (its ``worker_niceness``), which keeps a laptop's
@@ -202,6 +347,23 @@ def quiet_teardown() -> None:
             )
             for name, h in dispatcher.handlers
         ]
+
+
+RAY_LINES = ("Started a local Ray instance", "Connected to Ray cluster", "Connecting to existing")
+
+
+class OwnRayLine(logging.Filter):
+    """Drops Ray's own lines about starting or joining a Ray: ``connect`` says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(RAY_LINES)
+
+
+def own_ray_line() -> None:
+    """Ray's start and join lines dropped (``OwnRayLine``), once per process."""
+    log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, OwnRayLine) for f in log.filters):
+        log.addFilter(OwnRayLine())
 
 
 def plain_ray_messages() -> None:

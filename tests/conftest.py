@@ -18,6 +18,11 @@ from tests.servers import Postgres
 
 _databases = itertools.count()
 
+# Every Ray of the tests is their own: a command that finds no --address starts a local Ray, never
+# joins a cluster that `ray start` (or a multi-node test's Cluster, which writes the same
+# ray_current_cluster file) runs on this machine. Tests of those rules set the variable themselves.
+os.environ.setdefault("RAY_ADDRESS", "local")
+
 
 # ``./run.sh test`` spreads the files over 2 processes (pytest-xdist): each file is one unit of
 # work (``pytest_xdist_make_scheduler``), except every file under ``tests/ray/``, which together

@@ -1,7 +1,13 @@
 """Command-line entry points (``[project.scripts]``: ``recsys-sweep``, ``recsys-train``,
 ``recsys-export``; ``experiments/*.py`` call the same ``main`` functions)."""
 
+from __future__ import annotations
+
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recsys.cluster import RaySource
 
 
 def positive(text: str) -> float:
@@ -13,3 +19,15 @@ def positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
     return value
+
+
+def ray_address(flag: str | None) -> RaySource:
+    """The Ray a command runs on (``recsys.cluster.find_ray``: ``--address``, else
+    ``RAY_ADDRESS``, else this node's running cluster, else a new local one), refused within
+    seconds, naming it and where it came from, if nothing answers there: before MLflow, torch
+    and Ray load."""
+    from recsys.cluster import check_answers, find_ray
+
+    source = find_ray(flag)
+    check_answers(source)
+    return source

@@ -20,7 +20,7 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import positive
+from recsys.cli import positive, ray_address
 from recsys.configlib import ConfigError
 
 
@@ -49,7 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--data", help="a prepared folder (recsys-preprocess; or its s3://... URI) or TorchRec's "
         "Criteo folder: replaces data.paths; features, tables and tasks follow it",
     )  # fmt: skip
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    p.add_argument(
+        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
+        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
+        "running cluster, else a new local Ray",
+    )  # fmt: skip
     p.add_argument(
         "--storage",
         default="runs",
@@ -129,9 +133,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         check_storage(opts.storage)  # before Ray, torch and MLflow load
         check_resume(space, opts)
+        address = ray_address(args.address)
         from recsys.tune.sweep import launch
 
-        launch(space, opts, address=args.address, export=args.export, register=args.register)
+        launch(space, opts, address=address, export=args.export, register=args.register)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
 

@@ -15,6 +15,7 @@ import os
 import time
 from typing import Any
 
+from recsys.cli import ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named, parse_overrides
 from recsys.configlib import ConfigError
 from recsys.data.columns import DataError
@@ -47,7 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
     )
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    p.add_argument(
+        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
+        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
+        "running cluster, else a new local Ray",
+    )  # fmt: skip
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
@@ -66,13 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = from_file(args.config) if args.config else named(args.experiment)
         cfg = with_data(cfg, parse_overrides(args.set))
-    except ConfigError as e:
+        address = ray_address(args.address)
+    except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
     from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator
     from recsys.train.ray_trainer import Resources, make_trainer
 
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
-    connect(args.address)
+    connect(address)
     start_train_coordinator()
     try:
         check_fits(args.num_workers, args.cpus_per_worker, 1.0 if args.gpus else 0.0, alive_nodes())

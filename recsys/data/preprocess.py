@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from recsys.cluster import RaySource, check_answers, find_ray
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
 from recsys.data.prepare import CHUNK_MB, prepare
@@ -44,7 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=os.cpu_count() or 1,
         help="processes of the local Ray (default: every core); 0: no Ray, this process only",
     )  # fmt: skip
-    p.add_argument("--address", help="a Ray cluster's address (the output must be shared)")
+    p.add_argument(
+        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
+        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
+        "running cluster, else a new local Ray",
+    )  # fmt: skip
     p.add_argument("--object-store-mb", type=int, help="cap of the local Ray's object store")
     p.add_argument(
         "--chunk-mb", type=float, default=CHUNK_MB,
@@ -57,33 +62,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Flags that cannot apply are refused, naming the flag."""
+def check_args(args: argparse.Namespace) -> str | None:
+    """Flags that cannot apply are refused, naming the flag. Returns the address of the Ray
+    cluster the tasks run on (``recsys.cluster.find_ray``), None for a local Ray or none."""
     if args.workers < 0:
         raise DataError(f"--workers={args.workers}: must be >= 0 (0: no Ray)")
-    if args.address and args.workers != (os.cpu_count() or 1):
-        raise DataError("--workers sizes a local Ray; with --address the cluster has its own")
-    if args.object_store_mb is not None and (args.address or args.workers == 0):
+    source = find_ray(args.address) if args.workers else RaySource(None)
+    cluster = not source.local
+    if cluster and args.workers != (os.cpu_count() or 1):
+        raise DataError(
+            f"--workers sizes a local Ray; the cluster at {source.address} ({source.origin}) "
+            "has its own (--address local prepares on a local Ray)"
+        )
+    if args.object_store_mb is not None and (cluster or args.workers == 0):
         raise DataError("--object-store-mb caps a local Ray's object store; none is started here")
     if not args.chunk_mb > 0:
         raise DataError(f"--chunk-mb={args.chunk_mb}: must be > 0")
+    if not cluster:
+        return None
+    check_answers(source)
+    return source.address
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     t0 = time.perf_counter()
     try:
-        check_args(args)
+        address = check_args(args)
         schema = DatasetSchema.load(args.schema)
         if args.on_bad_row:
             schema.on_bad_row = args.on_bad_row
         meta = prepare(
-            schema, args.inputs, args.out, workers=args.workers, address=args.address,
+            schema, args.inputs, args.out, workers=args.workers, address=address,
             object_store_mb=args.object_store_mb, chunk_mb=args.chunk_mb,
             overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
             log=lambda s: print(s, file=sys.stderr),
         )  # fmt: skip
-    except (DataError, ConfigError) as e:
+    except (DataError, ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
     rows = sum(meta["rows"].values())
     print(f"wrote {rows:,} rows to {args.out} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)

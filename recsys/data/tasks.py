@@ -30,7 +30,7 @@ class Executor:
             from recsys.cluster import connect
 
             self.started = not ray.is_initialized()
-            connect(address, num_cpus=None if address else workers, log_to_driver=False,
+            connect(address or "local", num_cpus=None if address else workers, log_to_driver=False,
                     object_store_memory=object_store_mb, dashboard=False)  # fmt: skip
 
     def close(self) -> None:

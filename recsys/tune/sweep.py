@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from recsys.cluster import RaySource
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
 from recsys.storage import check_storage, is_uri, ray_storage
@@ -278,7 +279,7 @@ def launch(
     space: SearchSpace,
     opts: SweepOptions,
     *,
-    address: str | None = None,
+    address: str | RaySource | None = None,
     export: str | None = None,
     register: str | None = None,
 ) -> list[dict[str, Any]]:

@@ -90,7 +90,7 @@ def test_killed_worker_on_one_gpu_restarts_from_last_checkpoint(tmp_path):
     from recsys.train.ray_trainer import Resources
     from tests.helpers import fit_killed_once
 
-    connect(None, log_to_driver=False)
+    connect("local", log_to_driver=False)
     try:
         fit_killed_once(tmp_path, Resources(1, True, 1.0))
     finally:
@@ -116,7 +116,7 @@ def test_killed_gpu_worker_restarts_from_last_checkpoint(tmp_path):
     from recsys.train.ray_trainer import Resources
     from tests.helpers import fit_killed_once
 
-    connect(None, log_to_driver=False)
+    connect("local", log_to_driver=False)
     try:
         fit_killed_once(tmp_path, Resources(2, True, 1.0))
     finally:

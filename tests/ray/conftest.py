@@ -13,7 +13,7 @@ def ray_2_cpus() -> Iterator[None]:
 
     from recsys.cluster import connect
 
-    connect(None, num_cpus=2, log_to_driver=False)
+    connect("local", num_cpus=2, log_to_driver=False)
     try:
         yield
     finally:

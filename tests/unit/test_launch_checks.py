@@ -83,7 +83,7 @@ def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
         (["--chunk-mb", "0"], "--chunk-mb=0.0: must be > 0"),
         (["--workers", "-1"], "--workers=-1: must be >= 0"),
         (["--workers", "0", "--object-store-mb", "100"], "--object-store-mb caps a local Ray"),
-        (["--address", "auto", "--workers", "99"], "--workers sizes a local Ray"),
+        (["--address", "127.0.0.1:6379", "--workers", "99"], "--workers sizes a local Ray"),
         (["--schema", "critoe_kaggle"], "no such schema file (or a shipped one: ['clicklogs'"),
     ]:
         schema = [] if "--schema" in flags else ["--schema", "criteo_kaggle"]
