@@ -31,9 +31,16 @@ TRAIN_ENV = {
 }
 
 
+# settings read in Ray's processes (a run's controller), passed on from the driver where set: how
+# long a run waits for nodes to place its workers, and one placement attempt (recsys.train.nodes)
+FORWARDED_ENV = ("RECSYS_NODE_WAIT_S", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S")
+
+
 def runtime_env() -> dict[str, Any]:
     """Environment for every Ray process of ours (a user's own setting wins)."""
-    return {"env_vars": {k: os.environ.get(k, v) for k, v in TRAIN_ENV.items()}}
+    env = {k: os.environ.get(k, v) for k, v in TRAIN_ENV.items()}
+    env.update({k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)})
+    return {"env_vars": env}
 
 
 @dataclass(frozen=True)
@@ -315,6 +322,24 @@ def drop_sigterm_tracebacks(lines: list[str]) -> list[str]:
     return out + (block or [])
 
 
+def short_raylet_death(lines: list[str]) -> list[str]:
+    """``lines`` of a raylet's messages with a dead raylet's report cut to its first sentence:
+    Ray follows it with the last 20 lines of that raylet's log (kept in the node's log folder);
+    the run's own line names the node and what happens next (``recsys.train.nodes``)."""
+    out: list[str] = []
+    tail = False
+    for line in lines:
+        if line.startswith("Raylet is terminated"):
+            out.append(line.split(" Possible reasons")[0] + " (its log: the node's raylet.out)")
+            tail = True
+        elif tail and (not line.strip() or line.startswith((" ", "\t"))):
+            continue
+        else:
+            tail = False
+            out.append(line)
+    return out
+
+
 class QuietTeardown:
     """Ray's handler that prints workers' lines on the driver, minus the SIGTERM tracebacks
     (``drop_sigterm_tracebacks``) of actors Ray ends."""
@@ -323,6 +348,8 @@ class QuietTeardown:
         self.handler = handler
 
     def __call__(self, data: dict[str, Any]) -> None:
+        if data.get("pid") == "raylet":
+            data = {**data, "lines": short_raylet_death(list(data.get("lines", [])))}
         if data.get("is_err"):
             lines = drop_sigterm_tracebacks(list(data.get("lines", [])))
             if not lines:
@@ -331,8 +358,28 @@ class QuietTeardown:
         self.handler(data)
 
 
+def short_raylet_messages(printer: Any) -> Any:
+    """Ray's printer of the cluster's error messages (``print_to_stdstream``), with a dead
+    raylet's report cut short (``short_raylet_death``)."""
+    if getattr(printer, "recsys_short", False):
+        return printer
+
+    def short(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if data.get("pid") == "raylet":
+            data = {**data, "lines": short_raylet_death(list(data.get("lines", [])))}
+        return printer(data, *args, **kwargs)
+
+    short.recsys_short = True  # type: ignore[attr-defined]
+    return short
+
+
 def quiet_teardown() -> None:
-    """Wrap the driver's printing of workers' lines in ``QuietTeardown`` (once)."""
+    """Wrap the driver's printing of workers' lines in ``QuietTeardown``, and of the cluster's
+    error messages in ``short_raylet_messages`` (once)."""
+    import ray._private.worker as ray_worker
+
+    if hasattr(ray_worker, "print_to_stdstream"):
+        ray_worker.print_to_stdstream = short_raylet_messages(ray_worker.print_to_stdstream)
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
     except ImportError:  # moved: Ray's own printing, tracebacks and all
@@ -473,6 +520,60 @@ def check_fits(
             "Lower --num-workers / --cpus-per-worker, or add nodes."
         )
     placement_strategy(num_workers, node_slots(nodes, cpus_per_worker, gpus_per_worker))
+
+
+def wait_for_fit(
+    num_workers: int,
+    cpus_per_worker: float,
+    gpus_per_worker: float,
+    extra_cpus: float,
+    wait_s: float,
+    poll_s: float = 2.0,
+    report_every_s: float = 30.0,
+) -> None:
+    """``check_fits`` on the alive nodes; where they cannot hold the group and ``wait_s`` > 0
+    (``--wait-for-nodes``: an autoscaling cluster, KubeRay), ask Ray's autoscaler for it
+    (``request_resources``: a cluster without one ignores that) and check again every ``poll_s``
+    until it fits, saying where it stands every ``report_every_s``; after ``wait_s`` the refusal
+    stands, with the time waited."""
+    import time
+
+    def check() -> None:
+        nodes = alive_nodes()
+        check_fits(num_workers, cpus_per_worker, gpus_per_worker, nodes, extra_cpus=extra_cpus)
+
+    if num_workers < 1 or wait_s <= 0:
+        return check()
+    start = last = time.monotonic()
+    asked = False
+    while True:
+        try:
+            check()
+            break
+        except ConfigError as e:
+            waited = time.monotonic() - start
+            if waited >= wait_s:
+                raise ConfigError(
+                    f"{e} (waited {waited:.0f} s for nodes: --wait-for-nodes)"
+                ) from None
+            if not asked:
+                request_nodes(num_workers, cpus_per_worker, gpus_per_worker, extra_cpus)
+                asked = True
+                print(f"waiting up to {wait_s:g} s for nodes (--wait-for-nodes): {e}", flush=True)
+            elif time.monotonic() - last >= report_every_s:
+                last = time.monotonic()
+                print(f"  still waiting for nodes, {waited:.0f} s of {wait_s:g} s: {e}", flush=True)
+        time.sleep(poll_s)
+    if asked:
+        print(f"nodes came after {time.monotonic() - start:.0f} s: one trial fits", flush=True)
+
+
+def request_nodes(num_workers: int, cpus: float, gpus: float, extra_cpus: float) -> None:
+    """Ask Ray's autoscaler (Ray's own, KubeRay's) for one trial's worker group and driver."""
+    from ray.autoscaler.sdk import request_resources
+
+    worker = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+    request_resources(bundles=[worker] * num_workers + [{"CPU": extra_cpus}] * bool(extra_cpus))
 
 
 def host_memory_bytes() -> int:

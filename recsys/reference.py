@@ -91,6 +91,13 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "between the first tries, doubling up to 30 s (default 300); set it where the "
         "workers run as well as for the sweep",
     ),
+    "RECSYS_NODE_WAIT_S": (
+        RUN,
+        "seconds a training run waits for nodes that can place its workers (after a lost node "
+        "whose capacity does not come back), a line per placement attempt (Ray's "
+        "`RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`, 60 s), before it fails (default 600); the "
+        "sweep passes it, and that Ray variable, to its trials",
+    ),
     "RECSYS_TRACKING_WAIT_S": (
         RUN,
         "seconds a trial waits for an unreachable MLflow tracking store (a server restarting) "

@@ -296,3 +296,17 @@ class S3Server:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# Each node's agents get their ports from the test: a raylet told none waits 15 s for each agent
+# to write its port file, then aborts, and on 2 busy cores an agent took longer (the head's too)
+AGENT_PORTS = {  # RayParams' name: ray start's flag
+    "dashboard_agent_listen_port": "--dashboard-agent-listen-port",
+    "metrics_agent_port": "--dashboard-agent-grpc-port",
+    "metrics_export_port": "--metrics-export-port",
+    "runtime_env_agent_port": "--runtime-env-agent-port",
+}
+
+
+def agent_ports() -> dict[str, int]:
+    return {name: free_port() for name in AGENT_PORTS}

@@ -46,6 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
     p.add_argument(
+        "--wait-for-nodes", type=float, default=0.0, metavar="S",
+        help="where no node can hold a trial yet, ask the autoscaler and wait up to S seconds for "
+        "nodes before refusing (an autoscaling cluster, KubeRay; default 0: refuse at once)",
+    )  # fmt: skip
+    p.add_argument(
         "--data", help="a prepared folder (recsys-preprocess; or its s3://... URI) or TorchRec's "
         "Criteo folder: replaces data.paths; features, tables and tasks follow it",
     )  # fmt: skip
@@ -130,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
             resume=args.resume,
             device_memory_gb=args.device_memory_gb,
+            wait_for_nodes=args.wait_for_nodes,
         )
         check_storage(opts.storage)  # before Ray, torch and MLflow load
         check_resume(space, opts)

@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
+    p.add_argument(
+        "--wait-for-nodes", type=float, default=0.0, metavar="S",
+        help="where no node can hold the workers yet, ask the autoscaler and wait up to S seconds",
+    )  # fmt: skip
     p.add_argument("--storage", default="runs", help="checkpoint storage (shared on a cluster)")
     p.add_argument("--name", help="run name (default: the experiment name)")
     p.add_argument(
@@ -74,17 +78,20 @@ def main(argv: list[str] | None = None) -> None:
         address = ray_address(args.address)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
-    from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator
+    from recsys.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.shared_storage import check_nodes_see, run_paths
     from recsys.train.ray_trainer import Resources, make_trainer
 
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
     connect(address)
     start_train_coordinator()
+    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
     try:
-        check_fits(args.num_workers, args.cpus_per_worker, 1.0 if args.gpus else 0.0, alive_nodes())
+        gpus = 1.0 if args.gpus else 0.0
+        wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, args.wait_for_nodes)
+        check_nodes_see(run_paths(storage, cfg.data, "data.paths"))
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
-    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
     trainer = make_trainer(
         cfg,
         resources,

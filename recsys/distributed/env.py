@@ -93,7 +93,8 @@ class PlacementError(RuntimeError):
 
 
 def check_placement(placement: list[tuple[str, int, int]]) -> None:
-    """``placement[rank] = (node id, LOCAL_RANK, LOCAL_WORLD_SIZE)`` of every rank.
+    """``placement[rank] = (host, LOCAL_RANK, LOCAL_WORLD_SIZE)`` of every rank (a host: the
+    node IP, by which Ray Train counts local ranks).
 
     TorchRec's planner takes one ``local_world_size`` and places shards on
     ``cuda:{rank % local_world_size}``, with rank ``r`` on host ``r // local_world_size``: every
@@ -113,7 +114,7 @@ def check_placement(placement: list[tuple[str, int, int]]) -> None:
     )
     if even and ordered:
         return
-    where = "; ".join(f"node {n[:8]}: ranks {r}" for n, r in by_node.items())
+    where = "; ".join(f"host {n}: ranks {r}" for n, r in by_node.items())
     raise PlacementError(
         f"this trial's {len(placement)} workers are spread unevenly over {len(by_node)} nodes "
         f"({where}; LOCAL_WORLD_SIZE {sorted(sizes)}): TorchRec needs the same number of "

@@ -151,10 +151,12 @@ def train_func(config: dict[str, Any]) -> None:
             f"Ray placed this worker on {ray.train.torch.get_device()} but TorchRec shards on "
             f"cuda:LOCAL_RANK = {env.device}; give every worker one GPU"
         )
-    node = ray.get_runtime_context().get_node_id()
-    placement = collectives.all_gather_objects((node, env.local_rank, env.local_world_size))
-    check_placement(placement)  # fail fast, naming the nodes, before the planner runs
-    nodes = ",".join(sorted({n for n, _, _ in placement}))
+    # a host is an IP, as Ray Train counts LOCAL_RANK and LOCAL_WORLD_SIZE (two raylets on one
+    # machine are one host to it, and to TorchRec's planner)
+    host, node = ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
+    placement = collectives.all_gather_objects((host, env.local_rank, env.local_world_size, node))
+    check_placement([p[:3] for p in placement])  # fail fast, naming the hosts, before planning
+    nodes = ",".join(sorted({p[3] for p in placement}))
     cfg = localised(cfg, env.rank, env.world_size)  # a prepared folder in an object store
     reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
     trainer = Trainer(cfg, env, reporter)

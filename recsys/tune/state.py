@@ -37,6 +37,7 @@ class SweepOptions:
     seed: int = 0
     resume: bool = False
     device_memory_gb: float | None = None  # one worker's device; None: measured at launch
+    wait_for_nodes: float = 0.0  # seconds to wait for nodes that can hold a trial (autoscaling)
 
 
 def default_tracking_uri(root: str) -> str:

@@ -26,6 +26,7 @@ import yaml
 from recsys.cluster import RaySource
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
+from recsys.shared_storage import check_nodes_see, run_paths
 from recsys.storage import check_storage, is_uri, ray_storage
 from recsys.tune.phases import (
     Outcome,
@@ -286,7 +287,7 @@ def launch(
     """Everything ``recsys-sweep`` does: check the request (resume, MLflow, cluster fit) before
     anything launches, connect to Ray, run or resume the sweep, print the best trials and where
     to look, and export the best one if asked. Returns the trials' rows, best first."""
-    from recsys.cluster import alive_nodes, check_fits, connect, start_train_coordinator
+    from recsys.cluster import connect, start_train_coordinator, wait_for_fit
 
     check_storage(opts.storage)
     restore = check_resume(space, opts)
@@ -298,8 +299,10 @@ def launch(
     connect(address)
     start_train_coordinator()
     gpus = 1.0 if opts.use_gpu else 0.0
-    nodes = alive_nodes()
-    check_fits(opts.num_workers, opts.cpus_per_worker, gpus, nodes, extra_cpus=opts.driver_cpus)
+    wait_for_fit(
+        opts.num_workers, opts.cpus_per_worker, gpus, opts.driver_cpus, opts.wait_for_nodes
+    )
+    check_nodes_see(run_paths(opts.storage, space.base.data))  # one node's own disk: refused
     table = run_sweep(space, opts, tracker, restore)
     link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
     print(f"\nsweep folder: {sweep_dir(opts)}")

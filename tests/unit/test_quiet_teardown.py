@@ -98,3 +98,20 @@ def test_rays_token_notice_says_what_it_means():
         "Ray: token authentication is on for this local Ray (the token is in "
         "~/.ray/auth_token; nothing to do; RAY_AUTH_MODE=disabled turns it off)"
     )
+
+
+def test_a_dead_raylets_report_is_one_line():
+    from recsys.cluster import short_raylet_death
+
+    lines = [
+        "Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL "
+        "by the user. Last 20 lines of the Raylet logs:",
+        "    [2026-11-27 13:11:15,586 I 14680 14680] (raylet) accessor.cc:475: Received ...",
+        "    [2026-11-27 13:11:18,081 I 14680 14680] (raylet) worker_pool.cc:564: Started ...",
+        "",
+        "The node with node id: 6bca and address: 127.0.0.3 has been marked dead",
+    ]
+    assert short_raylet_death(lines) == [
+        "Raylet is terminated. Termination is unexpected. (its log: the node's raylet.out)",
+        "The node with node id: 6bca and address: 127.0.0.3 has been marked dead",
+    ]

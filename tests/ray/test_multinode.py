@@ -1,0 +1,246 @@
+"""A cluster of nodes with addresses of their own (127.0.0.2, .3, ... on loopback, each its own
+raylet, as separate machines are to Ray): a trial whose workers sit on two nodes trains as on
+one; a node lost under a running trial is named and its workers restart from the last
+checkpoint on a fresh node; with no capacity back, the run waits with a status line per
+placement attempt and then fails with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from tests.helpers import trainer_config
+from tests.servers import agent_ports
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ENV = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")
+STEPS = {"train.steps": 20, "train.checkpoint_every": 10, "train.eval_every": 20}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head of 1 CPU (drivers; no worker of 2 CPUs fits it) and two 2-CPU nodes at 127.0.0.2
+    and 127.0.0.3; tests add and remove nodes. The test process is its driver."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from recsys.cluster import connect, local_system_config
+
+    head = {"num_cpus": 1, "_system_config": local_system_config(), **agent_ports()}
+    c = Cluster(initialize_head=True, head_node_args=head)
+    for ip in ("127.0.0.2", "127.0.0.3"):
+        add_node(c, 2, ip)
+    c.wait_for_nodes()
+    connect(c.address, log_to_driver=True)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def add_node(cluster, cpus: int, ip: str):
+    """A node of ``cpus`` CPUs at ``ip``, its agents on ports the test chose
+    (``tests.servers.agent_ports``)."""
+    return cluster.add_node(num_cpus=cpus, node_ip_address=ip, **agent_ports())
+
+
+def recording_train_func(config: dict) -> None:
+    """The real worker, after writing what it was given to ``<out>/rank<R>.json``: Ray Train's
+    ranks and the TorchRec topology its planner builds."""
+    import ray
+    import ray.train
+
+    from recsys.distributed import sharding
+    from recsys.train import worker
+
+    ctx = ray.train.get_context()
+    seen: dict = {
+        "rank": ctx.get_world_rank(),
+        "local_rank": ctx.get_local_rank(),
+        "local_world_size": ctx.get_local_world_size(),
+        "node_rank": ctx.get_node_rank(),
+        "env": {
+            k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")
+        },
+        "ip": ray.util.get_node_ip_address(),
+    }
+    real_topology = sharding.topology
+
+    def topology(world_size, local_world_size, machine):
+        seen["topology"] = [world_size, local_world_size]
+        return real_topology(world_size, local_world_size, machine)
+
+    sharding.topology = topology
+    worker.train_func(config)
+    Path(config["out"], f"rank{seen['rank']}.json").write_text(json.dumps(seen))
+
+
+def fit(tmp_path: Path, name: str, workers: int, cpus: float, **kw):
+    from recsys.train.ray_trainer import Resources, make_trainer
+
+    trainer = make_trainer(
+        trainer_config(**STEPS), Resources(workers, False, cpus), name=name,
+        storage_path=str(tmp_path / "storage"), train_loop=recording_train_func, **kw,
+    )  # fmt: skip
+    out = tmp_path / name
+    out.mkdir()
+    trainer.train_loop_config["out"] = str(out)
+    return trainer, out
+
+
+def test_a_trial_across_two_nodes_trains_as_on_one(cluster, tmp_path):
+    trainer, out = fit(tmp_path, "two_nodes", workers=2, cpus=2.0)
+    across = trainer.fit()
+    assert across.error is None
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert {r["ip"] for r in ranks} == {"127.0.0.2", "127.0.0.3"}  # one worker on each node
+    for r in ranks:
+        assert (r["local_rank"], r["local_world_size"]) == (0, 1)
+        assert r["node_rank"] == r["rank"]  # node ranks in rank order: rank r on host r
+        assert r["env"] == {
+            "RANK": str(r["rank"]), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "NODE_RANK": str(r["node_rank"]),
+        }  # fmt: skip
+        assert r["topology"] == [2, 1]  # TorchRec plans for 2 hosts of 1 worker
+    assert len(across.metrics["worker_nodes"].split(",")) == 2
+
+    node = add_node(cluster, 4, "127.0.0.4")  # holds both workers
+    cluster.wait_for_nodes()
+    try:
+        trainer, out = fit(tmp_path, "one_node", workers=2, cpus=2.0)
+        one = trainer.fit()
+        assert one.error is None
+        ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+        assert {r["ip"] for r in ranks} == {"127.0.0.4"}
+        assert sorted(r["local_rank"] for r in ranks) == [0, 1]
+        assert all(r["topology"] == [2, 2] and r["node_rank"] == 0 for r in ranks)
+    finally:
+        cluster.remove_node(node)
+    for key in ("loss", "val_auc", "val_log_loss", "step", "epochs_done"):
+        assert across.metrics[key] == pytest.approx(one.metrics[key], rel=1e-5, abs=1e-6), key
+
+
+def worker_group_node(cpus: float, workers: int) -> str | None:
+    """The node id of the placed group of ``workers`` bundles of ``cpus`` CPUs (all on one)."""
+    import ray
+
+    for pg in ray.util.placement_group_table().values():
+        bundles = list(pg["bundles"].values())
+        ours = len(bundles) == workers and all(b == {"CPU": cpus} for b in bundles)
+        if pg["state"] == "CREATED" and ours:
+            return next(iter(set(pg["bundles_to_node_id"].values())))
+    return None
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+def node_of(cluster, node_id: str):
+    return next(n for n in cluster.worker_nodes if n.node_id == node_id)
+
+
+def test_a_lost_node_is_named_and_its_trial_restarts_on_a_fresh_one(cluster, tmp_path, capfd):
+    """The node that holds a running trial's 2 workers dies (killed, not drained); a fresh node
+    joins: the trial restarts from its last checkpoint and ends with every step once."""
+    trainer, _ = fit(tmp_path, "lost", workers=2, cpus=1.0, max_failures=1, keep_checkpoints=None)
+    trainer.train_loop_config["experiment"]["train"]["steps"] = 120
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(r=trainer.fit()))
+    thread.start()
+    held = wait_for(lambda: worker_group_node(1.0, 2), 180, "the trial's workers placed")
+    checkpoints = tmp_path / "storage" / "lost"
+    wait_for(lambda: list(checkpoints.glob("step_*")), 300, "a first checkpoint")
+    lost = node_of(cluster, held)
+    ip = lost.node_ip_address
+    cluster.remove_node(lost, allow_graceful=False)
+    fresh = add_node(cluster, 2, "127.0.0.5")
+    thread.join(timeout=400)
+    assert not thread.is_alive(), "the run did not end after the fresh node joined"
+    r = result["r"]
+    assert r.error is None and r.metrics["step"] == 120
+    steps = [s for _, m in r.best_checkpoints for s, _ in m["loss_history"]]
+    assert sorted(steps) == sorted(set(steps)) and max(steps) == 120  # every step once
+    console = capfd.readouterr()
+    assert f"lost: lost node {ip} ({held[:8]}), which held ranks [0, 1]" in console.out, console
+    assert "restarts from its last checkpoint (failure 1 of at most 1)" in console.out
+    assert "ActorDiedError" not in console.out + console.err  # the dead actors' tracebacks
+    cluster.remove_node(fresh)
+
+
+def test_with_no_capacity_back_the_run_waits_then_fails_with_the_reason(
+    cluster, tmp_path, capfd, monkeypatch
+):
+    """No node can place the group (2 workers of 3 CPUs): a status line per placement attempt
+    (5 s here; Ray's default 60 s), then the run fails after RECSYS_NODE_WAIT_S (12 s here)."""
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "5")
+    monkeypatch.setenv("RECSYS_NODE_WAIT_S", "12")
+    from ray.train.v2.api.exceptions import ControllerError
+
+    from recsys.cluster import runtime_env
+    from recsys.train.ray_trainer import Resources, make_trainer
+
+    # a sweep's trials make their runs in Ray's processes: the limits travel with them
+    assert runtime_env()["env_vars"]["RECSYS_NODE_WAIT_S"] == "12"
+    trainer = make_trainer(
+        trainer_config(**STEPS), Resources(2, False, 2.0), name="stuck",
+        storage_path=str(tmp_path / "storage"),
+    )  # fmt: skip
+    big = add_node(cluster, 2, "127.0.0.6")  # two 2-CPU slots: placed
+    cluster.wait_for_nodes()
+    trainer.scaling_config.resources_per_worker = {"CPU": 3.0}  # no node holds one such worker
+    trainer.scaling_config.placement_strategy = "STRICT_SPREAD"
+    with pytest.raises(ControllerError):
+        trainer.fit()
+    cluster.remove_node(big)
+    out = capfd.readouterr().out
+    assert out.count("stuck: waiting for nodes to place 2 workers of 3 CPU") >= 2, out
+    assert (
+        "stuck: gave up: no nodes could place 2 workers of 3 CPU within RECSYS_NODE_WAIT_S=12 s"
+        in out
+    )
+
+
+def test_a_trial_no_node_holds_waits_for_nodes_then_goes_or_is_refused(cluster, capsys):
+    """``--wait-for-nodes``: no node holds a 4-CPU worker; the launch asks the autoscaler, waits
+    and goes on once a node that holds it joins; with no node coming the refusal stands, with
+    the time waited. Without the flag it is refused at once."""
+    from recsys.cluster import wait_for_fit
+    from recsys.configlib import ConfigError
+
+    with pytest.raises(ConfigError, match="can place 0 such workers"):
+        wait_for_fit(1, 4.0, 0.0, 0.1, wait_s=0)
+    with pytest.raises(ConfigError, match=r"can place 0 such workers.*\(waited \d+ s for nodes"):
+        wait_for_fit(1, 4.0, 0.0, 0.1, wait_s=3, poll_s=0.5)
+    assert "waiting up to 3 s for nodes (--wait-for-nodes)" in capsys.readouterr().out
+
+    done = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: (wait_for_fit(1, 4.0, 0.0, 0.1, wait_s=300, poll_s=0.5), done.set())
+    )
+    waiter.start()
+    wait_for(lambda: "waiting up to 300 s" in capsys.readouterr().out, 60, "the wait to start")
+    assert not done.is_set()
+    node = add_node(cluster, 4, "127.0.0.7")
+    try:
+        waiter.join(timeout=120)
+        assert done.is_set(), "the wait did not end when a node that holds the worker joined"
+        assert "nodes came after" in capsys.readouterr().out
+    finally:
+        cluster.remove_node(node)
