@@ -156,29 +156,65 @@ def node_of(cluster, node_id: str):
     return next(n for n in cluster.worker_nodes if n.node_id == node_id)
 
 
-def test_a_lost_node_is_named_and_its_trial_restarts_on_a_fresh_one(cluster, tmp_path, capfd):
-    """The node that holds a running trial's 2 workers dies (killed, not drained); a fresh node
-    joins: the trial restarts from its last checkpoint and ends with every step once."""
-    trainer, _ = fit(tmp_path, "lost", workers=2, cpus=1.0, max_failures=1, keep_checkpoints=None)
-    trainer.train_loop_config["experiment"]["train"]["steps"] = 120
+LOST_SPACE = """
+base: debug
+num_samples: 1
+overrides:
+  embeddings.num_embeddings: [50, 200, 1000, 3000]
+  embeddings.dim: 8
+  model.bottom_mlp: [8]
+  model.top_mlp: [8]
+  data.synthetic.num_samples: 8000
+  train.steps: 120
+  train.batch_size: 64
+  train.checkpoint_every: 10
+  train.eval_every: 20
+  train.log_every: 10
+space:
+  model.interaction: {choice: [dot]}
+"""
+
+
+def test_a_lost_node_is_named_and_its_sweep_trial_restarts_on_a_fresh_one(cluster, tmp_path, capfd):
+    """The node that holds a running sweep trial's 2 workers dies (killed, not drained); a fresh
+    node joins: the trial restarts from its last checkpoint, the sweep finishes, and MLflow has
+    one run for the trial with every step once."""
+    from mlflow import MlflowClient
+
+    from recsys.tune import space as spaces
+    from recsys.tune.sweep import SweepOptions, run_sweep
+    from recsys.tune.tracking import Tracker
+
+    (tmp_path / "lost.yaml").write_text(LOST_SPACE)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    opts = SweepOptions(
+        name="lost", storage=str(tmp_path / "storage"), tracking_uri=uri, num_samples=1,
+        num_workers=2, cpus_per_worker=1.0, max_failures=1,
+    )  # fmt: skip
+    space = spaces.load(str(tmp_path / "lost.yaml"))
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(r=trainer.fit()))
+    thread = threading.Thread(
+        target=lambda: result.update(t=run_sweep(space, opts, Tracker(uri), restore=False))
+    )
     thread.start()
-    held = wait_for(lambda: worker_group_node(1.0, 2), 180, "the trial's workers placed")
-    checkpoints = tmp_path / "storage" / "lost"
-    wait_for(lambda: list(checkpoints.glob("step_*")), 300, "a first checkpoint")
+    held = wait_for(lambda: worker_group_node(1.0, 2), 240, "the trial's workers placed")
+    storage = tmp_path / "storage"
+    wait_for(lambda: list(storage.glob("lost/train/*/step_*")), 300, "a first checkpoint")
     lost = node_of(cluster, held)
     ip = lost.node_ip_address
     cluster.remove_node(lost, allow_graceful=False)
     fresh = add_node(cluster, 2, "127.0.0.5")
-    thread.join(timeout=400)
-    assert not thread.is_alive(), "the run did not end after the fresh node joined"
-    r = result["r"]
-    assert r.error is None and r.metrics["step"] == 120
-    steps = [s for _, m in r.best_checkpoints for s, _ in m["loss_history"]]
-    assert sorted(steps) == sorted(set(steps)) and max(steps) == 120  # every step once
+    thread.join(timeout=500)
+    assert not thread.is_alive(), "the sweep did not end after the fresh node joined"
+    (row,) = result["t"]
+    assert row["status"] == "finished", row
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("lost")
+    (run,) = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    assert steps == sorted(set(steps)) and steps[-1] == 120, steps  # every step once, in order
     console = capfd.readouterr()
-    assert f"lost: lost node {ip} ({held[:8]}), which held ranks [0, 1]" in console.out, console
+    assert f"lost node {ip} ({held[:8]}), which held ranks [0, 1]" in console.out, console
     assert "restarts from its last checkpoint (failure 1 of at most 1)" in console.out
     assert "ActorDiedError" not in console.out + console.err  # the dead actors' tracebacks
     cluster.remove_node(fresh)
