@@ -250,6 +250,32 @@ class Outcome:
             if math.isfinite(float(row[key]))
         }
 
+    def verdicts(self) -> dict[str, str]:
+        """Each baseline's verdict against the best trial: ``beats``, ``ties`` (a seed-checked
+        best whose interval includes the reference's score: the lead is inside the seed noise)
+        or ``does not beat``."""
+        out = {}
+        key = self.space.objectives[0].key
+        for _, row in self.baselines.iterrows():
+            arch, lead = str(row["arch"]), self.leads().get(str(row["arch"]))
+            if lead is None:
+                continue
+            if self.spreads and self.spreads[0].low <= float(row[key]) <= self.spreads[0].high:
+                out[arch] = "ties"
+            else:
+                out[arch] = "beats" if lead > 0 else "does not beat"
+        return out
+
+    def verdict_text(self, arch: str) -> str:
+        """``arch``'s verdict with its lead and, when seed-checked, the best's interval (the
+        MLflow tag ``recsys.verdict.<arch>``)."""
+        verdict, lead = self.verdicts()[arch], self.leads()[arch]
+        if not self.spreads:
+            return f"{verdict}: lead {lead:+.4f}"
+        s = self.spreads[0]
+        interval = f"{confirm.LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}]"
+        return f"{verdict}: lead {lead:+.4f}, the best's {interval}"
+
     def lines(self) -> str:
         """The summary below the table: the seed check's verdict, then the baselines."""
         out = []
@@ -270,16 +296,25 @@ class Outcome:
                 lead = leads.get(str(row["arch"]))
                 how = f", {row[REFERENCE]}" if isinstance(row.get(REFERENCE), str) else ""
                 ref = f"{row['arch']} (trial {row['trial']}{how}) {metric} {float(row[key]):.4f}"
+                verdict = self.verdicts().get(str(row["arch"]))
                 if lead is None:
                     out.append(f"  {ref}: no score ({row['status']})")
-                elif lead > 0:
+                elif verdict == "ties":
+                    s = self.spreads[0]
+                    out.append(
+                        f"  ties {ref}: lead {lead:+.4f} is inside the seed noise (the best's "
+                        f"{confirm.LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] includes "
+                        f"{float(row[key]):.4f})"
+                    )
+                elif verdict == "beats":
                     out.append(f"  beats {ref} by {lead:+.4f}")
                 else:
                     out.append(f"  does NOT beat {ref}: {lead:+.4f}")
             if self.spreads:
                 std = self.spreads[0].std
                 out.append(f"  (a reference is the best of its own runs, not seed-checked; the "
-                           f"best's seed std is {std:.4f})")  # fmt: skip
+                           f"best's seed std is {std:.4f}; a reference inside the best's "
+                           f"interval is a tie)")  # fmt: skip
         return "\n".join(out)
 
 

@@ -207,7 +207,8 @@ def log_sweep_summary(
     }
     values.update({f"lead_over_{arch}": lead for arch, lead in result.leads().items()})
     tracker.log_values(parent, values)
-    tracker.set_tags(parent, {Tag.BEST_TRIAL: str(best["trial"])})
+    verdicts = {f"{Tag.VERDICT}.{arch}": result.verdict_text(arch) for arch in result.verdicts()}
+    tracker.set_tags(parent, {Tag.BEST_TRIAL: str(best["trial"]), **verdicts})
     with tempfile.TemporaryDirectory() as tmp:
         plot = os.path.join(tmp, "auc_vs_memory.png")
         pareto_plot(frame, space, plot)

@@ -56,6 +56,7 @@ class Tag:
     SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
     REFERENCE = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate";
     # on the parent, + ".<arch>": that arch's chosen reference trial
+    VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
     BEST_CHECKPOINT = "checkpoint.best"
     LAST_CHECKPOINT = "checkpoint.last"
@@ -291,7 +292,12 @@ def sweep_note(sweep: str, runs: list[Any], parent: Any, score: str) -> str:
         (k[len(prefix) :], v) for k, v in parent.data.metrics.items() if k.startswith(prefix)
     )
     if leads:
-        line += "; lead over " + ", ".join(f"{arch} {lead:+.4f}" for arch, lead in leads)
+        verdict = parent.data.tags.get
+        ties = {a for a, _ in leads if verdict(f"{Tag.VERDICT}.{a}", "").startswith("ties")}
+        line += "; lead over " + ", ".join(
+            f"{arch} {lead:+.4f}" + (" (a tie: inside the seed noise)" if arch in ties else "")
+            for arch, lead in leads
+        )
     return line + "."
 
 

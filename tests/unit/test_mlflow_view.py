@@ -99,6 +99,10 @@ def test_show_sweep_marks_the_experiment_saves_its_view_and_describes_its_run(ur
         "(max). Won: trial t_1, best_val_auc 0.7400 (confirmed mean 0.7300 over 2 seeds), with "
         "model.interaction=dcn optim.lr=0.02 qr.threshold=1000 dim=16; lead over lr +0.0300."
     )
+    t.set_tags(parent, {f"{Tag.VERDICT}.lr": "ties: lead +0.0300, the best's 95% CI [...]"})
+    t.show_sweep("s")
+    note = client.get_run(parent).data.tags[Tag.NOTE]
+    assert note.endswith("; lead over lr +0.0300 (a tie: inside the seed noise).")
 
 
 def test_a_kind_given_by_hand_is_kept_and_a_missing_one_added(uri):

@@ -174,3 +174,31 @@ def test_without_references_the_outcome_is_the_search_alone(tmp_path):
     space = load(tmp_path, "")
     kept, every = chosen_references(frame(space, [("t1", "trial", "dlrm", 0.8, {})]), space)
     assert list(kept["trial"]) == ["t1"] and every.empty
+
+
+def test_a_lead_inside_the_best_trials_seed_noise_is_a_tie(tmp_path):
+    """The confirmed best (mean 0.8133, 95% CI about [0.809, 0.817]) leads lr (0.8123) by +0.0010,
+    inside its own interval: a tie, said with the interval; fm (0.7998) is beaten outright."""
+    space = load(tmp_path, "baselines: [lr, fm]\nconfirm: {top: 1, seeds: 3}\n")
+    rows = [
+        ("t1", "trial", "dlrm", 0.8140, {"optim.lr": 0.02}),
+        ("b1", "baseline", "lr", 0.8123, {"model.arch": "lr"}),
+        ("b2", "baseline", "fm", 0.7998, {"model.arch": "fm"}),
+    ]
+    seeds = pd.DataFrame(
+        [{"trial": f"s{i}", "confirms": "t1", "seed": i, "status": "finished", "best_val_auc": v}
+         for i, v in enumerate([0.8117, 0.8133, 0.8149])]
+    )  # fmt: skip
+    result = Outcome(frame(space, rows), seeds, space)
+    assert result.verdicts() == {"lr": "ties", "fm": "beats"}
+    text = result.lines()
+    assert "ties lr (trial b1" in text and "lead +0.0010 is inside the seed noise" in text
+    low, high = result.spreads[0].low, result.spreads[0].high
+    assert f"95% CI [{low:.4f}, {high:.4f}] includes 0.8123" in text
+    assert "beats fm (trial b2" in text
+    assert (
+        result.verdict_text("lr")
+        == f"ties: lead +0.0010, the best's 95% CI [{low:.4f}, {high:.4f}]"
+    )
+    unchecked = Outcome(frame(space, rows), pd.DataFrame(), space)  # no seed check: by the lead
+    assert unchecked.verdicts() == {"lr": "beats", "fm": "beats"}
