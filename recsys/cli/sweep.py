@@ -4,14 +4,17 @@
     recsys-sweep --space criteo --address auto --gpus --num-workers 8 \\
         --storage /shared/sweeps --tracking-uri http://mlflow:5000
     recsys-sweep --name default --resume   # pick a killed sweep up again
+    recsys-sweep --name default --restart  # archive the finished sweep `default`, run it anew
     recsys-sweep --confirm 3 --seeds 5     # then re-train the 3 best with 5 new seeds each
     mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1   # compare the runs
 
-(``python experiments/sweep.py`` is the same command.) Re-running with the same --name resumes
-too: finished trials stay finished, unfinished ones continue from their last checkpoint. The
-last line printed is the link to the sweep's runs in the MLflow UI (after the ``mlflow ui``
-command that serves a local store): its trials and baselines, best first, with the score and
-the searched parameters as columns.
+(``python experiments/sweep.py`` is the same command.) Re-running an unfinished sweep's --name
+resumes it: finished trials stay finished, unfinished ones continue from their last checkpoint,
+with the options it started with (another --num-samples, --search, --scheduler, --max-concurrent
+or --seed is refused, naming each). A finished sweep's name is refused: --restart archives it
+and starts over. The last line printed is the link to the sweep's runs in the MLflow UI (after
+the ``mlflow ui`` command that serves a local store): its trials and baselines, best first, with
+the score and the searched parameters as columns.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--space", default="default", help="search space name or YAML path")
     p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
     p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
-    p.add_argument("--max-concurrent", type=int, default=1, help="trials running at once")
-    p.add_argument("--scheduler", choices=["fifo", "asha"], default="fifo")
-    p.add_argument("--search", choices=["random", "optuna"], default="random")
+    p.add_argument("--max-concurrent", type=int, help="trials running at once (default 1)")
+    p.add_argument("--scheduler", choices=["fifo", "asha"], help="trial scheduler (default fifo)")
+    p.add_argument(
+        "--search", choices=["random", "optuna"], help="search algorithm (default random)"
+    )
     p.add_argument("--num-workers", type=int, default=2, help="Ray Train workers per trial")
     p.add_argument("--cpus-per-worker", type=float, default=0.95)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
@@ -67,9 +72,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--name", help="sweep name (default: the space's name)")
-    p.add_argument("--resume", action="store_true", help="resume the sweep of this --name")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume", action="store_true",
+        help="resume the unfinished sweep of this --name (a re-run of the name does too)",
+    )  # fmt: skip
+    again.add_argument(
+        "--restart", action="store_true",
+        help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
+        "and start it over",
+    )  # fmt: skip
     p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="the search's seed (default 0)")
     p.add_argument(
         "--confirm", type=int, metavar="K",
         help="after the search, re-train the K best with --seeds new seeds each (0: no seed "
@@ -105,6 +119,21 @@ def with_confirm(space: Any, top: int | None, seeds: int | None) -> Any:
     return dataclasses.replace(space, confirm=confirm_of(top, seeds, "--confirm/--seeds"))
 
 
+def restart(opts: Any) -> None:
+    """``--restart``: the sweep's folder and its MLflow experiment renamed aside (archived, kept),
+    so that old and new never mix in the results, the export or the MLflow UI."""
+    from recsys.tune.state import archive
+    from recsys.tune.tracking import Tracker
+
+    folder = archive(opts)
+    renamed = Tracker(opts.tracking_uri).archive_experiment(opts.name)
+    if folder or renamed:
+        where = [f"folder {folder}"] * bool(folder) + [f"MLflow experiment {renamed!r}"] * bool(
+            renamed
+        )
+        print(f"archived sweep {opts.name!r}: " + ", ".join(where))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no INFO lines of table creation
@@ -114,7 +143,13 @@ def main(argv: list[str] | None = None) -> None:
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
         space = with_confirm(space, args.confirm, args.seeds)
         from recsys.storage import check_storage, is_uri
-        from recsys.tune.state import SweepOptions, check_resume, default_tracking_uri
+        from recsys.tune.state import (
+            RESTORED,
+            SweepOptions,
+            check_resume,
+            default_tracking_uri,
+            restored_options,
+        )
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
         local = args.storage.removeprefix("file://")  # a file:// URI is a local folder
@@ -124,22 +159,26 @@ def main(argv: list[str] | None = None) -> None:
             storage=storage,
             tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
             num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
-            max_concurrent=args.max_concurrent,
-            scheduler=args.scheduler,
-            search=args.search,
+            max_concurrent=args.max_concurrent or 1,
+            scheduler=args.scheduler or "fifo",
+            search=args.search or "random",
             num_workers=args.num_workers,
             cpus_per_worker=args.cpus_per_worker,
             use_gpu=args.gpus,
             driver_cpus=args.driver_cpus,
             max_failures=args.max_failures,
-            seed=args.seed,
+            seed=args.seed or 0,
             resume=args.resume,
             device_memory_gb=args.device_memory_gb,
             wait_for_nodes=args.wait_for_nodes,
         )
         check_storage(opts.storage)  # before Ray, torch and MLflow load
-        check_resume(space, opts)
         address = ray_address(args.address)
+        if args.restart:
+            restart(opts)
+        typed = frozenset(k for k in RESTORED if getattr(args, k) is not None)
+        if check_resume(space, opts, typed):
+            opts = restored_options(opts)
         from recsys.tune.sweep import launch
 
         launch(space, opts, address=address, export=args.export, register=args.register)

@@ -7,8 +7,10 @@ run before Ray, torch and MLflow load.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,22 +62,94 @@ def _fingerprint(space: SearchSpace) -> dict[str, Any]:
     return {"space": space.raw, "base": space.base.to_dict()}
 
 
-def check_resume(space: SearchSpace, opts: SweepOptions) -> bool:
-    """Whether to restore: a sweep of that name exists. ``--resume`` of a missing sweep, or of one
-    started with another space, is an error."""
+# the options a resumed sweep keeps from its start, whatever is typed (Tune's restore brings back
+# its searcher, scheduler, sample count and concurrency): with their flags
+RESTORED = {
+    "num_samples": "--num-samples",
+    "max_concurrent": "--max-concurrent",
+    "scheduler": "--scheduler",
+    "search": "--search",
+    "seed": "--seed",
+}
+NEW_SWEEP = "use a new --name, or --restart to archive this sweep and start it over"
+
+
+def saved_state(opts: SweepOptions) -> dict[str, Any] | None:
+    """The sweep's ``sweep.json`` (None if there is none)."""
+    state = storage.join(sweep_dir(opts), "sweep.json")
+    return json.loads(storage.read_text(state)) if storage.exists(state) else None
+
+
+def check_resume(
+    space: SearchSpace, opts: SweepOptions, typed: frozenset[str] = frozenset()
+) -> bool:
+    """Whether to restore: an unfinished sweep of that name exists. Refused, before anything
+    launches: ``--resume`` of a missing sweep; a re-run of a finished one (its results stand);
+    another space or base config; a typed option of ``RESTORED`` (``typed``: the
+    ``SweepOptions`` fields the user gave) that differs from the saved one, each named with
+    its saved and given value."""
     path = sweep_dir(opts)
-    state = storage.join(path, "sweep.json")
-    if not storage.exists(state):
+    saved = saved_state(opts)
+    if saved is None:
         if opts.resume:
             raise ConfigError(f"--resume: no sweep named {opts.name!r} in {opts.storage}")
         return False
-    saved = json.loads(storage.read_text(state))
+    if saved.get("finished"):
+        raise ConfigError(
+            f"sweep {opts.name!r} in {path} has finished ({saved['finished']}): its results "
+            f"stand (recsys-export --sweep {opts.name} exports its best); {NEW_SWEEP}"
+        )
     if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
         raise ConfigError(
             f"sweep {opts.name!r} in {path} was started with another search space or base config "
-            f"({saved['space_source']}); use a new --name, or the same space to resume"
+            f"({saved['space_source']}); {NEW_SWEEP}, or the same space to resume"
+        )
+    was = saved.get("options", {})
+    differ = [
+        f"{RESTORED[k]} {was[k]!r} when it started, {getattr(opts, k)!r} now"
+        for k in sorted(typed & RESTORED.keys())
+        if k in was and was[k] != getattr(opts, k)
+    ]
+    if differ:
+        raise ConfigError(
+            f"sweep {opts.name!r} in {path} is unfinished and resumes with the options it started "
+            f"with: {'; '.join(differ)}. Leave them out to resume it, or {NEW_SWEEP}"
         )
     return True
+
+
+def restored_options(opts: SweepOptions) -> SweepOptions:
+    """``opts`` of a sweep being resumed, with its ``RESTORED`` options as it started (what
+    Tune's restore runs, and what the console then says)."""
+    was = (saved_state(opts) or {}).get("options", {})
+    return dataclasses.replace(opts, **{k: was[k] for k in RESTORED if k in was})
+
+
+def mark_finished(opts: SweepOptions, trials: int) -> None:
+    """Record in ``sweep.json`` that the sweep ran to its end (a re-run of its name is then
+    refused: ``check_resume``)."""
+    saved = saved_state(opts) or {}
+    saved["finished"] = f"{trials} trials, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), json.dumps(saved, indent=2))
+
+
+def archive(opts: SweepOptions) -> str:
+    """``--restart``: the sweep's folder moved aside to ``<name>.archived-<time>`` (a local
+    folder renamed; an object store's prefix moved by pyarrow), so that the name starts over;
+    returns where it went ('' if there was nothing)."""
+    path = sweep_dir(opts)
+    if not storage.exists(path):
+        return ""
+    to = f"{path.rstrip('/')}.archived-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not is_uri(path):
+        os.rename(path, to)
+        return to
+    fs, src = storage.filesystem(path)
+    try:
+        fs.move(src, storage.filesystem(to)[1])
+    except OSError as e:
+        raise ConfigError(f"--restart: could not move {path} to {to}: {e}") from None
+    return to
 
 
 def worker_change(opts: SweepOptions) -> str:

@@ -43,6 +43,7 @@ from recsys.tune.space import SearchSpace
 from recsys.tune.state import (
     SweepOptions,
     check_resume,
+    mark_finished,
     save_state,
     sweep_dir,
     unlogged_dir,
@@ -369,6 +370,7 @@ def run_sweep(
     result = run_phases(space, opts, spec, restore)
     log_sweep_summary(tracker, parent, experiment_id, space, result)
     tracker.finish(parent)
+    mark_finished(opts, len(result.frame))  # a re-run of the name is now refused
     print(f"\nbest trials (each by its best {space.metric} report):")
     print(format_table(result.frame, space))
     print(result.lines())

@@ -386,6 +386,16 @@ class Tracker:
             return Path(os.path.dirname(db), "mlartifacts", name).as_uri()
         return None
 
+    def archive_experiment(self, name: str) -> str:
+        """The experiment ``name`` renamed ``<name> (archived <time>)`` with its runs, so that a
+        new sweep of that name starts a new one; returns the new name ('' if there was none)."""
+        exp = self.client.get_experiment_by_name(name)
+        if exp is None:
+            return ""
+        to = f"{name} (archived {time.strftime('%Y-%m-%d %H:%M:%S')})"
+        self.client.rename_experiment(exp.experiment_id, to)
+        return to
+
     def experiment(self, name: str, artifact_root: str | None = None) -> str:
         """The experiment ``name`` (created if new), marked as a model-training experiment
         (``Tag.EXPERIMENT_KIND``; an existing one without a kind is marked too, one a user gave

@@ -148,3 +148,63 @@ def test_export_by_checkpoint_resolves_its_config_against_the_prepared_folder(
         "event_weekday",
         "item_age",
     ]
+
+
+def saved_sweep(tmp_path, **options) -> tuple:
+    """A sweep `s` of the smoke space saved in ``tmp_path`` as it started with ``options``."""
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x", **options)
+    save_state(space, opts)
+    return space, opts
+
+
+def test_a_resume_keeps_its_options_and_refuses_other_typed_ones_naming_each(tmp_path):
+    import dataclasses
+
+    from recsys.tune.state import restored_options
+
+    space, started = saved_sweep(tmp_path, num_samples=16, search="optuna", scheduler="asha")
+    typed_default = dataclasses.replace(started, num_samples=8, search="random")
+    assert check_resume(space, typed_default)  # nothing typed: resumes, as it started
+    restored = restored_options(typed_default)
+    assert (restored.num_samples, restored.search, restored.scheduler) == (16, "optuna", "asha")
+    with pytest.raises(ConfigError) as e:
+        check_resume(space, typed_default, frozenset({"num_samples", "search", "scheduler"}))
+    message = str(e.value)
+    assert "--num-samples 16 when it started, 8 now" in message
+    assert "--search 'optuna' when it started, 'random' now" in message
+    assert "--scheduler" not in message  # typed, but the same as saved
+    assert "--restart" in message
+
+
+def test_a_finished_sweep_is_refused_and_restart_archives_it(tmp_path, capsys):
+    import dataclasses
+
+    from mlflow import MlflowClient
+
+    from recsys.cli.sweep import restart
+    from recsys.tune.state import mark_finished
+    from recsys.tune.tracking import Tracker
+
+    space, opts = saved_sweep(tmp_path)
+    mark_finished(opts, 8)
+    with pytest.raises(ConfigError, match=r"sweep 's' in .* has finished \(8 trials, .*--restart"):
+        check_resume(space, opts)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    old = Tracker(uri).experiment("s")
+    r = cli("sweep.py", "--smoke-test", "--name", "s", "--storage", str(tmp_path),
+            "--tracking-uri", uri)  # fmt: skip
+    assert r.returncode != 0 and "has finished (8 trials" in r.stderr  # before Ray starts
+    r = cli("sweep.py", "--smoke-test", "--name", "s", "--storage", str(tmp_path),
+            "--tracking-uri", uri, "--restart", "--address", "127.0.0.1:1")  # fmt: skip
+    assert "no Ray cluster answers at 127.0.0.1:1" in r.stderr  # checked first: nothing moved
+    assert (tmp_path / "s" / "sweep.json").exists()
+    restart(dataclasses.replace(opts, tracking_uri=uri))  # what --restart does, then launches
+    archived = [p.name for p in tmp_path.iterdir() if p.name.startswith("s.archived-")]
+    assert len(archived) == 1 and not (tmp_path / "s").exists()
+    assert (tmp_path / archived[0] / "sweep.json").exists()  # kept, aside
+    client = MlflowClient(uri)
+    assert client.get_experiment_by_name("s") is None
+    assert client.get_experiment(old).name.startswith("s (archived ")
+    assert not check_resume(space, opts)  # the name starts over
+    assert "archived sweep 's': folder " in capsys.readouterr().out
