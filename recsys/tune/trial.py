@@ -35,7 +35,7 @@ from recsys.data.dataset import train_rows, with_budget
 from recsys.distributed.sharding import Machine
 from recsys.storage import as_uri
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune import feasibility
+from recsys.tune import feasibility, inputs
 from recsys.tune.report import MlflowReportCallback
 from recsys.tune.results import STOPPED, trial_status
 from recsys.tune.search import INFEASIBLE
@@ -117,6 +117,7 @@ def open_run(
         kind=spec.role, name=name, tags=tags,
     )  # fmt: skip
     tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched(params), default=str)})
+    tracker.log_dataset(run_id, inputs.describe(cfg.data))
     return run_id
 
 

@@ -130,7 +130,9 @@ def test_the_sweep_and_its_trial_are_in_mlflow(smoke):
     best = trial.data.metrics["best_val_auc"]
     assert f"Won: trial {trial.data.tags['recsys.trial_id']}, best_val_auc {best:.4f}" in note
     assert f"optim.lr={float(trial.data.params['optim.lr']):.4g}" in note
-    assert f"lead over lr {parent.data.metrics['lead_over_lr']:+.4f}." in note
+    assert f"lead over lr {parent.data.metrics['lead_over_lr']:+.4f}" in note
+    (seen,) = client.get_run(trial.info.run_id).inputs.dataset_inputs  # the UI's Datasets
+    assert seen.dataset.name == "synthetic" and seen.dataset.source_type == "generated"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "auc_vs_memory.png", "best_config.yaml", "search_space.yaml"} <= artifacts
     assert parent.data.tags["recsys.metric"] == "val_auc" and "best_val_auc" in parent.data.metrics
