@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -120,6 +121,50 @@ def plain_columns(frame: Any) -> Any:
     return frame.astype({c: object for c in cats}) if cats else frame
 
 
+CHAMPION = "champion"  # the registered model's alias for a sweep's confirmed winner
+
+
+def champion_verdict(tracker: Tracker, sweep: str, run_id: str) -> tuple[bool, dict[str, str]]:
+    """Whether the trial of run ``run_id`` is its sweep's confirmed winner: the best confirmed
+    mean of a seed check, separable from the runner-up, and beating every reference (none
+    tied: ``recsys.verdict.<arch>``); and the tags that say so on its model version (the
+    verdicts, and ``recsys.champion``: ``yes`` or ``no: <why>``)."""
+    parents = tracker.runs(sweep, f"tags.`{Tag.KIND}` = 'sweep:{sweep}'")
+    tags = parents[0].data.tags if parents else {}
+    trial = tracker.client.get_run(run_id).data.tags.get(Tag.TRIAL, "")
+    order = json.loads(tags.get(Tag.CONFIRMED_ORDER, "[]"))
+    verdicts = {k: v for k, v in tags.items() if k.startswith(f"{Tag.VERDICT}.")}
+    why = []
+    if not order:
+        why.append("no seed check confirmed it")
+    elif order[0] != trial:
+        why.append(f"trial {order[0]} has the best confirmed mean")
+    elif len(order) >= 2 and tags.get(Tag.SEPARABLE) != "yes":
+        why.append(f"its lead over {order[1]} is inside the seed noise")
+    why += [f"it {v.split(':')[0]} {k.rsplit('.', 1)[1]}" for k, v in sorted(verdicts.items())
+            if not v.startswith("beats")]  # fmt: skip
+    said = "yes" if not why else "no: " + "; ".join(why)
+    return not why, {Tag.SWEEP: sweep, Tag.TRIAL: trial, **verdicts, Tag.CHAMPION: said}
+
+
+def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, str]:
+    """The model version that ``register`` made of run ``run_id``, tagged with the sweep's
+    verdict, and given the alias ``@champion`` when ``champion_verdict`` says it won; returns
+    its URI (``models:/NAME@champion`` or ``models:/NAME/VERSION``) and the verdict's line."""
+    client = tracker.client
+    version = max(
+        (v for v in client.search_model_versions(f"name = '{name}'") if v.run_id == run_id),
+        key=lambda v: int(v.version),
+    ).version
+    wins, tags = champion_verdict(tracker, sweep, run_id)
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, value)
+    if not wins:
+        return f"models:/{name}/{version}", f"not @{CHAMPION}: {tags[Tag.CHAMPION][4:]}"
+    client.set_registered_model_alias(name, CHAMPION, version)
+    return f"models:/{name}@{CHAMPION}", f"@{CHAMPION}: version {version}, the confirmed winner"
+
+
 def export_best(
     tracking_uri: str,
     sweep: str,
@@ -127,9 +172,12 @@ def export_best(
     dtype: str = "int8",
     register: str | None = None,
     max_emb_mb: float | None = None,
+    log: Callable[[str], None] = print,
 ) -> tuple[str, ExportReport, str]:
     """Export the best trial of ``sweep`` (under ``max_emb_mb`` of tables, if given), from its
-    best checkpoint; its metrics, files and MLflow model go to its run."""
+    best checkpoint; its metrics, files and MLflow model go to its run. With ``register``, the
+    model version carries the sweep's verdict and, when it is the confirmed winner, the alias
+    ``@champion`` (``crown``), whose URI is returned."""
     tracker = Tracker(tracking_uri)
     budget = max_emb_mb * 2**20 if max_emb_mb is not None else None
     run_id, ckpt, cfg = best_trial(tracker, sweep, budget)
@@ -137,4 +185,8 @@ def export_best(
     tracker.log_values(run_id, report.as_metrics())
     tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
     example = serving_example(os.path.join(out_dir, PREPARED_DIR))
-    return run_id, report, log_served_model(tracker, run_id, out_dir, example, register)
+    uri = log_served_model(tracker, run_id, out_dir, example, register)
+    if register:
+        uri, line = crown(tracker, register, sweep, run_id)
+        log(f"registered {register}: {line}")
+    return run_id, report, uri

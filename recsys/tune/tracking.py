@@ -56,6 +56,7 @@ class Tag:
     SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
     REFERENCE = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate";
     # on the parent, + ".<arch>": that arch's chosen reference trial
+    CHAMPION = "recsys.champion"  # a registered model version: "yes", or "no: <why>"
     VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
     BEST_CHECKPOINT = "checkpoint.best"
