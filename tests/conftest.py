@@ -31,14 +31,24 @@ os.environ.setdefault("RAY_ADDRESS", "local")
 # them at once on 2 cores starve each other's trials (a smoke sweep then took over 10 minutes
 # with both cores kept busy), so they run one after another in one process while the other
 # process takes the rest. The Ray unit is the longest, so it is queued first.
+#
+# The multi-node files (clusters of several raylets, a Ray job's head) are a second Ray unit,
+# queued after tests/distributed/: the process that is not running the sweeps takes them once
+# the 2-rank tests are done, so the two halves end together (one Ray unit of both took longer
+# than the whole suite should).
 RAY_GROUP = "tests/ray/"
-FIRST = [RAY_GROUP, "tests/distributed/"]
+CLUSTER_GROUP = "tests/ray/clusters"
+CLUSTER_FILES = ("test_multinode.py", "test_storage_views.py", "test_ray_jobs.py")
+FIRST = [RAY_GROUP, "tests/distributed/", CLUSTER_GROUP]
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: ``tests/ray/`` as a whole, any other file by itself."""
+    """The unit of work a test belongs to: ``tests/ray/`` as a whole but for its multi-node
+    files (``CLUSTER_GROUP``), any other file by itself."""
     path = nodeid.split("::")[0]
-    return RAY_GROUP if path.startswith(RAY_GROUP) else path
+    if path.startswith(RAY_GROUP):
+        return CLUSTER_GROUP if path.rsplit("/", 1)[-1] in CLUSTER_FILES else RAY_GROUP
+    return path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -58,8 +68,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skipped, not failed, where there are fewer GPUs than they need."""
 
     def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::")[0]
-        return next((i for i, p in enumerate(FIRST) if path.startswith(p)), len(FIRST))
+        unit = work_unit(item.nodeid)
+        if unit in FIRST:
+            return FIRST.index(unit)
+        return next((i for i, p in enumerate(FIRST) if unit.startswith(p)), len(FIRST))
 
     items.sort(key=rank)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0

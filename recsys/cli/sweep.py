@@ -181,9 +181,26 @@ def main(argv: list[str] | None = None) -> None:
             opts = restored_options(opts)
         from recsys.tune.sweep import launch
 
-        launch(space, opts, address=address, export=args.export, register=args.register)
+        table = launch(space, opts, address=address, export=args.export, register=args.register)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
+    if why := nothing_finished(table):
+        raise SystemExit(f"error: sweep {opts.name!r}: {why}")
+
+
+def nothing_finished(table: list[dict[str, Any]]) -> str:
+    """Why the sweep failed, where none of its search trials has a score to stand on (every one
+    errored, diverged or was infeasible): the command then exits non-zero, as a Ray job or a
+    script needs to see; '' when one trial finished."""
+    from collections import Counter
+
+    from recsys.tune.results import SCORED
+
+    trials = [r for r in table if r.get("role", "trial") == "trial"]
+    if any(r.get("status") in SCORED for r in trials):
+        return ""
+    counts = ", ".join(f"{n} {s}" for s, n in Counter(r.get("status") for r in trials).items())
+    return f"no trial finished ({counts or 'no trials'}): the errors are above and in MLflow"
 
 
 if __name__ == "__main__":

@@ -32,14 +32,14 @@ from recsys.config import ExperimentConfig
 from recsys.storage import ray_storage
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
-from recsys.tune.results import status
+from recsys.tune.results import SCORED, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
 
 PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}
-CONFIRMABLE = ("finished", "early_stopped", "stopped")
+CONFIRMABLE = SCORED
 REFERENCE = "reference"  # the frame's column describing a chosen reference
 
 

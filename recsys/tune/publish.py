@@ -17,6 +17,7 @@ import yaml
 from recsys.config import ExperimentConfig
 from recsys.export import ExportReport, export
 from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer, pip_requirements
+from recsys.tune.results import SCORED
 from recsys.tune.tracking import Tag, Tracker
 
 
@@ -47,11 +48,10 @@ def best_trial(
         where += f" and metrics.emb_bytes <= {max_emb_bytes}"
     order = "DESC" if mode == "max" else "ASC"
     runs = tracker.runs(sweep, where, order_by=[f"metrics.`best_{metric}` {order}"])  # `a/b`
-    done = ("finished", "early_stopped", "stopped")  # (MLflow's search has no IN for tags)
-    runs = [
+    runs = [  # (MLflow's search has no IN for tags)
         r
         for r in runs
-        if r.data.tags.get(Tag.STATUS) in done and f"best_{metric}" in r.data.metrics
+        if r.data.tags.get(Tag.STATUS) in SCORED and f"best_{metric}" in r.data.metrics
     ]
     if not runs:
         budget = f" with tables under {max_emb_bytes / 2**20:.4g} MB" if max_emb_bytes else ""

@@ -26,6 +26,7 @@ COST = ["wall_s", "worker_s", "samples_seen"]  # what the trial cost, from its l
 
 
 STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
+SCORED = ("finished", "early_stopped", STOPPED)  # a trial with a score to stand on
 
 
 def trial_status(metrics: dict[str, Any], steps: int) -> str:

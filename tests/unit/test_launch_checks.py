@@ -208,3 +208,15 @@ def test_a_finished_sweep_is_refused_and_restart_archives_it(tmp_path, capsys):
     assert client.get_experiment(old).name.startswith("s (archived ")
     assert not check_resume(space, opts)  # the name starts over
     assert "archived sweep 's': folder " in capsys.readouterr().out
+
+
+def test_a_sweep_whose_trials_all_failed_exits_non_zero():
+    from recsys.cli.sweep import nothing_finished
+
+    failed = [{"role": "trial", "status": "error"}, {"role": "trial", "status": "diverged"},
+              {"role": "baseline", "status": "finished"}]  # fmt: skip
+    assert nothing_finished(failed) == (
+        "no trial finished (1 error, 1 diverged): the errors are above and in MLflow"
+    )
+    assert nothing_finished([*failed, {"role": "trial", "status": "early_stopped"}]) == ""
+    assert "no trials" in nothing_finished([])
