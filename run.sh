@@ -5,6 +5,8 @@
 #   ./run.sh test  [pytest args]     set up, then lint, type-check and run the test suite
 #   ./run.sh train [train.py args]   set up, then train one configuration (the debug experiment)
 #   ./run.sh setup                   only set up the environment (.venv)
+#   ./run.sh test-clusters [pytest args]  the multi-node tests of minutes each (a trial across
+#                                    nodes, a lost node under a sweep, a Ray job); not run by CI
 #   ./run.sh gpu-check [item ...]    on a GPU host: set up the CUDA stack, run the GPU-only checks
 #   ./run.sh test-compat 2.11 [pytest args]  the suite on another supported torch (recsys/stack.py),
 #                                    in its own venv (.venv-torch2.11); not run by CI
@@ -34,6 +36,10 @@ case $verb in
         # the files spread over 2 processes (RECSYS_TEST_PROCS; `-n 0` in the args: one), in the
         # units of work and the order tests/conftest.py gives them (all of tests/ray/ is one unit)
         exec "$py" -m pytest -n "${RECSYS_TEST_PROCS:-2}" --dist loadfile --no-loadscope-reorder "$@" ;;
+    test-clusters)
+        # the multi-node tests of minutes each, which ./run.sh test skips (marker `clusters`)
+        bash scripts/setup.sh
+        RECSYS_CLUSTER_TESTS=1 exec "$py" -m pytest -n 0 -m clusters tests/ray "$@" ;;
     gpu-check)
         if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
             python3 scripts/gpu_check.py --list
@@ -51,6 +57,6 @@ case $verb in
     test-offline)
         bash scripts/offline_check.sh "$@" ;;
     *)
-        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check|test-compat|test-offline} [args...]" >&2
+        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check|test-clusters|test-compat|test-offline} [args...]" >&2
         exit 2 ;;
 esac

@@ -43,6 +43,9 @@ def runtime_env() -> dict[str, Any]:
     return {"env_vars": env}
 
 
+ADDRESS_ENV = "RAY_ADDRESS"
+
+
 @dataclass(frozen=True)
 class RaySource:
     """Which Ray a command runs on, and why: ``address`` None starts a local Ray of this process;
@@ -90,6 +93,7 @@ def find_ray(flag: str | None) -> RaySource:
 
 
 def _named(value: str, origin: str) -> RaySource:
+    """The Ray that a flag's or variable's ``value`` names (``origin``: which it was)."""
     if value == "local":
         return RaySource(None, f"{origin}=local")
     if value == "auto":
@@ -174,7 +178,9 @@ def connect(
     if os.environ.get(API_ENV) and os.environ.get(API_ENV) == os.environ.get(OURS_ENV):
         del os.environ[API_ENV]  # set by an earlier connect (here or in a parent): stale
     if os.environ.get(ADDRESS_ENV, source.address) not in (source.address, "local"):
-        del os.environ[ADDRESS_ENV]  # ray.init prefers it to the address it is given
+        # another Ray than the one chosen (the flag won): not for this process's later Ray
+        # calls (the State API reads it) nor for the processes it starts
+        del os.environ[ADDRESS_ENV]
     if source.local:
         context = _start_local(num_cpus, log_to_driver, object_store_memory, dashboard)
     else:
@@ -187,6 +193,7 @@ def connect(
 
 
 def _join(source: RaySource, log_to_driver: bool) -> Any:
+    """``ray.init`` of the cluster at ``source.address``; its context."""
     import ray
 
     try:
@@ -201,6 +208,7 @@ def _join(source: RaySource, log_to_driver: bool) -> Any:
 def _start_local(
     num_cpus: int | None, log_to_driver: bool, object_store_mb: int | None, dashboard: bool
 ) -> Any:
+    """``ray.init`` of a new local Ray with the local-only settings; its context."""
     import ray
 
     kwargs: dict[str, Any] = {
@@ -236,9 +244,6 @@ def ray_line(source: RaySource, resources: dict[str, float], nodes: int, context
         f"joined the Ray cluster at {source.address} (from {source.origin}): {nodes} node"
         f"{'s' if nodes != 1 else ''}, {cpus:g} CPUs, {gpus:g} GPUs{board}"
     )
-
-
-ADDRESS_ENV = "RAY_ADDRESS"
 
 
 # Ray starts its worker processes at nice 15 (its ``worker_niceness``), which keeps a laptop's
@@ -535,8 +540,7 @@ def wait_for_fit(
     (``--wait-for-nodes``: an autoscaling cluster, KubeRay), ask Ray's autoscaler for it
     (``request_resources``: a cluster without one ignores that) and check again every ``poll_s``
     until it fits, saying where it stands every ``report_every_s``; after ``wait_s`` the refusal
-    stands, with the time waited."""
-    import time
+    stands, with the time waited. The request is withdrawn at the end either way."""
 
     def check() -> None:
         nodes = alive_nodes()
@@ -544,6 +548,22 @@ def wait_for_fit(
 
     if num_workers < 1 or wait_s <= 0:
         return check()
+    try:
+        _wait_for_fit(check, (num_workers, cpus_per_worker, gpus_per_worker, extra_cpus),
+                      wait_s, poll_s, report_every_s)  # fmt: skip
+    finally:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[])  # the request withdrawn: a refused sweep keeps no nodes
+
+
+def _wait_for_fit(
+    check: Any, group: tuple[int, float, float, float], wait_s: float, poll_s: float,
+    report_every_s: float,
+) -> None:  # fmt: skip
+    """``wait_for_fit``'s loop: ``check()`` until it passes or ``wait_s`` passed."""
+    import time
+
     start = last = time.monotonic()
     asked = False
     while True:
@@ -557,7 +577,7 @@ def wait_for_fit(
                     f"{e} (waited {waited:.0f} s for nodes: --wait-for-nodes)"
                 ) from None
             if not asked:
-                request_nodes(num_workers, cpus_per_worker, gpus_per_worker, extra_cpus)
+                request_nodes(*group)
                 asked = True
                 print(f"waiting up to {wait_s:g} s for nodes (--wait-for-nodes): {e}", flush=True)
             elif time.monotonic() - last >= report_every_s:

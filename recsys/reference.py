@@ -93,10 +93,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     ),
     "RECSYS_NODE_WAIT_S": (
         RUN,
-        "seconds a training run waits for nodes that can place its workers (after a lost node "
-        "whose capacity does not come back), a line per placement attempt (Ray's "
-        "`RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`, 60 s), before it fails (default 600); the "
-        "sweep passes it, and that Ray variable, to its trials",
+        "seconds a training run that lost a node waits for nodes that can place its workers "
+        "again, a line per placement attempt (Ray's `RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`, "
+        "60 s), before it fails (default 600); the sweep passes it, and that Ray variable, to "
+        "its trials",
     ),
     "RECSYS_TRACKING_WAIT_S": (
         RUN,

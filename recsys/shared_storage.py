@@ -29,7 +29,9 @@ from recsys.configlib import ConfigError
 from recsys.storage import is_uri
 
 MARKER = ".recsys-node-check-"  # + a random token: the file the driver writes into --storage
-WRITTEN = frozenset({"--storage"})  # flags whose folder is written to (a marker, then checkpoints)
+WRITTEN = frozenset(
+    {"--storage", "--out"}
+)  # flags whose folder is written to (a marker, then checkpoints)
 META = "meta.json"  # a prepared folder's index (recsys.data.meta), its witness
 HEAD_BYTES = 4 << 20  # how much of a file its digest reads (with its size)
 HINT = (
@@ -69,12 +71,14 @@ def check_nodes_see(paths: dict[str, str], timeout_s: float = 120.0) -> None:
     node of the connected Ray cluster sees differently from the driver (missing, other content,
     not readable, ``--storage`` not writable), or nodes that do not answer within ``timeout_s``;
     each such node is named by its IP and node id. Object store URIs are skipped; a cluster of
-    one node returns at once. ``--storage`` is created if missing; Ray must be initialised."""
+    one node, the driver's own, returns at once. ``--storage`` is created if missing; Ray must
+    be initialised."""
     import ray
 
     local = {flag: local_path(path) for flag, path in paths.items() if not is_uri(path)}
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if not local or len(nodes) <= 1:
+    own = ray.get_runtime_context().get_node_id()
+    if not local or [n["NodeID"] for n in nodes] in ([], [own]):  # the driver's node alone
         return
     markers: list[str] = []
     try:

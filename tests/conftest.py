@@ -40,6 +40,7 @@ RAY_GROUP = "tests/ray/"
 CLUSTER_GROUP = "tests/ray/clusters"
 CLUSTER_FILES = ("test_multinode.py", "test_storage_views.py", "test_ray_jobs.py")
 FIRST = [RAY_GROUP, "tests/distributed/", CLUSTER_GROUP]
+CLUSTERS_ENV = "RECSYS_CLUSTER_TESTS"
 
 
 def work_unit(nodeid: str) -> str:
@@ -65,7 +66,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Ray files first (a stable sort: the order within a file is kept); ``gpu`` tests are
-    skipped, not failed, where there are fewer GPUs than they need."""
+    skipped, not failed, where there are fewer GPUs than they need; ``clusters`` tests unless
+    ``RECSYS_CLUSTER_TESTS=1`` (the suite would pass 20 minutes on 2 cores with them)."""
 
     def rank(item: pytest.Item) -> int:
         unit = work_unit(item.nodeid)
@@ -75,7 +77,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     items.sort(key=rank)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    clusters = os.environ.get(CLUSTERS_ENV) == "1"
     for item in items:
+        if item.get_closest_marker("clusters") is not None and not clusters:
+            reason = f"a multi-node cluster of minutes: {CLUSTERS_ENV}=1 (./run.sh test-clusters)"
+            item.add_marker(pytest.mark.skip(reason=reason))
         marker = item.get_closest_marker("gpu")
         need = marker.kwargs.get("gpus", 1) if marker is not None else 0
         if have < need:

@@ -120,18 +120,22 @@ def with_confirm(space: Any, top: int | None, seeds: int | None) -> Any:
 
 
 def restart(opts: Any) -> None:
-    """``--restart``: the sweep's folder and its MLflow experiment renamed aside (archived, kept),
-    so that old and new never mix in the results, the export or the MLflow UI."""
+    """``--restart``: the sweep's MLflow experiment, then its folder, renamed aside (archived,
+    kept), so that old and new never mix in the results, the export or the MLflow UI. The
+    tracking store is checked first: nothing moves if it cannot be reached."""
     from recsys.tune.state import archive
     from recsys.tune.tracking import Tracker
 
+    tracker = Tracker(opts.tracking_uri)
+    tracker.check_reachable()
+    renamed = tracker.archive_experiment(opts.name)
     folder = archive(opts)
-    renamed = Tracker(opts.tracking_uri).archive_experiment(opts.name)
-    if folder or renamed:
-        where = [f"folder {folder}"] * bool(folder) + [f"MLflow experiment {renamed!r}"] * bool(
-            renamed
-        )
-        print(f"archived sweep {opts.name!r}: " + ", ".join(where))
+    where = [
+        f"folder {folder}" if folder else "",
+        f"MLflow experiment {renamed!r}" if renamed else "",
+    ]
+    if any(where):
+        print(f"archived sweep {opts.name!r}: " + ", ".join(w for w in where if w))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,11 +198,11 @@ def nothing_finished(table: list[dict[str, Any]]) -> str:
     script needs to see; '' when one trial finished."""
     from collections import Counter
 
-    from recsys.tune.results import SCORED
+    from recsys.tune.results import any_scored
 
-    trials = [r for r in table if r.get("role", "trial") == "trial"]
-    if any(r.get("status") in SCORED for r in trials):
+    if any_scored(table):
         return ""
+    trials = [r for r in table if r.get("role", "trial") == "trial"]
     counts = ", ".join(f"{n} {s}" for s, n in Counter(r.get("status") for r in trials).items())
     return f"no trial finished ({counts or 'no trials'}): the errors are above and in MLflow"
 

@@ -106,6 +106,7 @@ from recsys.data.sources import (
     with_rows,
 )
 from recsys.data.tasks import Executor, tree_merge
+from recsys.shared_storage import check_nodes_see
 
 HIST_BINS = 1 << 16
 CHUNK_MB = 64.0
@@ -307,8 +308,9 @@ def upload_prepared(
 
     if address:
         raise DataError(
-            f"--out {out}: an object store is written from this machine's preparation; with "
-            "--address, prepare onto storage every node shares and copy the folder up"
+            f"--out {out}: an object store is written from this machine's preparation, not from "
+            f"a Ray cluster's nodes ({address}): prepare onto storage every node shares and copy "
+            "the folder up, or prepare here with --address local"
         )
     storage.check_storage(out, flag="--out")
     prepared = storage.exists(storage.join(out, META))
@@ -581,6 +583,8 @@ def prepare(
     with partial_output(out, overwrite) as tmp:
         ex = Executor(workers, address, object_store_mb, progress)
         try:
+            if address:  # the cluster's tasks write the shards: every node must see --out
+                check_nodes_see({"--out": tmp})
             meta = _prepare(ex, schema, files, seen, splits, tmp, int(chunk_mb * 2**20), log)
         finally:
             ex.close()

@@ -1,20 +1,22 @@
 """A training run's nodes as its user should hear of them: a lost node named in one line instead
-of the dead actors' tracebacks, and a wait for capacity that says where it stands every
-``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` (Ray's default: 60 s) and ends after a limit.
+of the dead actors' tracebacks, and, while no node can place the workers again, a status line
+per placement attempt (``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S``, Ray's default 60 s) and an
+end after ``RECSYS_NODE_WAIT_S``.
 
 Ray Train V2 restarts a worker group whose node died from the last checkpoint (``FailureConfig
-(max_failures)``). A group it cannot place (no node holds it: the lost node's capacity did not
-come back) times out after ``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` and is retried without
-end, a traceback each time. ``NodeWatch`` (a Train callback: it runs in the run's controller)
-turns each into one line and bounds the wait at ``RECSYS_NODE_WAIT_S`` (default 600 s;
-``node_wait_attempts``), after which the run fails with the reason.
+(max_failures)``). A group it cannot place times out after
+``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` and is retried without end, a traceback each time.
+``NodeWatch`` (a Train callback: it runs in the run's controller, an async actor, so it never
+blocks) says each in one line. Only a run that lost a node gives up waiting: a run queued
+behind other trials of a sweep (``--max-concurrent`` above what the cluster holds at once)
+waits for its turn as before.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
+import re
 import time
 from typing import Any
 
@@ -28,10 +30,11 @@ START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"  # Ray Train's, def
 FAILURE_LOGGER = "ray.train.v2._internal.execution.failure_handling.default"
 CONTROLLER_LOGGER = "ray.train.v2._internal.execution.controller.controller"
 BACKEND_LOGGER = "ray.train.v2._internal.callbacks.backend_setup"  # the dead group's shutdown
+NODE_DIED = re.compile(r"node has died\. Node Id: ([0-9a-f]+)|node was terminated")
 
 
 def node_wait_s() -> float:
-    """How long a run waits for nodes that can place its workers (``RECSYS_NODE_WAIT_S``)."""
+    """How long a run that lost a node waits for nodes that can place its workers again."""
     return float(os.environ.get(WAIT_ENV, "") or DEFAULT_WAIT_S)
 
 
@@ -40,10 +43,8 @@ def start_timeout_s() -> float:
     return float(os.environ.get(START_TIMEOUT_ENV, "") or 60.0)
 
 
-def node_wait_attempts() -> int:
-    """``FailureConfig.controller_failure_limit``: the placement attempts that fill the wait (a
-    run that cannot place its workers fails after them, instead of retrying without end)."""
-    return max(1, math.ceil(node_wait_s() / start_timeout_s()))
+class NodesGone(RuntimeError):
+    """No node could place a run's workers within ``RECSYS_NODE_WAIT_S`` after it lost one."""
 
 
 def waiting_for_nodes(error: Any) -> bool:
@@ -51,11 +52,6 @@ def waiting_for_nodes(error: Any) -> bool:
     return isinstance(error, ControllerError) and isinstance(
         error.controller_failure, WorkerGroupStartupTimeoutError
     )
-
-
-# a node's raylet killed: its actors are reported dead at once, the node itself after Ray's
-# health checks miss it (about 5 s by default); how long a worker's death waits to learn which
-NODE_DEATH_WAIT_S = 30.0
 
 
 def actor_died(error: Exception) -> bool:
@@ -66,53 +62,55 @@ def actor_died(error: Exception) -> bool:
     return isinstance(error, RayActorError) or isinstance(cause, RayActorError)
 
 
-def dead_nodes(node_ids: set[str]) -> set[str]:
-    """Those of ``node_ids`` that Ray no longer lists as alive."""
+def died_with_node(error: Exception) -> bool:
+    """Whether Ray says a worker's actor died because its node did."""
+    return bool(NODE_DIED.search(str(getattr(error, "health_check_failure", error))))
+
+
+def alive_node_ids() -> set[str]:
     import ray
 
-    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-    return node_ids - alive
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
-def wait_for_dead_nodes(node_ids: set[str], timeout_s: float) -> set[str]:
-    """``dead_nodes``, asked until one is dead or ``timeout_s`` passed (a worker died alone)."""
-    deadline = time.monotonic() + timeout_s
-    while not (dead := dead_nodes(node_ids)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return dead
+def exception_of(record: logging.LogRecord) -> Any:
+    """The exception a log record carries, where it carries one."""
+    return record.exc_info[1] if record.exc_info else None
 
 
 class QuietKnownFailures(logging.Filter):
-    """Drops the controller's traceback logs of the failures ``NodeWatch`` says in one line (a
-    lost node's dead workers; a placement attempt that timed out); every other failure is
-    logged by Ray as before."""
+    """Drops the controller's traceback logs of what ``NodeWatch`` says in one line, by the
+    exception they carry: a placement attempt that timed out, and the dead workers of a lost
+    node (the failure decision and the dead group's shutdown). Every other record stays."""
 
     def __init__(self, watch: NodeWatch) -> None:
         super().__init__()
         self.watch = watch
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "WorkerGroupStartupTimeoutError" in message or "Timed out after" in message:
-            return not self.watch.waiting
-        lost_node_noise = message.startswith(("[FailurePolicy] RETRY", "Graceful shutdown"))
-        return not (self.watch.lost and lost_node_noise)
+        error = exception_of(record)
+        if isinstance(error, WorkerGroupStartupTimeoutError) or waiting_for_nodes(error):
+            return False
+        if not self.watch.lost_since:
+            return True
+        if record.name == BACKEND_LOGGER:
+            return not actor_died(error) if error is not None else True
+        return not (record.name == FAILURE_LOGGER and self.watch.lost_error(error))
 
 
 class NodeWatch(ControllerCallback, WorkerGroupCallback):  # type: ignore[misc]
     """Names a lost node (its IP, id and the ranks it held) and the restart it causes; while the
-    run cannot place its workers, a status line per placement attempt, and the reason when it
-    gives up. ``label`` starts each line (the trial's name); ``max_failures`` is the run's; the
-    wait's limits are read where the run is made (``node_wait_s``, ``start_timeout_s``)."""
+    run cannot place its workers, a status line per placement attempt; after a lost node, the
+    run fails with the reason once ``RECSYS_NODE_WAIT_S`` passed without room. ``label`` starts
+    each line (the run's name); the limits are read where the run is made."""
 
-    def __init__(self, label: str, max_failures: int) -> None:
-        self.label, self.max_failures = label, max_failures
+    def __init__(self, label: str) -> None:
+        self.label = label
         self.wait_s, self.attempt_s = node_wait_s(), start_timeout_s()
-        self.ranks: dict[str, tuple[str, list[int]]] = {}  # node id -> (IP, ranks)
-        self.lost: set[str] = set()
-        self.failures = 0
-        self.waiting = False
-        self.wait_started = 0.0
+        self.ranks: dict[str, tuple[str, list[int]]] = {}  # node id -> (IP, its ranks)
+        self.suspect = False  # workers died; their node's death may not be known yet
+        self.lost_since = 0.0  # when a node was lost (0: none since the group last started)
+        self.waiting_since = 0.0
         self.workers = ""
 
     def after_controller_start(self, train_run_context: Any) -> None:
@@ -126,54 +124,73 @@ class NodeWatch(ControllerCallback, WorkerGroupCallback):  # type: ignore[misc]
         )
 
     def after_worker_group_start(self, worker_group: Any) -> None:
+        self.name_lost_nodes()  # the old group's, if their deaths were not known before
+        if self.waiting_since:
+            waited = time.monotonic() - self.waiting_since
+            self.say(f"placed after {waited:.0f} s of waiting for nodes")
         self.ranks = {}
         for rank, worker in enumerate(worker_group.get_workers()):
             meta = worker.metadata
             self.ranks.setdefault(meta.node_id, (meta.node_ip, []))[1].append(rank)
-        if self.waiting:
-            waited = time.monotonic() - self.wait_started
-            self.say(f"placed after {waited:.0f} s of waiting for nodes: {self.hosts()}")
-        self.waiting, self.lost = False, set()
+        self.suspect, self.lost_since, self.waiting_since = False, 0.0, 0.0
 
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
-        errors = worker_group_status.errors
-        if not errors or self.lost or not any(map(actor_died, errors.values())):
+        errors = list(worker_group_status.errors.values())
+        if not errors or self.lost_since or not any(map(actor_died, errors)):
             return
-        self.lost = wait_for_dead_nodes(set(self.ranks), NODE_DEATH_WAIT_S)
-        for node in sorted(self.lost):
+        self.suspect = True
+        said = {m.group(1) for e in errors if (m := NODE_DIED.search(str(e))) and m.group(1)}
+        self.name_lost_nodes(said)
+
+    def name_lost_nodes(self, known: set[str] | None = None) -> None:
+        """Say which of the group's nodes died (those Ray named, or no longer lists as alive),
+        once; nothing while none is known to have died (the next hook asks again)."""
+        if not self.suspect or self.lost_since:
+            return
+        lost = sorted((set(self.ranks) - alive_node_ids()) | ((known or set()) & set(self.ranks)))
+        for node in lost:
             ip, ranks = self.ranks[node]
-            self.failures += 1
             self.say(
                 f"lost node {ip} ({node[:8]}), which held ranks {ranks}: the worker group "
-                f"restarts from its last checkpoint (failure {self.failures} of at most "
-                f"{self.max_failures})"
+                "restarts from its last checkpoint where nodes can hold it"
             )
+        if lost:
+            self.lost_since = time.monotonic()
+
+    def lost_error(self, error: Any) -> bool:
+        """Whether ``error`` is the failure of a group that lost its node (said already)."""
+        from ray.train.v2.api.exceptions import WorkerGroupError
+
+        if not isinstance(error, WorkerGroupError):
+            return False
+        return all(actor_died(e) for e in error.worker_failures.values())
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
+        self.name_lost_nodes()
         error = getattr(current_state, "training_failed_error", None)
         if error is None or not waiting_for_nodes(error):
             return
-        if not self.waiting:
-            self.waiting, self.wait_started = True, time.monotonic()
-        waited, limit = time.monotonic() - self.wait_started, self.wait_s
-        if type(current_state).__name__ == "ErroredState":
-            self.say(
-                f"gave up: no nodes could place {self.workers} within {WAIT_ENV}={limit:g} s "
-                f"({self.capacity()})"
-            )
+        now = time.monotonic()
+        self.waiting_since = self.waiting_since or now - self.attempt_s
+        waited = now - self.waiting_since
+        if not self.lost_since:  # queued behind other runs: it waits for its turn
+            self.say(f"waiting for nodes to place {self.workers}: {waited:.0f} s "
+                     f"({self.capacity()})")  # fmt: skip
             return
-        self.say(
-            f"waiting for nodes to place {self.workers}: {waited + self.attempt_s:.0f} s "
-            f"of {WAIT_ENV}={limit:g} s ({self.capacity()})"
-        )
-
-    def hosts(self) -> str:
-        return "; ".join(f"{ip}: ranks {r}" for ip, r in self.ranks.values())
+        since = now - self.lost_since
+        if since >= self.wait_s:
+            why = (f"gave up: no nodes could place {self.workers} within {WAIT_ENV}="
+                   f"{self.wait_s:g} s of losing a node ({self.capacity()})")  # fmt: skip
+            self.say(why)
+            raise NodesGone(f"{self.label}: {why}")
+        self.say(f"waiting for nodes to place {self.workers}: {since:.0f} s of {WAIT_ENV}="
+                 f"{self.wait_s:g} s ({self.capacity()})")  # fmt: skip
 
     def capacity(self) -> str:
+        """The alive nodes and the free CPUs and GPUs, for a status line."""
         import ray
 
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        nodes = alive_node_ids()
         free = ray.available_resources()
         return (
             f"{len(nodes)} alive nodes, {free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} "
@@ -181,4 +198,5 @@ class NodeWatch(ControllerCallback, WorkerGroupCallback):  # type: ignore[misc]
         )
 
     def say(self, text: str) -> None:
+        """One line on the run's console (the controller's output reaches the driver's)."""
         print(f"{self.label}: {text}", flush=True)

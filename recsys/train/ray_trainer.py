@@ -14,7 +14,7 @@ from recsys.config import ExperimentConfig
 from recsys.configlib import check
 from recsys.distributed.env import backend_for
 from recsys.storage import ray_storage
-from recsys.train.nodes import NodeWatch, node_wait_attempts
+from recsys.train.nodes import NodeWatch
 from recsys.train.worker import train_func
 
 
@@ -52,9 +52,9 @@ def make_trainer(
     """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
     from its latest checkpoint. Keeps the best ``keep_checkpoints`` by ``train.monitor`` (and
     always the latest; ``None`` keeps all). A lost node is named and its workers restart from
-    the last checkpoint (up to ``max_failures`` times); workers that no node can place are
-    waited for up to ``RECSYS_NODE_WAIT_S`` (``recsys.train.nodes``). Its workers are placed on
-    one node when one can hold them all, else over whole nodes
+    the last checkpoint (up to ``max_failures`` times); after a lost node, workers that no node
+    can place are waited for up to ``RECSYS_NODE_WAIT_S`` (``recsys.train.nodes``). Its workers
+    are placed on one node when one can hold them all, else over whole nodes
     (``recsys.cluster.placement_strategy``; needs Ray running)."""
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.use_gpu:
@@ -80,12 +80,10 @@ def make_trainer(
             name=name,
             storage_path=path,
             storage_filesystem=fs,
-            callbacks=[*(callbacks or []), NodeWatch(name, max_failures)],  # type: ignore[list-item]
-            # a node lost: restart from the last checkpoint; no room for the workers: a status
-            # line per placement attempt, then fail after RECSYS_NODE_WAIT_S (recsys.train.nodes)
-            failure_config=FailureConfig(  # type: ignore[call-arg]
-                max_failures=max_failures, controller_failure_limit=node_wait_attempts()
-            ),
+            # a lost node named, a line per placement attempt that found no room, and a run
+            # that lost a node fails after RECSYS_NODE_WAIT_S without room (recsys.train.nodes)
+            callbacks=[*(callbacks or []), NodeWatch(name)],  # type: ignore[list-item]
+            failure_config=FailureConfig(max_failures=max_failures),
             logging_config=LoggingConfig(log_level="WARNING"),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=keep_checkpoints,

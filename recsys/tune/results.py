@@ -29,6 +29,11 @@ STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
 SCORED = ("finished", "early_stopped", STOPPED)  # a trial with a score to stand on
 
 
+def any_scored(rows: list[dict[str, Any]]) -> bool:
+    """Whether one search trial among a sweep's ``rows`` (baselines aside) has a score."""
+    return any(r.get("role", "trial") == "trial" and r.get("status") in SCORED for r in rows)
+
+
 def trial_status(metrics: dict[str, Any], steps: int) -> str:
     """A trial's outcome from its last report: ``infeasible``, ``diverged``, ``early_stopped``
     (patience), ``stopped`` (the scheduler ended it before its last step) or ``finished``. Its

@@ -84,7 +84,8 @@ def check_resume(
     space: SearchSpace, opts: SweepOptions, typed: frozenset[str] = frozenset()
 ) -> bool:
     """Whether to restore: an unfinished sweep of that name exists. Refused, before anything
-    launches: ``--resume`` of a missing sweep; a re-run of a finished one (its results stand);
+    launches: ``--resume`` of a missing sweep; a re-run of a finished one (its results stand;
+    ``--resume`` of one with errored trials retries them);
     another space or base config; a typed option of ``RESTORED`` (``typed``: the
     ``SweepOptions`` fields the user gave) that differs from the saved one, each named with
     its saved and given value."""
@@ -94,7 +95,7 @@ def check_resume(
         if opts.resume:
             raise ConfigError(f"--resume: no sweep named {opts.name!r} in {opts.storage}")
         return False
-    if saved.get("finished"):
+    if saved.get("finished") and not (opts.resume and saved.get("errored")):
         raise ConfigError(
             f"sweep {opts.name!r} in {path} has finished ({saved['finished']}): its results "
             f"stand (recsys-export --sweep {opts.name} exports its best); {NEW_SWEEP}"
@@ -125,18 +126,21 @@ def restored_options(opts: SweepOptions) -> SweepOptions:
     return dataclasses.replace(opts, **{k: was[k] for k in RESTORED if k in was})
 
 
-def mark_finished(opts: SweepOptions, trials: int) -> None:
-    """Record in ``sweep.json`` that the sweep ran to its end (a re-run of its name is then
-    refused: ``check_resume``)."""
+def mark_finished(opts: SweepOptions, trials: int, errored: int = 0) -> None:
+    """Record in ``sweep.json`` that the sweep ran to its end: a re-run of its name is then
+    refused (``check_resume``), but for ``--resume`` of one with ``errored`` trials, which
+    retries them."""
     saved = saved_state(opts) or {}
-    saved["finished"] = f"{trials} trials, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    failed = f", {errored} errored (--resume retries them)" if errored else ""
+    saved["finished"] = f"{trials} trials{failed}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    saved["errored"] = errored
     storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), json.dumps(saved, indent=2))
 
 
 def archive(opts: SweepOptions) -> str:
     """``--restart``: the sweep's folder moved aside to ``<name>.archived-<time>`` (a local
-    folder renamed; an object store's prefix moved by pyarrow), so that the name starts over;
-    returns where it went ('' if there was nothing)."""
+    folder renamed; an object store's objects copied there, then removed), so that the name
+    starts over; returns where it went ('' if there was nothing)."""
     path = sweep_dir(opts)
     if not storage.exists(path):
         return ""
@@ -144,9 +148,13 @@ def archive(opts: SweepOptions) -> str:
     if not is_uri(path):
         os.rename(path, to)
         return to
+    import pyarrow.fs
+
     fs, src = storage.filesystem(path)
-    try:
-        fs.move(src, storage.filesystem(to)[1])
+    dst = storage.filesystem(to)[1]
+    try:  # (an object store moves no folders: its objects are copied, then removed)
+        pyarrow.fs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
+        fs.delete_dir(src)
     except OSError as e:
         raise ConfigError(f"--restart: could not move {path} to {to}: {e}") from None
     return to

@@ -38,7 +38,14 @@ from recsys.tune.phases import (
     phase_tuner,
     trainable,
 )
-from recsys.tune.results import METRICS, format_table, pareto_plot, trial_frame, with_baselines
+from recsys.tune.results import (
+    METRICS,
+    any_scored,
+    format_table,
+    pareto_plot,
+    trial_frame,
+    with_baselines,
+)
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import (
     SweepOptions,
@@ -370,11 +377,16 @@ def run_sweep(
     result = run_phases(space, opts, spec, restore)
     log_sweep_summary(tracker, parent, experiment_id, space, result)
     tracker.finish(parent)
-    mark_finished(opts, len(result.frame))  # a re-run of the name is now refused
+    rows = list(result.frame.to_dict("records"))
+    if any_scored(rows):  # a re-run is refused (unscored, --resume retries it all)
+        errored = sum(
+            r.get("role", "trial") == "trial" and r.get("status") == "error" for r in rows
+        )
+        mark_finished(opts, len(rows), errored)
     print(f"\nbest trials (each by its best {space.metric} report):")
     print(format_table(result.frame, space))
     print(result.lines())
-    return list(result.frame.to_dict("records"))
+    return rows
 
 
 def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Outcome:

@@ -679,14 +679,17 @@ class Tracker:
             )
         return str(info.model_uri)
 
-    def log_dataset(self, run_id: str, fields: dict[str, str], context: str = "training") -> None:
-        """The data a run saw as an MLflow dataset input (``recsys.tune.inputs.describe``'s
-        fields; the UI's Datasets column); a failure is a warning, as for every log here."""
+    def log_dataset(
+        self, run_id: str, fields: Callable[[], dict[str, str]], context: str = "training"
+    ) -> None:
+        """The data a run saw as an MLflow dataset input (``fields()``: ``recsys.tune.inputs.
+        describe``'s; the UI's Datasets column); a failure, describing the data included, is a
+        warning, as for every log here."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        dataset = Dataset(**{k: v or None for k, v in fields.items()})  # type: ignore[arg-type]
-        tags = [InputTag("mlflow.data.context", context)]
         try:
+            dataset = Dataset(**{k: v or None for k, v in fields().items()})  # type: ignore[arg-type]
+            tags = [InputTag("mlflow.data.context", context)]
             self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags)])
         except Exception as e:
             log.warning("MLflow %s: could not log the dataset input (%s)", self.uri, e)

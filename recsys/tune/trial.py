@@ -117,7 +117,7 @@ def open_run(
         kind=spec.role, name=name, tags=tags,
     )  # fmt: skip
     tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched(params), default=str)})
-    tracker.log_dataset(run_id, inputs.describe(cfg.data))
+    tracker.log_dataset(run_id, lambda: inputs.describe(cfg.data))
     return run_id
 
 

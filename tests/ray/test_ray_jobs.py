@@ -31,7 +31,7 @@ from mlflow.tracking import MlflowClient
 from tests.ray.spaces import write_space
 from tests.servers import AGENT_PORTS, agent_ports, free_port, stop_group
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.clusters]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = sys.executable  # the project's venv, as installed on the (only) node

@@ -30,7 +30,7 @@ def test_a_prepared_folder_is_named_with_its_digest_schema_and_split_rows(tmp_pa
     tracker = Tracker(uri)
     exp = tracker.experiment("s")
     run = tracker.parent_run(exp, "s")
-    tracker.log_dataset(run, fields)
+    tracker.log_dataset(run, lambda: fields)
     (logged,) = MlflowClient(uri).get_run(run).inputs.dataset_inputs
     assert (logged.dataset.name, logged.dataset.digest) == ("prepared", fields["digest"])
     assert [(t.key, t.value) for t in logged.tags] == [("mlflow.data.context", "training")]

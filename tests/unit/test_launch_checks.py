@@ -207,6 +207,11 @@ def test_a_finished_sweep_is_refused_and_restart_archives_it(tmp_path, capsys):
     assert client.get_experiment_by_name("s") is None
     assert client.get_experiment(old).name.startswith("s (archived ")
     assert not check_resume(space, opts)  # the name starts over
+    save_state(space, opts)
+    mark_finished(opts, 8, errored=2)  # finished, two trials errored: --resume retries them
+    with pytest.raises(ConfigError, match=r"has finished \(8 trials, 2 errored \(--resume"):
+        check_resume(space, opts)
+    assert check_resume(space, dataclasses.replace(opts, resume=True))
     assert "archived sweep 's': folder " in capsys.readouterr().out
 
 

@@ -160,3 +160,19 @@ def test_many_files_copied_at_once_through_the_store_do_not_deadlock(s3, tmp_pat
     assert not copy.is_alive(), "copy_files through the retrying store deadlocked"
     listed = fs.get_file_info(pyarrow.fs.FileSelector(path))
     assert sorted(i.size for i in listed) == [70_000] * 40
+
+
+def test_restart_archives_a_sweep_in_the_store(s3):
+    """``--restart`` on object storage: the sweep's objects move to ``<name>.archived-<time>``
+    (an object store moves no folders: copied, then removed)."""
+    from recsys.tune.state import SweepOptions, archive
+
+    opts = SweepOptions(name="s", storage=f"{s3}/sweeps", tracking_uri="sqlite:///x")
+    storage.write_text(f"{s3}/sweeps/s/sweep.json", "{}")
+    storage.write_text(f"{s3}/sweeps/s/train/trial_1/step_1/part", "x")
+    to = archive(opts)
+    assert to.startswith(f"{s3}/sweeps/s.archived-")
+    assert storage.read_text(f"{to}/sweep.json") == "{}"
+    assert storage.read_text(f"{to}/train/trial_1/step_1/part") == "x"
+    assert not storage.exists(f"{s3}/sweeps/s/sweep.json")
+    assert archive(opts) == ""  # nothing left to archive
