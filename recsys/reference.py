@@ -119,6 +119,12 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "a Chromium binary for the MLflow UI browser test and `scripts/mlflow_screenshot.py` "
         "(default: `chromium` on PATH; without one the browser test is skipped, saying why)",
     ),
+    "RECSYS_CLUSTER_TESTS": (
+        TESTS,
+        "`1` runs the multi-node tests of minutes each that the suite otherwise skips (marker "
+        "`clusters`: a trial across two nodes, a lost node under a sweep, a sweep as a Ray job); "
+        "`./run.sh test-clusters` sets it",
+    ),
     "RECSYS_NO_APT": (
         TESTS,
         "`1`: `./run.sh test` never runs apt-get (`scripts/test_services.sh`); where PostgreSQL "
