@@ -136,8 +136,10 @@ class NodeWatch(ControllerCallback, WorkerGroupCallback):  # type: ignore[misc]
 
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
         errors = list(worker_group_status.errors.values())
-        if not errors or self.lost_since or not any(map(actor_died, errors)):
+        if not errors or self.lost_since:
             return
+        # any failure may be a lost node's: the dead ranks' own, or a survivor's (its peer's
+        # connection reset) that reaches the controller first
         self.suspect = True
         said = {m.group(1) for e in errors if (m := NODE_DIED.search(str(e))) and m.group(1)}
         self.name_lost_nodes(said)

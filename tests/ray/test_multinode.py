@@ -236,9 +236,17 @@ def test_with_no_capacity_back_the_run_waits_then_fails_with_the_reason(
 
     # a sweep's trials make their runs in Ray's processes: the limits travel with them
     assert runtime_env()["env_vars"]["RECSYS_NODE_WAIT_S"] == "12"
-    extra = add_node(cluster, 2, "127.0.0.6")
+    # two nodes of their own (a resource only they have): what earlier tests left elsewhere
+    # cannot change where the run goes
+    kept = cluster.add_node(
+        num_cpus=2, node_ip_address="127.0.0.8", resources={"stuck": 1}, **agent_ports()
+    )
+    extra = cluster.add_node(
+        num_cpus=2, node_ip_address="127.0.0.6", resources={"stuck": 1}, **agent_ports()
+    )
     cluster.wait_for_nodes()
     trainer, _ = fit(tmp_path, "stuck", workers=2, cpus=2.0, max_failures=1)
+    trainer.scaling_config.resources_per_worker = {"CPU": 2.0, "stuck": 1.0}
     trainer.train_loop_config["experiment"]["train"]["steps"] = 400
     failed: dict = {}
     thread = threading.Thread(target=lambda: failed.update(e=raises(trainer.fit)))
@@ -246,13 +254,15 @@ def test_with_no_capacity_back_the_run_waits_then_fails_with_the_reason(
     wait_for(lambda: list((tmp_path / "storage" / "stuck").glob("step_*")), 300, "a checkpoint")
     cluster.remove_node(extra, allow_graceful=False)  # one of the two nodes it runs on
     thread.join(timeout=300)
+    cluster.remove_node(kept)
     assert not thread.is_alive(), "the run never gave up"
     assert isinstance(failed["e"], ControllerError), failed
     assert "gave up: no nodes could place 2 workers of 2 CPU" in str(failed["e"])
     out = capfd.readouterr().out
     assert "stuck: lost node 127.0.0.6" in out, out
     assert out.count("stuck: waiting for nodes to place 2 workers of 2 CPU") >= 1, out
-    gave_up = "stuck: gave up: no nodes could place 2 workers of 2 CPU within RECSYS_NODE_WAIT_S=12"
+    gave_up = "stuck: gave up: no nodes could place 2 workers of 2 CPU, 1 stuck within "
+    gave_up += "RECSYS_NODE_WAIT_S=12 s of losing a node"
     assert gave_up in out, out
     assert "WorkerGroupStartupTimeoutError" not in out  # the attempts' tracebacks
 
