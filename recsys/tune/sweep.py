@@ -379,10 +379,8 @@ def run_sweep(
     tracker.finish(parent)
     rows = list(result.frame.to_dict("records"))
     if any_scored(rows):  # a re-run is refused (unscored, --resume retries it all)
-        errored = sum(
-            r.get("role", "trial") == "trial" and r.get("status") == "error" for r in rows
-        )
-        mark_finished(opts, len(rows), errored)
+        trials = [r for r in rows if r.get("role", "trial") == "trial"]
+        mark_finished(opts, len(trials), sum(r.get("status") == "error" for r in trials))
     print(f"\nbest trials (each by its best {space.metric} report):")
     print(format_table(result.frame, space))
     print(result.lines())
