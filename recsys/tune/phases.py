@@ -291,12 +291,12 @@ class Outcome:
             key = self.space.objectives[0].key
             out.append(f"\nagainst the baselines (best trial {self.best['trial']}, {what}: "
                        f"{value:.4f}):")  # fmt: skip
-            leads = self.leads()
+            leads, verdicts = self.leads(), self.verdicts()
             for _, row in self.baselines.iterrows():
                 lead = leads.get(str(row["arch"]))
                 how = f", {row[REFERENCE]}" if isinstance(row.get(REFERENCE), str) else ""
                 ref = f"{row['arch']} (trial {row['trial']}{how}) {metric} {float(row[key]):.4f}"
-                verdict = self.verdicts().get(str(row["arch"]))
+                verdict = verdicts.get(str(row["arch"]))
                 if lead is None:
                     out.append(f"  {ref}: no score ({row['status']})")
                 elif verdict == "ties":
