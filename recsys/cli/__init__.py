@@ -10,6 +10,17 @@ if TYPE_CHECKING:
     from recsys.cluster import RaySource
 
 
+def count(text: str) -> int:
+    """An ``argparse`` type: a whole number >= 1 (trials), refused with the value otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
 def positive(text: str) -> float:
     """An ``argparse`` type: a number > 0 (a size or a budget), refused with the value otherwise."""
     try:

@@ -2,6 +2,7 @@
 inference, traced and scripted; checked against FP32 on the test split; logged as an MLflow model.
 
     recsys-export --sweep default --register dlrm-default
+    recsys-export --model models:/dlrm-default@champion --dtype int4   # the champion again
     recsys-export --checkpoint runs/debug/step_00000200 --experiment debug
 
 (``python experiments/export.py`` is the same command.)
@@ -26,10 +27,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sweep", help="export the best trial (by the sweep's metric) of a sweep")
     src.add_argument("--checkpoint", help="a checkpoint folder (with --experiment or --config)")
+    src.add_argument(
+        "--model", metavar="models:/NAME@ALIAS",
+        help="a registered model (models:/NAME@ALIAS or models:/NAME/VERSION): export its trial "
+        "again from its best checkpoint, e.g. in another --dtype",
+    )  # fmt: skip
     p.add_argument("--experiment", default="debug", help=f"one of {sorted(EXPERIMENTS)}")
     p.add_argument("--config", help="YAML config of the checkpoint's run")
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8")
-    p.add_argument("--out", help="output folder (default: runs/<sweep>/export)")
+    p.add_argument(
+        "--out", help="output folder (default: runs/<sweep>/export; with --model: "
+        "exports/<name>-<alias or version>)",
+    )  # fmt: skip
     p.add_argument("--register", help="register the MLflow model under this name")
     p.add_argument(
         "--max-emb-mb",
@@ -55,6 +64,16 @@ def main(argv: list[str] | None = None) -> None:
                 uri, args.sweep, out, args.dtype, args.register, args.max_emb_mb
             )
             print(f"best trial run {run_id}; MLflow model {model_uri}")
+        elif args.model:
+            from recsys.tune.publish import export_registered
+
+            tail = args.model.removeprefix("models:/").replace("@", "-").replace("/", "-")
+            out = args.out or os.path.abspath(os.path.join("exports", tail))
+            uri = args.tracking_uri or default_tracking_uri(os.getcwd())
+            run_id, report, model_uri = export_registered(
+                uri, args.model, out, args.dtype, args.register
+            )
+            print(f"{args.model}: trial run {run_id}; MLflow model {model_uri}")
         else:
             from recsys.data.dataset import resolve
 

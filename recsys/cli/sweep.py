@@ -4,6 +4,7 @@
     recsys-sweep --space criteo --address auto --gpus --num-workers 8 \\
         --storage /shared/sweeps --tracking-uri http://mlflow:5000
     recsys-sweep --name default --resume   # pick a killed sweep up again
+    recsys-sweep --name default --more 8 --search optuna   # 8 more trials, warm-started
     recsys-sweep --name default --restart  # archive the finished sweep `default`, run it anew
     recsys-sweep --confirm 3 --seeds 5     # then re-train the 3 best with 5 new seeds each
     mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1   # compare the runs
@@ -11,10 +12,12 @@
 (``python experiments/sweep.py`` is the same command.) Re-running an unfinished sweep's --name
 resumes it: finished trials stay finished, unfinished ones continue from their last checkpoint,
 with the options it started with (another --num-samples, --search, --scheduler, --max-concurrent
-or --seed is refused, naming each). A finished sweep's name is refused: --restart archives it
-and starts over. The last line printed is the link to the sweep's runs in the MLflow UI (after
-the ``mlflow ui`` command that serves a local store): its trials and baselines, best first, with
-the score and the searched parameters as columns.
+or --seed is refused, naming each). A finished sweep's name is refused: --more N grows it by N
+trials (Optuna warm-started with every earlier trial's score; the references are not re-run; the
+seed check runs again over all trials), --restart archives it and starts over. The last line
+printed is the link to the sweep's runs in the MLflow UI (after the ``mlflow ui`` command that
+serves a local store): its trials and baselines, best first, with the score and the searched
+parameters as columns.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import positive, ray_address
+from recsys.cli import count, positive, ray_address
 from recsys.configlib import ConfigError
 
 
@@ -37,10 +40,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
     p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
     p.add_argument("--max-concurrent", type=int, help="trials running at once (default 1)")
-    p.add_argument("--scheduler", choices=["fifo", "asha"], help="trial scheduler (default fifo)")
     p.add_argument(
-        "--search", choices=["random", "optuna"], help="search algorithm (default random)"
-    )
+        "--scheduler", choices=["fifo", "asha", "hyperband"],
+        help="trial scheduler (default fifo); asha stops the trials behind at rungs of the "
+        "budget; hyperband: asha with 3 brackets of different grace periods",
+    )  # fmt: skip
+    p.add_argument(
+        "--search", choices=["random", "optuna"],
+        help="search algorithm (default random); optuna: TPE, told the trials a scheduler stopped "
+        "as pruned (with --scheduler hyperband: TPE with Hyperband, as BOHB pairs them)",
+    )  # fmt: skip
     p.add_argument("--num-workers", type=int, default=2, help="Ray Train workers per trial")
     p.add_argument("--cpus-per-worker", type=float, default=0.95)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
@@ -78,11 +87,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="resume the unfinished sweep of this --name (a re-run of the name does too)",
     )  # fmt: skip
     again.add_argument(
+        "--more", type=count, metavar="N",
+        help="grow the finished sweep of this --name by N trials: --search optuna starts from "
+        "every earlier trial's score; --search, --scheduler, --max-concurrent as it last ran "
+        "unless given",
+    )  # fmt: skip
+    again.add_argument(
         "--restart", action="store_true",
         help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
         "and start it over",
     )  # fmt: skip
     p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
+    p.add_argument(
+        "--system-metrics", type=positive, metavar="S",
+        help="log each trial's system metrics in its MLflow run, a sample every S seconds per "
+        "host (CPU, memory, disk, network; GPU where present); default off",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, help="the search's seed (default 0)")
     p.add_argument(
         "--confirm", type=int, metavar="K",
@@ -152,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
             SweepOptions,
             check_resume,
             default_tracking_uri,
+            grown_options,
             restored_options,
         )
 
@@ -175,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
             resume=args.resume,
             device_memory_gb=args.device_memory_gb,
             wait_for_nodes=args.wait_for_nodes,
+            more=args.more or 0,
+            system_metrics=args.system_metrics or 0.0,
         )
         check_storage(opts.storage)  # before Ray, torch and MLflow load
         address = ray_address(args.address)
@@ -182,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             restart(opts)
         typed = frozenset(k for k in RESTORED if getattr(args, k) is not None)
         if check_resume(space, opts, typed):
-            opts = restored_options(opts)
+            opts = grown_options(opts, typed) if opts.more else restored_options(opts)
         from recsys.tune.sweep import launch
 
         table = launch(space, opts, address=address, export=args.export, register=args.register)

@@ -48,6 +48,7 @@ def make_trainer(
     keep_checkpoints: int | None = 2,
     train_loop: Callable[[dict[str, Any]], None] = train_func,
     callbacks: list[Any] | None = None,
+    system_metrics: dict[str, Any] | None = None,
 ) -> TorchTrainer:
     """A trainer for ``cfg``; re-running one with the same ``name`` and ``storage_path`` resumes
     from its latest checkpoint. Keeps the best ``keep_checkpoints`` by ``train.monitor`` (and
@@ -55,7 +56,8 @@ def make_trainer(
     the last checkpoint (up to ``max_failures`` times); after a lost node, workers that no node
     can place are waited for up to ``RECSYS_NODE_WAIT_S`` (``recsys.train.nodes``). Its workers
     are placed on one node when one can hold them all, else over whole nodes
-    (``recsys.cluster.placement_strategy``; needs Ray running)."""
+    (``recsys.cluster.placement_strategy``; needs Ray running). ``system_metrics``: where
+    each host's first worker logs its system metrics (``recsys.train.system_metrics``)."""
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.use_gpu:
         per_worker["GPU"] = 1
@@ -67,6 +69,7 @@ def make_trainer(
             "experiment": cfg.to_dict(),
             "use_gpu": resources.use_gpu,
             "node_workers": resources.node_workers,
+            "system_metrics": system_metrics,
         },
         torch_config=TorchConfig(backend=backend_for(resources.use_gpu)),
         scaling_config=ScalingConfig(

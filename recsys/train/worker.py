@@ -25,6 +25,7 @@ from recsys.config import ExperimentConfig
 from recsys.data.remote import localised
 from recsys.distributed import collectives
 from recsys.distributed.env import check_placement, current
+from recsys.train.system_metrics import node_monitor
 
 
 class RayReporter:
@@ -133,7 +134,8 @@ def quiet_libraries() -> None:
 
 def train_func(config: dict[str, Any]) -> None:
     """Worker entry point; ``config = {"experiment": <ExperimentConfig dict>, "use_gpu": bool,
-    "node_workers": int}`` (``node_workers``: as ``WorkerEnv`` has it; absent: 0).
+    "node_workers": int, "system_metrics": dict | None}`` (``node_workers``: as ``WorkerEnv``
+    has it; absent: 0; ``system_metrics``: ``recsys.train.system_metrics``).
 
     TorchRec (and FBGEMM, which logs every library it loads at INFO on the root logger, which Ray
     Train sets to INFO in its workers) is imported only after ``quiet_libraries``. A budget in
@@ -161,7 +163,8 @@ def train_func(config: dict[str, Any]) -> None:
     reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
-    trainer.train()
+    with node_monitor(config.get("system_metrics"), env):
+        trainer.train()
     hold_after_training(cfg.train.seed)
 
 

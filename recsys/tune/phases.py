@@ -34,7 +34,7 @@ from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
 from recsys.tune.results import SCORED, status
 from recsys.tune.space import SearchSpace
-from recsys.tune.state import SweepOptions, sweep_dir
+from recsys.tune.state import SweepOptions, growths, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
 
@@ -112,9 +112,11 @@ def phase_tuner(
     opts: SweepOptions,
     spec: TrialSpec,
     restore: bool,
+    folder: str = "",
 ) -> Any:
-    """The phase's ``Tuner``: restored from ``<sweep>/<phase>`` if it has state, else a grid over
-    ``points`` (one trial each), FIFO, ``--max-concurrent`` at a time."""
+    """The phase's ``Tuner``: restored from ``<sweep>/<folder>`` (default: the phase's,
+    ``PHASE_DIRS``) if it has state, else a grid over ``points`` (one trial each), FIFO,
+    ``--max-concurrent`` at a time."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -126,7 +128,8 @@ def phase_tuner(
         base = ExperimentConfig.from_dict(spec.base).with_overrides(common)
         phase_spec = dataclasses.replace(phase_spec, base=base.to_dict())
         points = [{k: v for k, v in p.items() if k not in common} for p in points]
-    path, fs = ray_storage(storage.join(sweep_dir(opts), PHASE_DIRS[role]))
+    folder = folder or PHASE_DIRS[role]
+    path, fs = ray_storage(storage.join(sweep_dir(opts), folder))
     if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(
             path, trainable=trainable(opts, phase_spec), resume_unfinished=True,
@@ -145,13 +148,58 @@ def phase_tuner(
             search_alg=BasicVariantGenerator(max_concurrent=opts.max_concurrent),
         ),
         run_config=tune.RunConfig(
-            name=PHASE_DIRS[role],
+            name=folder,
             storage_path=ray_storage(sweep_dir(opts))[0],
             storage_filesystem=fs,
             verbose=0,
             callbacks=[progress, FinishStoppedTrials(phase_spec, steps)],
         ),
     )
+
+
+def confirm_folder(growth: int) -> str:
+    """The seed check's folder after the search's ``growth``-th growth (0: the first search)."""
+    return PHASE_DIRS["confirm"] + (f"-{growth}" if growth else "")
+
+
+def seed_check(
+    space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool, trials: pd.DataFrame
+) -> pd.DataFrame:
+    """The seed check of the ``top`` best of ``trials`` (one row per seed run: ``confirm_frame``).
+    In a grown sweep, seed runs an earlier check made (its folder restored) are kept and not run
+    again; the new ones run in the growth's own folder (``confirm_folder``)."""
+    points = confirm_points(trials, space) if space.confirm.top else []
+    if not points:
+        return pd.DataFrame()
+    n = len(growths(opts))
+    frames = [confirm_frame(tuner.fit(), space) for j in range(n)
+              if (tuner := restored_phase(confirm_folder(j), opts, spec)) is not None]  # fmt: skip
+    done = {(str(r["confirms"]), int(r["seed"])) for f in frames for _, r in f.iterrows()}
+    new = [p for p in points if (str(p[CONFIRMS]), int(p["train.seed"])) not in done]
+    top, seeds = len(points) // space.confirm.seeds, space.confirm.seeds
+    before = len(points) - len(new)
+    made = f" ({before} of the runs made before)" if before else ""
+    print(f"seed check: the {top} best trials, {seeds} new seeds each{made}")
+    if new:
+        grid = phase_tuner("confirm", new, space, opts, spec, restore, confirm_folder(n)).fit()
+        frames.append(confirm_frame(grid, space))
+    frame = pd.concat(frames, ignore_index=True)
+    wanted = {str(p[CONFIRMS]) for p in points}
+    return frame[frame["confirms"].astype(str).isin(wanted)].reset_index(drop=True)
+
+
+def restored_phase(folder: str, opts: SweepOptions, spec: TrialSpec) -> Any:
+    """The Tuner of a phase that ran in ``<sweep>/<folder>``, restored (None if it has no state)."""
+    from ray import tune
+
+    path, fs = ray_storage(storage.join(sweep_dir(opts), folder))
+    if not tune.Tuner.can_restore(path, storage_filesystem=fs):
+        return None
+    confirm_spec = dataclasses.replace(spec, role="confirm")
+    return tune.Tuner.restore(
+        path, trainable=trainable(opts, confirm_spec), resume_unfinished=True,
+        resume_errored=True, storage_filesystem=fs,
+    )  # fmt: skip
 
 
 def confirm_frame(result_grid: Any, space: SearchSpace) -> pd.DataFrame:

@@ -58,11 +58,16 @@ def best_trial(
         raise ValueError(f"sweep {sweep!r} has no finished trial{budget}")
     rank = {trial: i for i, trial in enumerate(confirmed)}
     run = min(runs, key=lambda r: rank.get(r.data.tags.get(Tag.TRIAL, ""), len(rank)))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = tracker.download(run.info.run_id, "config.yaml", tmp)
-        with open(path) as f:
-            cfg = ExperimentConfig.from_dict(yaml.safe_load(f))
-    return run.info.run_id, run.data.tags[Tag.BEST_CHECKPOINT], cfg
+    return run.info.run_id, run.data.tags[Tag.BEST_CHECKPOINT], run_config(tracker, run.info.run_id)
+
+
+def run_config(tracker: Tracker, run_id: str) -> ExperimentConfig:
+    """The config a trial's run trained with (its ``config.yaml`` artifact)."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        open(tracker.download(run_id, "config.yaml", tmp)) as f,
+    ):
+        return ExperimentConfig.from_dict(yaml.safe_load(f))
 
 
 def log_served_model(
@@ -163,6 +168,54 @@ def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, st
         return f"models:/{name}/{version}", f"not @{CHAMPION}: {tags[Tag.CHAMPION][4:]}"
     client.set_registered_model_alias(name, CHAMPION, version)
     return f"models:/{name}@{CHAMPION}", f"@{CHAMPION}: version {version}, the confirmed winner"
+
+
+def registered_trial(tracker: Tracker, model_uri: str) -> tuple[str, str, Any]:
+    """The trial behind a registered model, ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``
+    (a version logged by ``recsys-export`` or ``--export``): its run id, best checkpoint and
+    config. An unknown name, alias or version, or a version whose run is no trial, is named."""
+    import re
+
+    match = re.fullmatch(r"models:/([^/@]+)(?:@([^/@]+)|/(\d+))", model_uri)
+    if not match:
+        raise ValueError(
+            f"--model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION"
+        )
+    name, alias, number = match.groups()
+    try:
+        version = (
+            tracker.client.get_model_version_by_alias(name, alias)
+            if alias
+            else tracker.client.get_model_version(name, number)
+        )
+    except Exception as e:  # MlflowException: RESOURCE_DOES_NOT_EXIST, its message says which
+        raise ValueError(f"--model {model_uri!r}: not in {tracker.uri}: {e}") from None
+    run_id = str(version.run_id)
+    ckpt = tracker.client.get_run(run_id).data.tags.get(Tag.BEST_CHECKPOINT)
+    if not ckpt:
+        raise ValueError(
+            f"--model {model_uri!r}: its run {run_id} has no {Tag.BEST_CHECKPOINT} tag "
+            "(not a trial's run: recsys-export --checkpoint exports a checkpoint folder)"
+        )
+    return run_id, ckpt, run_config(tracker, run_id)
+
+
+def export_registered(
+    tracking_uri: str,
+    model_uri: str,
+    out_dir: str,
+    dtype: str = "int8",
+    register: str | None = None,
+) -> tuple[str, ExportReport, str]:
+    """Export the trial behind ``model_uri`` again (``registered_trial``: another dtype, or a
+    fresh copy for a server), from its best checkpoint; logged to its run like ``export_best``
+    and registered under ``register`` if given. Its run id, report and MLflow model URI."""
+    tracker = Tracker(tracking_uri)
+    run_id, ckpt, cfg = registered_trial(tracker, model_uri)
+    report = export(cfg, ckpt, out_dir, dtype)
+    tracker.log_values(run_id, report.as_metrics())
+    example = serving_example(os.path.join(out_dir, PREPARED_DIR))
+    return run_id, report, log_served_model(tracker, run_id, out_dir, example, register)
 
 
 def export_best(

@@ -11,12 +11,19 @@ results are not reported for several objectives). What it does not do, added her
   a user attribute set here), so the sampler learns to avoid them, instead of the trial failing.
 - A trial without a score (it diverged before its first validation, or errored) is told to Optuna
   as failed, instead of raising inside ``study.tell`` on a NaN.
+- A trial the scheduler stopped before its budget (ASHA, or Hyperband: ASHA's brackets) is told
+  to Optuna as *pruned*, not complete (one objective): its TPE then ranks it by how far it got
+  and its last reported score, below the trials that ran their budget, as Optuna's own pairing
+  of TPE with its Hyperband pruner does, instead of taking a low-budget score as final.
+- A grown sweep's searcher (``recsys-sweep --more``) starts from the earlier trials: each is
+  added to its study as a finished (or pruned) trial with its params, scores and constraint
+  (``warm``), for one or several objectives (Ray's ``evaluated_rewards`` takes one).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from ray.tune.search.optuna import OptunaSearch
 
@@ -36,14 +43,40 @@ def make_sampler(seed: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed, constraints_func=_violation)
 
 
+class WarmPoint(NamedTuple):
+    """An earlier trial told to a new searcher: its params (the space's keys), its score per
+    objective, whether it was infeasible, and the step of its score where the scheduler
+    stopped it before its budget (None: it ran its course)."""
+
+    params: dict[str, Any]
+    values: list[float]
+    infeasible: bool
+    pruned_at: int | None = None
+
+
 class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
     """``OptunaSearch`` over one or several objectives, with infeasible trials as constraint
     violations. ``worst``: a finite stand-in per objective for an infeasible trial (Optuna needs
-    values to complete a trial; with a violation they do not rank it)."""
+    values to complete a trial; with a violation they do not rank it). ``warm``: earlier
+    trials, added to the study before it samples."""
 
-    def __init__(self, *, worst: dict[str, float], seed: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        worst: dict[str, float],
+        seed: int,
+        warm: list[WarmPoint] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(sampler=make_sampler(seed), **kwargs)
         self.worst = worst
+        self.warm = list(warm or [])
+
+    def _setup_study(self, mode: Any) -> None:
+        super()._setup_study(mode)
+        study: Any = self._ot_study
+        for point in self.warm:
+            study.add_trial(told(point, self._space))
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -59,8 +92,44 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
             result = {**result, **{m: self.worst[m] for m in missing}}
         elif missing:
             return super().on_trial_complete(trial_id, None, error=True)  # no score: failed
+        elif len(metrics) == 1 and stopped_early(result):
+            return super().on_trial_complete(trial_id, None, error=False)  # told as pruned
         return super().on_trial_complete(trial_id, result, error)
+
+
+def told(point: WarmPoint, space: Any) -> Any:
+    """``point`` as a finished Optuna trial over ``space`` (a Tune space as Optuna's
+    distributions by flat key): complete with its scores, or (one objective) pruned at its
+    step."""
+    import optuna
+
+    flat = {f"params/{k}": v for k, v in point.params.items()}
+    dists = {k: d for k, d in space.items() if k in flat}
+    at = point.pruned_at if len(point.values) == 1 else None
+    state = optuna.trial.TrialState
+    return optuna.trial.create_trial(
+        params={k: _native(flat[k]) for k in dists},
+        distributions=dists,
+        values=point.values if at is None else None,
+        state=state.COMPLETE if at is None else state.PRUNED,
+        intermediate_values=None if at is None else {at: point.values[0]},
+        user_attrs={CONSTRAINT: [1.0 if point.infeasible else 0.0]},
+    )
+
+
+def stopped_early(result: dict[str, Any]) -> bool:
+    """Whether a trial's last report is from before its budget's last step, and not by its own
+    rule (patience, divergence): the scheduler stopped it."""
+    step, own = result.get("step"), result.get("train_steps")
+    if result.get("early_stopped") or result.get("diverged"):
+        return False
+    return _finite(step) and _finite(own) and float(step) < float(own)  # type: ignore[arg-type]
 
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _native(value: Any) -> Any:
+    """A NumPy scalar (read back from a results frame) as the Python value Optuna compares."""
+    return value.item() if hasattr(value, "item") else value

@@ -40,6 +40,8 @@ class SweepOptions:
     resume: bool = False
     device_memory_gb: float | None = None  # one worker's device; None: measured at launch
     wait_for_nodes: float = 0.0  # seconds to wait for nodes that can hold a trial (autoscaling)
+    more: int = 0  # --more N: grow the finished sweep of this name by N trials
+    system_metrics: float = 0.0  # --system-metrics S: each trial's hosts sampled every S s
 
 
 def default_tracking_uri(root: str) -> str:
@@ -72,6 +74,7 @@ RESTORED = {
     "seed": "--seed",
 }
 NEW_SWEEP = "use a new --name, or --restart to archive this sweep and start it over"
+GROWTHS = "growths"  # sweep.json: the options of each --more, in order
 
 
 def saved_state(opts: SweepOptions) -> dict[str, Any] | None:
@@ -83,29 +86,35 @@ def saved_state(opts: SweepOptions) -> dict[str, Any] | None:
 def check_resume(
     space: SearchSpace, opts: SweepOptions, typed: frozenset[str] = frozenset()
 ) -> bool:
-    """Whether to restore: an unfinished sweep of that name exists. Refused, before anything
-    launches: ``--resume`` of a missing sweep; a re-run of a finished one (its results stand;
-    ``--resume`` of one with errored trials retries them);
-    another space or base config; a typed option of ``RESTORED`` (``typed``: the
-    ``SweepOptions`` fields the user gave) that differs from the saved one, each named with
-    its saved and given value."""
+    """Whether to restore: a sweep of that name exists, unfinished, or finished and grown
+    (``--more``). Refused, before anything launches: ``--resume`` or ``--more`` of a missing
+    sweep; a re-run of a finished one without ``--more`` (its results stand; ``--resume`` of one
+    with errored trials retries them); ``--more`` of an unfinished one; another space or base
+    config; a typed option of ``RESTORED`` (``typed``: the ``SweepOptions`` fields the user
+    gave) that differs from the saved one on a resume, each named with its saved and given
+    value."""
     path = sweep_dir(opts)
     saved = saved_state(opts)
     if saved is None:
-        if opts.resume:
-            raise ConfigError(f"--resume: no sweep named {opts.name!r} in {opts.storage}")
+        if opts.resume or opts.more:
+            flag = "--resume" if opts.resume else "--more"
+            raise ConfigError(f"{flag}: no sweep named {opts.name!r} in {opts.storage}")
         return False
+    _check_same_space(space, opts, saved)
+    if opts.more:
+        if not saved.get("finished"):
+            raise ConfigError(
+                f"--more: sweep {opts.name!r} in {path} is unfinished: resume it first "
+                f"(--resume), then grow it"
+            )
+        return True
     if saved.get("finished") and not (opts.resume and saved.get("errored")):
         raise ConfigError(
             f"sweep {opts.name!r} in {path} has finished ({saved['finished']}): its results "
-            f"stand (recsys-export --sweep {opts.name} exports its best); {NEW_SWEEP}"
+            f"stand (recsys-export --sweep {opts.name} exports its best); --more N adds N trials "
+            f"to it, warm-started with its results; or {NEW_SWEEP}"
         )
-    if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
-        raise ConfigError(
-            f"sweep {opts.name!r} in {path} was started with another search space or base config "
-            f"({saved['space_source']}); {NEW_SWEEP}, or the same space to resume"
-        )
-    was = saved.get("options", {})
+    was = running_options(saved)
     differ = [
         f"{RESTORED[k]} {was[k]!r} when it started, {getattr(opts, k)!r} now"
         for k in sorted(typed & RESTORED.keys())
@@ -119,10 +128,53 @@ def check_resume(
     return True
 
 
+def _check_same_space(space: SearchSpace, opts: SweepOptions, saved: dict[str, Any]) -> None:
+    if saved["fingerprint"] != json.loads(json.dumps(_fingerprint(space), default=str)):
+        raise ConfigError(
+            f"sweep {opts.name!r} in {sweep_dir(opts)} was started with another search space or "
+            f"base config ({saved['space_source']}); {NEW_SWEEP}, or the same space to resume"
+        )
+
+
+def running_options(saved: dict[str, Any]) -> dict[str, Any]:
+    """The ``RESTORED`` options of a sweep's last part: its latest growth's, else its start's."""
+    grown = saved.get(GROWTHS) or []
+    return dict(grown[-1]) if grown else dict(saved.get("options", {}))
+
+
+def growths(opts: SweepOptions) -> list[dict[str, Any]]:
+    """Each ``--more`` of the sweep, in order: the ``RESTORED`` options its trials ran with."""
+    return list((saved_state(opts) or {}).get(GROWTHS) or [])
+
+
+def grown_options(opts: SweepOptions, typed: frozenset[str]) -> SweepOptions:
+    """``opts`` of ``--more N``: ``N`` samples; the search, scheduler and concurrency the sweep
+    last ran with unless typed; the seed typed, else the start's seed plus the growth's number
+    (a random search then draws new points, not its first ones again)."""
+    saved = saved_state(opts) or {}
+    last = running_options(saved)
+    kept = ("max_concurrent", "scheduler", "search")
+    keep: dict[str, Any] = {k: last[k] for k in kept if k in last and k not in typed}
+    if "seed" not in typed:
+        keep["seed"] = int(saved.get("options", {}).get("seed", 0)) + len(growths(opts)) + 1
+    return dataclasses.replace(opts, **keep, num_samples=opts.more)
+
+
+def start_growth(opts: SweepOptions) -> int:
+    """Record in ``sweep.json`` that the finished sweep grows by ``opts.more`` trials (it is
+    unfinished again until they end: a killed growth resumes); returns the growth's number."""
+    saved = saved_state(opts) or {}
+    saved.setdefault(GROWTHS, []).append({k: getattr(opts, k) for k in RESTORED})
+    saved.pop("finished", None)
+    saved.pop("errored", None)
+    storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), json.dumps(saved, indent=2))
+    return len(saved[GROWTHS])
+
+
 def restored_options(opts: SweepOptions) -> SweepOptions:
     """``opts`` of a sweep being resumed, with its ``RESTORED`` options as it started (what
-    Tune's restore runs, and what the console then says)."""
-    was = (saved_state(opts) or {}).get("options", {})
+    Tune's restore runs, and what the console then says: a grown sweep's last growth's)."""
+    was = running_options(saved_state(opts) or {})
     return dataclasses.replace(opts, **{k: was[k] for k in RESTORED if k in was})
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from recsys import storage
 from recsys.cluster import RaySource
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
@@ -32,10 +33,9 @@ from recsys.tune.phases import (
     Outcome,
     baseline_header,
     baseline_points,
-    confirm_frame,
-    confirm_points,
     log_confirmation,
     phase_tuner,
+    seed_check,
     trainable,
 )
 from recsys.tune.results import (
@@ -46,12 +46,15 @@ from recsys.tune.results import (
     trial_frame,
     with_baselines,
 )
+from recsys.tune.search import WarmPoint
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import (
     SweepOptions,
     check_resume,
+    growths,
     mark_finished,
     save_state,
+    start_growth,
     sweep_dir,
     unlogged_dir,
     worker_change,
@@ -88,8 +91,13 @@ def budget_line(space: SearchSpace, num_workers: int) -> str:
     )
 
 
+HYPERBAND_BRACKETS = 3
+
+
 def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
-    """FIFO, or ASHA on the first objective. With a budget in steps its time is the training
+    """FIFO, or ASHA on the first objective; ``hyperband``: ASHA with 3 brackets (asynchronous
+    Hyperband, Li et al. 2020: each bracket its own grace period, 1, 4 and 16 times the first,
+    so a slow starter gets a longer look). With a budget in steps its time is the training
     step: rungs from one report interval (``train.checkpoint_every``) to ``train.steps``.
 
     With a budget in epochs (``train.epochs``) its time is the reports' ``epochs_done``
@@ -109,24 +117,33 @@ def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
         return FIFOScheduler()
     score = space.objectives[0]
     metric, mode = (None, None) if single else (score.key, score.mode)
+    brackets = HYPERBAND_BRACKETS if opts.scheduler == "hyperband" else 1
     tc = space.base.train
     if tc.epochs > 0:
         in_epochs: dict[str, Any] = {"max_t": tc.epochs, "grace_period": min(1.0, tc.epochs)}
         return ASHAScheduler(  # (typed int, but any number: compared with the time attribute)
-            time_attr=EPOCHS_DONE, metric=metric, mode=mode, stop_last_trials=False, **in_epochs
-        )
+            time_attr=EPOCHS_DONE, metric=metric, mode=mode, stop_last_trials=False,
+            brackets=brackets, **in_epochs,
+        )  # fmt: skip
     steps = tc.steps
     grace = max(1, tc.checkpoint_every or steps)
     return ASHAScheduler(
-        time_attr="step", metric=metric, mode=mode, max_t=steps, grace_period=min(grace, steps)
-    )
+        time_attr="step", metric=metric, mode=mode, max_t=steps, grace_period=min(grace, steps),
+        brackets=brackets,
+    )  # fmt: skip
 
 
 WORST = {"max": -1.0e30, "min": 1.0e30}
 
 
-def _searcher(opts: SweepOptions, space: SearchSpace) -> Any:
-    """Random search (seeded), or Optuna's TPE over one or several objectives."""
+def worst(space: SearchSpace) -> dict[str, float]:
+    """A finite stand-in per objective for a trial with no score (``WORST`` by its mode)."""
+    return {o.key: WORST[o.mode] for o in space.objectives}
+
+
+def _searcher(opts: SweepOptions, space: SearchSpace, prior: pd.DataFrame | None = None) -> Any:
+    """Random search (seeded), or Optuna's TPE over one or several objectives, warm-started with
+    the trials of ``prior`` (a grown sweep's earlier trials: ``warm_points``)."""
     if opts.search == "random":
         from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -136,28 +153,68 @@ def _searcher(opts: SweepOptions, space: SearchSpace) -> Any:
 
     from recsys.tune.search import ConstrainedOptunaSearch
 
-    if any(d.kind == "grid" for d in space.dimensions):
-        raise ConfigError(f"{space.source}: grid dimensions need --search random")
+    if grid := [d.key for d in space.dimensions if d.kind == "grid"]:
+        raise ConfigError(
+            f"{space.source}: grid dimension(s) {', '.join(grid)} with --search optuna: a grid "
+            "makes every value a trial of its own, while Optuna samples each dimension itself; "
+            "make them `choice` for Optuna to pick from, or use --search random"
+        )
     objectives = space.objectives
     searcher = ConstrainedOptunaSearch(
         metric=[o.key for o in objectives] if len(objectives) > 1 else objectives[0].key,
         mode=[o.mode for o in objectives] if len(objectives) > 1 else objectives[0].mode,
-        worst={o.key: WORST[o.mode] for o in objectives},
+        worst=worst(space),
         seed=opts.seed,
+        warm=warm_points(prior, space, worst(space)) if prior is not None else [],
     )
     return ConcurrencyLimiter(searcher, max_concurrent=opts.max_concurrent)
 
 
+def warm_points(
+    trials: pd.DataFrame, space: SearchSpace, worst: dict[str, float]
+) -> list[WarmPoint]:
+    """What a grown sweep's searcher is told first: each earlier search trial with a score (its
+    params and best report per objective; pruned at its best step where the scheduler stopped
+    it) and each infeasible one (a constraint violation); errored and diverged trials are left
+    out (they have no score)."""
+    from recsys.tune.results import SCORED, STOPPED
+
+    out = []
+    keys = [o.key for o in space.objectives]
+    for _, row in trials.iterrows():
+        if row.get("role", "trial") != "trial":
+            continue
+        values = [float(row[k]) if k in row else math.nan for k in keys]
+        if row["status"] == "infeasible":
+            out.append(WarmPoint(dict(row["params"]), [worst[k] for k in keys], True))
+        elif row["status"] in SCORED and all(math.isfinite(v) for v in values):
+            step = row.get("best_step")
+            stopped = row["status"] == STOPPED and isinstance(step, float) and math.isfinite(step)
+            out.append(
+                WarmPoint(dict(row["params"]), values, False, int(step) if stopped else None)
+            )
+    return out
+
+
 def build_tuner(
-    space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool, stop: Any = None
+    space: SearchSpace,
+    opts: SweepOptions,
+    spec: TrialSpec,
+    restore: bool,
+    stop: Any = None,
+    growth: int = 0,
+    prior: pd.DataFrame | None = None,
 ) -> Any:
     """The sweep's ``Tuner`` (restored when ``restore`` and it exists); ``stop``: a Tune stopper
-    (the benchmarks end a sweep once it reached a target)."""
+    (the benchmarks end a sweep once it reached a target). ``growth``: the k-th ``--more`` of a
+    finished sweep, a Tune experiment of its own in ``<sweep>/grow-<k>``, its searcher
+    warm-started with ``prior`` (the trials before it)."""
     from ray import tune
 
     from recsys.tune.progress import Progress
 
-    path, fs = ray_storage(sweep_dir(opts))  # an object store: retried while it is down
+    name, root = (f"grow-{growth}", sweep_dir(opts)) if growth else (opts.name, opts.storage)
+    path, fs = ray_storage(storage.join(root, name))  # an object store: retried while it is down
     total = space.num_trials(opts.num_samples)
     steps = space.base.train.steps  # (``run_sweep`` has made a budget in epochs steps)
     progress = Progress(space.metric, steps, mode=space.mode, total=total)
@@ -176,11 +233,11 @@ def build_tuner(
             mode=score.mode if single else None,
             num_samples=opts.num_samples,
             scheduler=_scheduler(opts, space, single),
-            search_alg=_searcher(opts, space),  # (both searchers limit concurrency themselves)
+            search_alg=_searcher(opts, space, prior),  # (both limit concurrency themselves)
         ),
         run_config=tune.RunConfig(
-            name=opts.name,
-            storage_path=ray_storage(opts.storage)[0],
+            name=name,
+            storage_path=ray_storage(root)[0],
             storage_filesystem=fs,
             verbose=0,
             stop=stop,
@@ -365,12 +422,19 @@ def run_sweep(
         mode=space.mode,
         constraints=space.constraints,
         machine=machine_spec(opts, alive_nodes()),
+        system_metrics=opts.system_metrics,
     )
     if not restore:
         save_state(space, opts)
-    verb = "resuming" if restore else "starting"
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
-    print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by {scores}")
+    if opts.more:
+        k = start_growth(opts)
+        print(f"growing sweep {opts.name!r} ({k}): {opts.more} more trials of {space.source} "
+              f"({opts.search} search), by {scores}")  # fmt: skip
+    else:
+        verb = "resuming" if restore else "starting"
+        print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by "
+              f"{scores}")  # fmt: skip
     space = budgeted(space, opts.num_workers)  # (a resume on other workers derives again)
     if line := budget_line(space, opts.num_workers):
         print(line)
@@ -388,17 +452,21 @@ def run_sweep(
 
 
 def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Outcome:
-    """Baselines (if the space lists any), the search, the seed check (if asked)."""
-    baselines = seeds = pd.DataFrame()
+    """Baselines (if the space lists any), the search and each of its growths, the seed check
+    (if asked)."""
+    baselines = pd.DataFrame()
     with legacy_tune_output():
         if points := baseline_points(space):
             print(baseline_header(space))
             grid = phase_tuner("baseline", points, space, opts, spec, restore).fit()
             baselines = trial_frame(grid, space, role="baseline")
-        trials = trial_frame(build_tuner(space, opts, spec, restore).fit(), space)
-        if space.confirm.top and (points := confirm_points(trials, space)):
-            top, n = len(points) // space.confirm.seeds, space.confirm.seeds
-            print(f"seed check: the {top} best trials, {n} new seeds each")
-            grid = phase_tuner("confirm", points, space, opts, spec, restore).fit()
-            seeds = confirm_frame(grid, space)
+        results = list(build_tuner(space, opts, spec, restore).fit())
+        for k, options in enumerate(growths(opts), 1):
+            grown, prior = dataclasses.replace(opts, **options), trial_frame(results, space)
+            if opts.more and k == len(growths(opts)) and grown.search != "random":
+                warm = len(warm_points(prior, space, worst(space)))
+                print(f"the {grown.search} search is warm-started with {warm} earlier trials")
+            results += list(build_tuner(space, grown, spec, True, growth=k, prior=prior).fit())
+        trials = trial_frame(results, space)
+        seeds = seed_check(space, opts, spec, restore, trials)
     return Outcome(with_baselines(trials, baselines, space), seeds, space)

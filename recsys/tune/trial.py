@@ -63,6 +63,7 @@ class TrialSpec:
     # Machine fields, "local_world_size" and "node_workers" (``recsys.tune.sweep.machine_spec``)
     machine: dict[str, Any] | None = None
     role: str = "trial"  # the phase: "trial" (the search), "baseline" or "confirm"
+    system_metrics: float = 0.0  # seconds between system metric samples in the run (0: none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,6 +171,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         storage_path=train_storage,
         max_failures=spec.max_failures,
         callbacks=[TuneReportCallback(), MlflowReportCallback(spec.tracking_uri, run_id)],
+        system_metrics=system_metrics(spec, run_id),
     )
     fit_start = time.time()
     try:
@@ -179,6 +181,13 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         raise
     tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
     finish_trial(tracker, run_id, result, cfg.train.monitor_mode, cfg.train.steps)
+
+
+def system_metrics(spec: TrialSpec, run_id: str) -> dict[str, Any] | None:
+    """Where the trial's workers log their hosts' system metrics (None: off)."""
+    if not spec.system_metrics:
+        return None
+    return {"tracking_uri": spec.tracking_uri, "run_id": run_id, "interval_s": spec.system_metrics}
 
 
 def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:

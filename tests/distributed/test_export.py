@@ -49,6 +49,35 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
         logits = torch.jit.load(report.path)(batch.dense_features, batch.sparse_features)
     assert len(probs) == 5
     np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
+    _check_export_by_alias(uri, run_id, c, ckpt, tmp_path)
+
+
+def _check_export_by_alias(uri, run_id, cfg, ckpt, tmp_path) -> None:
+    """``recsys-export --model models:/NAME@ALIAS``: the registered version's trial (its run's
+    config and best checkpoint, as a sweep's trial run has them) exported again, in FP16."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from recsys.cli.export import main
+    from recsys.tune.tracking import Tag, Tracker
+
+    client = MlflowClient(uri)
+    Tracker(uri).log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
+    with pytest.raises(SystemExit, match=r"--model 'models:/tiny-dlrm@champion': its run .* no "):
+        main(["--model", "models:/tiny-dlrm@champion", "--tracking-uri", uri])  # no alias yet
+    client.set_tag(run_id, Tag.BEST_CHECKPOINT, ckpt)
+    client.set_registered_model_alias("tiny-dlrm", "champion", "1")
+    with pytest.raises(SystemExit, match="'models:/tiny-dlrm@nope': not in sqlite:"):
+        main(["--model", "models:/tiny-dlrm@nope", "--tracking-uri", uri])
+    again = tmp_path / "again"
+    main(["--model", "models:/tiny-dlrm@champion", "--dtype", "fp16", "--tracking-uri", uri,
+          "--out", str(again), "--register", "tiny-dlrm"])  # fmt: skip
+    assert (again / "model.pt").exists()
+    assert client.get_run(run_id).data.metrics["export_auc"] > 0
+    assert sorted(v.version for v in client.search_model_versions("name = 'tiny-dlrm'")) == [
+        "1",
+        "2",
+    ]
 
 
 @pytest.mark.parametrize("arch", ["lr", "fm"])

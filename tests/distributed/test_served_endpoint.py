@@ -1,8 +1,8 @@
 """``mlflow models serve`` of exported INT8 models (Criteo-shaped on generated rows, and own data
-with multi-hot and weighted lists), called over HTTP as a client would, with raw rows as
-``dataframe_split`` JSON: the scores equal the MLflow model's in process; a bad request gets
-HTTP 400 whose message names the column (and the row, where one row is the problem), and the
-server goes on serving."""
+with multi-hot and weighted lists; by version, and by the alias ``@champion``), called over HTTP
+as a client would, with raw rows as ``dataframe_split`` JSON: the scores equal the MLflow model's
+in process; a bad request gets HTTP 400 whose message names the column (and the row, where one
+row is the problem), and the server goes on serving."""
 
 from __future__ import annotations
 
@@ -66,15 +66,16 @@ def logged(out: str, tmp_path, name: str) -> str:
     return uri
 
 
-def check_endpoint(monkeypatch, uri: str, name: str, rows: pd.DataFrame, bad: list) -> None:
-    """Serve ``models:/<name>/1`` and call it: ``rows`` score as in process; each ``(rows,
-    words)`` of ``bad`` gets a 400 whose message holds every word; then ``rows`` again."""
+def check_endpoint(monkeypatch, uri: str, model: str, rows: pd.DataFrame, bad: list) -> None:
+    """Serve ``model`` (``models:/NAME/1`` or ``models:/NAME@ALIAS``) and call it: ``rows``
+    score as in process; each ``(rows, words)`` of ``bad`` gets a 400 whose message holds every
+    word; then ``rows`` again."""
     import mlflow
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
-    want = mlflow.pyfunc.load_model(f"models:/{name}/1").predict(rows)
-    server = MlflowServer(command=serve_command(f"models:/{name}/1")).start(timeout=300)
+    want = mlflow.pyfunc.load_model(model).predict(rows)
+    server = MlflowServer(command=serve_command(model)).start(timeout=300)
     try:
         status, body = post(server.uri, rows)
         assert status == 200, body
@@ -103,7 +104,7 @@ def test_criteo_shaped_model_served_over_http(tmp_path, monkeypatch):
     text = rows.astype({"I1": object})
     text.loc[2, "I1"] = "many"  # text in a numeric column: MLflow's schema check names it
     bad = [(rows.drop(columns=["cat_3"]), ["cat_3"]), (text, ["I1"])]
-    check_endpoint(monkeypatch, uri, "criteo-shaped", rows, bad)
+    check_endpoint(monkeypatch, uri, "models:/criteo-shaped/1", rows, bad)
 
 
 def test_own_data_model_served_over_http(demo_prepared, tmp_path, monkeypatch):
@@ -123,4 +124,7 @@ def test_own_data_model_served_over_http(demo_prepared, tmp_path, monkeypatch):
            (rows.drop(columns=["user_id"]), ["user_id"]),
            # timestamps as epoch milliseconds: MLflow reads them as nanoseconds (1970)
            (rows, ["column 'event_ts', row 0", "ISO 8601"], "epoch")]  # fmt: skip
-    check_endpoint(monkeypatch, uri, "own-data", rows, bad)
+    from mlflow import MlflowClient
+
+    MlflowClient(uri).set_registered_model_alias("own-data", "champion", "1")  # served by alias
+    check_endpoint(monkeypatch, uri, "models:/own-data@champion", rows, bad)

@@ -217,6 +217,17 @@ def test_asha_of_an_epochs_space_counts_in_epochs():
     assert [m for m, _ in short._brackets[0]._rungs] == [0.5]
 
 
+def test_hyperband_is_asha_with_three_brackets_of_longer_grace():
+    from recsys.tune.sweep import _scheduler
+
+    hyperband = _scheduler(_opts("hyperband"), _space(**{"train.epochs": 16}), single=False)
+    firsts = [min(m for m, _ in b._rungs) for b in hyperband._brackets]
+    assert firsts == [1.0, 4.0, 16.0]  # each bracket's grace: 1, 4, 16 epochs (the maximum)
+    assert (
+        len(_scheduler(_opts("asha"), _space(**{"train.epochs": 16}), single=False)._brackets) == 1
+    )
+
+
 def test_asha_in_epochs_stops_weak_trials_at_a_rung_and_never_at_the_maximum():
     from ray.tune.schedulers import TrialScheduler
 

@@ -225,3 +225,87 @@ def test_a_sweep_whose_trials_all_failed_exits_non_zero():
     )
     assert nothing_finished([*failed, {"role": "trial", "status": "early_stopped"}]) == ""
     assert "no trials" in nothing_finished([])
+
+
+def test_more_grows_only_a_finished_sweep_with_the_options_it_last_ran(tmp_path):
+    import dataclasses
+
+    from recsys.tune.state import (
+        grown_options,
+        growths,
+        mark_finished,
+        restored_options,
+        start_growth,
+    )
+
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x", more=4)
+    with pytest.raises(ConfigError, match="--more: no sweep named 's'"):
+        check_resume(space, opts)
+    space, started = saved_sweep(tmp_path, num_samples=8, scheduler="asha", seed=7)
+    grow = dataclasses.replace(started, more=4)
+    with pytest.raises(ConfigError, match=r"--more: sweep 's' in .* is unfinished: resume it"):
+        check_resume(space, grow)
+    mark_finished(started, 8)
+    with pytest.raises(ConfigError, match=r"has finished \(8 trials.*--more N adds N trials"):
+        check_resume(space, started)  # a plain re-run still says what it can do
+    assert check_resume(space, grow)
+    grown = grown_options(grow, frozenset({"search"}))
+    assert (grown.num_samples, grown.scheduler, grown.seed) == (4, "asha", 8)  # kept; seed + 1
+    assert grown.search == "random"  # typed (here: the default it parsed to)
+    grown = dataclasses.replace(grown, search="optuna")
+    assert start_growth(grown) == 1
+    assert growths(grown) == [
+        {"num_samples": 4, "max_concurrent": 1, "scheduler": "asha", "search": "optuna", "seed": 8}
+    ]
+    again = dataclasses.replace(grown, more=0, resume=True)  # killed while growing: resumes
+    assert check_resume(space, again)
+    assert (restored_options(again).search, restored_options(again).num_samples) == ("optuna", 4)
+    with pytest.raises(ConfigError, match="--search 'optuna' when it started, 'random' now"):
+        check_resume(space, dataclasses.replace(again, search="random"), frozenset({"search"}))
+    mark_finished(grown, 12)
+    assert grown_options(grow, frozenset()).seed == 9  # the second growth: start's seed + 2
+
+
+def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
+    import pandas as pd
+    from optuna.trial import TrialState
+
+    from recsys.tune.search import CONSTRAINT, ConstrainedOptunaSearch
+    from recsys.tune.sweep import warm_points, worst
+
+    space = spaces.load("default", smoke=True)
+    params = [{d.key: d.tune().sample() for d in space.dimensions} for _ in range(4)]
+    trials = pd.DataFrame({
+        "trial": ["a", "b", "c", "d"], "role": "trial", "params": params,
+        "status": ["finished", "infeasible", "error", "stopped"],  # d: by the scheduler
+        "best_val_auc": [0.71, float("nan"), float("nan"), 0.69],
+        "best_step": [20.0, float("nan"), float("nan"), 10.0],
+    })  # fmt: skip
+    points = warm_points(trials, space, worst(space))
+    assert [p.values for p in points] == [[0.71], [-1.0e30], [0.69]]  # the errored one: left out
+    assert [(p.infeasible, p.pruned_at) for p in points] == [(False, None), (True, None),
+                                                             (False, 10)]  # fmt: skip
+    searcher = ConstrainedOptunaSearch(
+        metric="best_val_auc", mode="max", worst=worst(space), seed=0, warm=points
+    )
+    searcher.set_search_properties("best_val_auc", "max", {"params": space.param_space()})
+    told = searcher._ot_study.trials
+    assert [t.state for t in told] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
+    assert [t.value for t in told[:2]] == [0.71, -1.0e30]
+    assert told[2].intermediate_values == {10: 0.69}
+    assert [t.user_attrs[CONSTRAINT] for t in told] == [[0.0], [1.0], [0.0]]
+    assert told[0].params == {f"params/{k}": v for k, v in params[0].items()}
+    for trial in ("e", "f"):  # and it samples on from there; a trial the scheduler stopped:
+        assert set(searcher.suggest(trial)["params"]) == set(space.param_space())
+        report = {"best_val_auc": 0.7, "training_iteration": 1, "step": 10}
+        searcher.on_trial_result(trial, report)
+    searcher.on_trial_complete("e", {**report, "train_steps": 40})
+    searcher.on_trial_complete("f", {**report, "train_steps": 10})
+    e, f = searcher._ot_study.trials[3:]
+    assert (e.state, e.value, f.state, f.value) == (
+        TrialState.PRUNED,
+        0.7,
+        TrialState.COMPLETE,
+        0.7,
+    )
