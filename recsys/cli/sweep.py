@@ -114,6 +114,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="new seeds per confirmed configuration (default: the space's, else 3)",
     )  # fmt: skip
     p.add_argument(
+        "--confirm-references", action="store_true",
+        help="the seed check re-trains each reference's best too (its --seeds), so that the "
+        "verdict against it compares interval with interval (default: the space's confirm)",
+    )  # fmt: skip
+    p.add_argument(
         "--export",
         choices=["int8", "int4", "fp16"],
         help="at the end, export the best trial for serving (see recsys-export)",
@@ -122,21 +127,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def with_confirm(space: Any, top: int | None, seeds: int | None) -> Any:
-    """The space with ``--confirm K --seeds N`` applied (``--confirm 0``: no seed check)."""
+def with_confirm(
+    space: Any, top: int | None, seeds: int | None, references: bool = False
+) -> Any:
+    """The space with ``--confirm K --seeds N --confirm-references`` applied (``--confirm 0``:
+    no seed check)."""
     import dataclasses
 
     from recsys.tune.space import Confirm, confirm_of
 
-    if top is None and seeds is None:
+    if top is None and seeds is None and not references:
         return space
     if top == 0:
+        if references:
+            raise ConfigError("--confirm-references needs a seed check (not --confirm 0)")
         return dataclasses.replace(space, confirm=Confirm(0, 0))
     top = top if top is not None else space.confirm.top
     if not top:
-        raise ConfigError("--seeds needs --confirm K (the space has no confirm section)")
+        flag = "--seeds" if seeds is not None else "--confirm-references"
+        raise ConfigError(f"{flag} needs --confirm K (the space has no confirm section)")
     seeds = seeds if seeds is not None else (space.confirm.seeds or 3)
-    return dataclasses.replace(space, confirm=confirm_of(top, seeds, "--confirm/--seeds"))
+    refs = references or space.confirm.references
+    return dataclasses.replace(space, confirm=confirm_of(top, seeds, "--confirm/--seeds", refs))
 
 
 def restart(opts: Any) -> None:
@@ -165,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
-        space = with_confirm(space, args.confirm, args.seeds)
+        space = with_confirm(space, args.confirm, args.seeds, args.confirm_references)
         from recsys.storage import check_storage, is_uri
         from recsys.tune.state import (
             RESTORED,

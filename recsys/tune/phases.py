@@ -105,6 +105,30 @@ def confirm_points(trials: pd.DataFrame, space: SearchSpace) -> list[dict[str, A
     return points
 
 
+REFERENCE_OF = "_reference_of"  # in a reference's seed-check params: the arch it is the best of
+
+
+def reference_points(baselines: pd.DataFrame, space: SearchSpace) -> list[dict[str, Any]]:
+    """``seeds`` params for each reference: its arch's best baseline trial (``baselines`` ranked,
+    with a score) with the rules every baseline shared (``common_params``), a new seed and the
+    trial's id (``CONFIRMS``)."""
+    score = space.objectives[0].key
+    if baselines.empty:
+        return []
+    done = baselines[baselines["status"].isin(CONFIRMABLE) & baselines[score].notna()]
+    common = common_params(baseline_points(space))
+    points = []
+    for _, row in done[~done.duplicated("arch", keep="first")].iterrows():
+        params = {**common, **dict(row["params"])}
+        seed = space.config_for(params).train.seed
+        points += [
+            {**params, "train.seed": seed + 1 + j, CONFIRMS: str(row["trial"]),
+             REFERENCE_OF: str(row["arch"])}
+            for j in range(space.confirm.seeds)
+        ]  # fmt: skip
+    return points
+
+
 def phase_tuner(
     role: str,
     points: list[dict[str, Any]],
@@ -163,12 +187,20 @@ def confirm_folder(growth: int) -> str:
 
 
 def seed_check(
-    space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool, trials: pd.DataFrame
+    space: SearchSpace,
+    opts: SweepOptions,
+    spec: TrialSpec,
+    restore: bool,
+    trials: pd.DataFrame,
+    baselines: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """The seed check of the ``top`` best of ``trials`` (one row per seed run: ``confirm_frame``).
+    """The seed check of the ``top`` best of ``trials`` (one row per seed run: ``confirm_frame``),
+    and with ``confirm.references`` of each reference among ``baselines`` (its arch's best).
     In a grown sweep, seed runs an earlier check made (its folder restored) are kept and not run
     again; the new ones run in the growth's own folder (``confirm_folder``)."""
     points = confirm_points(trials, space) if space.confirm.top else []
+    if points and space.confirm.references and baselines is not None:
+        points += reference_points(baselines, space)
     if not points:
         return pd.DataFrame()
     n = len(growths(opts))
@@ -179,7 +211,9 @@ def seed_check(
     top, seeds = len(points) // space.confirm.seeds, space.confirm.seeds
     before = len(points) - len(new)
     made = f" ({before} of the runs made before)" if before else ""
-    print(f"seed check: the {top} best trials, {seeds} new seeds each{made}")
+    refs = len({p[CONFIRMS] for p in points if p.get(REFERENCE_OF)})
+    what = f"the {top - refs} best trials" + (f" and {refs} references" if refs else "")
+    print(f"seed check: {what}, {seeds} new seeds each{made}")
     if new:
         grid = phase_tuner("confirm", new, space, opts, spec, restore, confirm_folder(n)).fit()
         frames.append(confirm_frame(grid, space))
@@ -261,15 +295,19 @@ def chosen_references(frame: pd.DataFrame, space: SearchSpace) -> tuple[pd.DataF
 class Outcome:
     """What a sweep's phases found: the search's rows and each reference's best in one ranking
     (``frame``; every reference trial in ``references``), the seed runs (``seeds``), each
-    confirmed configuration's spread, best mean first, and the best search trial (by confirmed
-    mean when the seed check ran)."""
+    confirmed search configuration's spread, best mean first (``spreads``), each seed-checked
+    reference's (``reference_spreads``, by arch), and the best search trial (by confirmed mean
+    when the seed check ran)."""
 
     def __init__(self, frame: pd.DataFrame, seeds: pd.DataFrame, space: SearchSpace) -> None:
         frame, self.references = chosen_references(frame, space)
         self.frame, self.seeds, self.space = frame, seeds, space
         found, self.short = spreads(seeds, space)
-        self.spreads = confirm.ranked(found, space.mode)
         trials = frame[frame["role"] == "trial"] if not frame.empty else frame
+        ids = set(trials["trial"]) if not trials.empty else set()
+        self.spreads = confirm.ranked([s for s in found if s.trial in ids], space.mode)
+        arch = {str(r["trial"]): str(r["arch"]) for _, r in self.baselines.iterrows()}
+        self.reference_spreads = {arch[s.trial]: s for s in found if s.trial in arch}
         self.best = trials.iloc[0] if not trials.empty else None
         if self.spreads:
             self.best = trials[trials["trial"] == self.spreads[0].trial].iloc[0]
@@ -285,39 +323,58 @@ class Outcome:
             return self.spreads[0].mean, f"confirmed mean of {self.spreads[0].n} seeds"
         return float(self.best[self.space.objectives[0].key]), "its best report"
 
+    def reference_value(self, row: Any) -> float:
+        """A reference's score: its seed-checked mean where it was, else its best report."""
+        checked = self.reference_spreads.get(str(row["arch"]))
+        return checked.mean if checked else float(row[self.space.objectives[0].key])
+
     def leads(self) -> dict[str, float]:
         """The best trial's lead over each baseline (positive: better), by the space's mode."""
         if self.best is None:
             return {}
         value, _ = self.best_value()
         sign = 1.0 if self.space.mode == "max" else -1.0
-        key = self.space.objectives[0].key
         return {
-            str(row["arch"]): sign * (value - float(row[key]))
+            str(row["arch"]): sign * (value - self.reference_value(row))
             for _, row in self.baselines.iterrows()
-            if math.isfinite(float(row[key]))
+            if math.isfinite(self.reference_value(row))
         }
 
+    def separations(self) -> dict[str, confirm.Separation]:
+        """The best's lead over each seed-checked reference, with Welch's interval of it."""
+        if not self.spreads:
+            return {}
+        best, mode = self.spreads[0], self.space.mode
+        return {a: confirm.separation(best, s, mode) for a, s in self.reference_spreads.items()}
+
     def verdicts(self) -> dict[str, str]:
-        """Each baseline's verdict against the best trial: ``beats``, ``ties`` (a seed-checked
-        best whose interval includes the reference's score: the lead is inside the seed noise)
-        or ``does not beat``."""
+        """Each baseline's verdict against the best trial: ``beats``, ``ties`` (the lead is
+        inside the seed noise: for a seed-checked reference, the interval of the difference
+        includes 0; else the best's interval includes the reference's score) or ``does not
+        beat``."""
         out = {}
-        key = self.space.objectives[0].key
+        key, seps = self.space.objectives[0].key, self.separations()
         for _, row in self.baselines.iterrows():
             arch, lead = str(row["arch"]), self.leads().get(str(row["arch"]))
             if lead is None:
                 continue
-            if self.spreads and self.spreads[0].low <= float(row[key]) <= self.spreads[0].high:
+            if arch in seps:
+                sep = seps[arch]
+                out[arch] = "beats" if sep.low > 0 else "does not beat" if sep.high < 0 else "ties"
+            elif self.spreads and self.spreads[0].low <= float(row[key]) <= self.spreads[0].high:
                 out[arch] = "ties"
             else:
                 out[arch] = "beats" if lead > 0 else "does not beat"
         return out
 
     def verdict_text(self, arch: str) -> str:
-        """``arch``'s verdict with its lead and, when seed-checked, the best's interval (the
-        MLflow tag ``recsys.verdict.<arch>``)."""
+        """``arch``'s verdict with its lead and, when seed-checked, the interval it was judged by
+        (the MLflow tag ``recsys.verdict.<arch>``)."""
         verdict, lead = self.verdicts()[arch], self.leads()[arch]
+        if arch in (seps := self.separations()):
+            sep = seps[arch]
+            interval = f"[{sep.low:+.4f}, {sep.high:+.4f}]"
+            return f"{verdict}: lead {lead:+.4f}, {confirm.LEVEL:.0%} CI {interval} (both checked)"
         if not self.spreads:
             return f"{verdict}: lead {lead:+.4f}"
         s = self.spreads[0]
@@ -335,35 +392,50 @@ class Outcome:
             out += [confirm.verdict(self.spreads, self.space.mode, metric)] if self.spreads else []
             out += self.short
         if self.best is not None and not self.baselines.empty:
-            value, what = self.best_value()
-            key = self.space.objectives[0].key
-            out.append(f"\nagainst the baselines (best trial {self.best['trial']}, {what}: "
-                       f"{value:.4f}):")  # fmt: skip
-            leads, verdicts = self.leads(), self.verdicts()
-            for _, row in self.baselines.iterrows():
-                lead = leads.get(str(row["arch"]))
-                how = f", {row[REFERENCE]}" if isinstance(row.get(REFERENCE), str) else ""
-                ref = f"{row['arch']} (trial {row['trial']}{how}) {metric} {float(row[key]):.4f}"
-                verdict = verdicts.get(str(row["arch"]))
-                if lead is None:
-                    out.append(f"  {ref}: no score ({row['status']})")
-                elif verdict == "ties":
-                    s = self.spreads[0]
-                    out.append(
-                        f"  ties {ref}: lead {lead:+.4f} is inside the seed noise (the best's "
-                        f"{confirm.LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] includes "
-                        f"{float(row[key]):.4f})"
-                    )
-                elif verdict == "beats":
-                    out.append(f"  beats {ref} by {lead:+.4f}")
-                else:
-                    out.append(f"  does NOT beat {ref}: {lead:+.4f}")
-            if self.spreads:
-                std = self.spreads[0].std
-                out.append(f"  (a reference is the best of its own runs, not seed-checked; the "
-                           f"best's seed std is {std:.4f}; a reference inside the best's "
-                           f"interval is a tie)")  # fmt: skip
+            out += self.baseline_lines()
         return "\n".join(out)
+
+    def baseline_lines(self) -> list[str]:
+        """The best trial against each reference: its verdict, its lead and what it is judged by
+        (the difference's interval where both were seed-checked, else the best's)."""
+        assert self.best is not None
+        value, what = self.best_value()
+        metric, seps = self.space.metric, self.separations()
+        out = [f"\nagainst the baselines (best trial {self.best['trial']}, {what}: "
+               f"{value:.4f}):"]  # fmt: skip
+        leads, verdicts = self.leads(), self.verdicts()
+        for _, row in self.baselines.iterrows():
+            arch = str(row["arch"])
+            lead, verdict = leads.get(arch), verdicts.get(arch)
+            how = f", {row[REFERENCE]}" if isinstance(row.get(REFERENCE), str) else ""
+            checked = self.reference_spreads.get(arch)
+            score = (f"confirmed mean {checked.mean:.4f} of {checked.n} seeds" if checked
+                     else f"{self.reference_value(row):.4f}")  # fmt: skip
+            ref = f"{arch} (trial {row['trial']}{how}) {metric} {score}"
+            if lead is None:
+                out.append(f"  {ref}: no score ({row['status']})")
+            elif arch in seps:
+                sep, pct = seps[arch], f"{confirm.LEVEL:.0%}"
+                words = {"beats": "beats", "ties": "ties", "does not beat": "does NOT beat"}
+                out.append(f"  {words[verdict or 'ties']} {ref}: lead {lead:+.4f}, {pct} CI "
+                           f"[{sep.low:+.4f}, {sep.high:+.4f}] of the difference")  # fmt: skip
+            elif verdict == "ties":
+                s = self.spreads[0]
+                out.append(
+                    f"  ties {ref}: lead {lead:+.4f} is inside the seed noise (the best's "
+                    f"{confirm.LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] includes "
+                    f"{self.reference_value(row):.4f})"
+                )
+            elif verdict == "beats":
+                out.append(f"  beats {ref} by {lead:+.4f}")
+            else:
+                out.append(f"  does NOT beat {ref}: {lead:+.4f}")
+        if self.spreads and len(seps) < len(self.baselines):
+            std = self.spreads[0].std
+            out.append(f"  (a reference not seed-checked is the best of its own runs; the best's "
+                       f"seed std is {std:.4f}; a reference inside the best's interval is a "
+                       f"tie; --confirm-references seed-checks them too)")  # fmt: skip
+        return out
 
 
 def log_references(tracker: Tracker, parent: str, experiment_id: str, result: Outcome) -> None:
@@ -397,9 +469,11 @@ def log_confirmation(tracker: Tracker, parent: str, experiment_id: str, result: 
     tracker.log_text(parent, result.seeds.to_csv(index=False), "confirm.csv")
     if not result.spreads:
         return
+    checked = [(s, "") for s in result.spreads]
+    checked += [(s, arch) for arch, s in result.reference_spreads.items()]
     table = pd.DataFrame(
-        [{"trial": s.trial, "n": s.n, "mean": s.mean, "std": s.std, "low": s.low, "high": s.high}
-         for s in result.spreads]
+        [{"trial": s.trial, "reference": arch, "n": s.n, "mean": s.mean, "std": s.std,
+          "low": s.low, "high": s.high} for s, arch in checked]
     )  # fmt: skip
     tracker.log_text(parent, table.to_csv(index=False), "confirmed.csv")
     tags = {Tag.CONFIRMED_ORDER: json.dumps([s.trial for s in result.spreads])}
@@ -409,7 +483,7 @@ def log_confirmation(tracker: Tracker, parent: str, experiment_id: str, result: 
         tracker.log_values(parent, {"confirmed_lead": sep.lead, "confirmed_lead_low": sep.low})
     tracker.set_tags(parent, tags)
     metric = result.space.metric
-    for s in result.spreads:
+    for s, _ in checked:
         run = tracker.find_trial_run(experiment_id, s.trial)
         if run is not None:
             stats = {"mean": s.mean, "std": s.std, "low": s.low, "high": s.high}

@@ -17,6 +17,7 @@ A space file::
     smoke: {num_samples: 2, overrides: {train.steps: 20}}   # the --smoke-test variant
     baselines: [lr, fm]              # reference models, each the best of a small search
     confirm: {top: 2, seeds: 3}      # after the search: the 2 best re-trained with 3 new seeds
+                                     # (references: true: each reference's best too)
 
 ``baselines`` and ``confirm`` are the sweep's later phases (``recsys.tune.phases``); ``smoke`` may
 set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
@@ -167,10 +168,12 @@ class Objective:
 @dataclass(frozen=True)
 class Confirm:
     """The seed check: the ``top`` best configurations re-trained with ``seeds`` new seeds each
-    (``top == 0``: none)."""
+    (``top == 0``: none); ``references``: each reference (an arch's best baseline trial) too, so
+    that the verdict against it compares interval with interval."""
 
     top: int
     seeds: int
+    references: bool = False
 
     @property
     def trials(self) -> int:
@@ -472,15 +475,22 @@ def _check_reference(where: str, ref: Reference, base: ExperimentConfig) -> None
 
 
 def _confirm(path: str, value: Any) -> Confirm:
-    """``confirm: {top: K, seeds: N}``: K >= 1 configurations, N >= 2 seeds (a spread needs two)."""
+    """``confirm: {top: K, seeds: N, references: false}``: K >= 1 configurations, N >= 2 seeds
+    (a spread needs two); ``references: true`` seed-checks the references too."""
     if value is None:
         return Confirm(0, 0)
-    if not isinstance(value, dict) or set(value) != {"top", "seeds"}:
-        raise ConfigError(f"{path}: confirm: expected {{top: K, seeds: N}}, got {value!r}")
-    return confirm_of(value["top"], value["seeds"], f"{path}: confirm")
+    keys = set(value) if isinstance(value, dict) else set()
+    if not {"top", "seeds"} <= keys <= {"top", "seeds", "references"}:
+        raise ConfigError(
+            f"{path}: confirm: expected {{top: K, seeds: N, references: false}}, got {value!r}"
+        )
+    refs = value.get("references", False)
+    if not isinstance(refs, bool):
+        raise ConfigError(f"{path}: confirm: references={refs!r}: true or false")
+    return confirm_of(value["top"], value["seeds"], f"{path}: confirm", refs)
 
 
-def confirm_of(top: Any, seeds: Any, where: str) -> Confirm:
+def confirm_of(top: Any, seeds: Any, where: str, references: bool = False) -> Confirm:
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise ConfigError(f"{where}: top={top!r}: the configurations to confirm, an integer >= 1")
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 2:
@@ -488,7 +498,7 @@ def confirm_of(top: Any, seeds: Any, where: str) -> Confirm:
             f"{where}: seeds={seeds!r}: new seeds per configuration, an integer >= 2 "
             "(a confidence interval needs two values)"
         )
-    return Confirm(top, seeds)
+    return Confirm(top, seeds, references)
 
 
 def _listed(value: Any) -> list[Any]:

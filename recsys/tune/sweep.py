@@ -468,5 +468,5 @@ def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore:
                 print(f"the {grown.search} search is warm-started with {warm} earlier trials")
             results += list(build_tuner(space, grown, spec, True, growth=k, prior=prior).fit())
         trials = trial_frame(results, space)
-        seeds = seed_check(space, opts, spec, restore, trials)
+        seeds = seed_check(space, opts, spec, restore, trials, baselines)
     return Outcome(with_baselines(trials, baselines, space), seeds, space)

@@ -116,7 +116,8 @@ def test_spreads_leave_out_failed_seed_runs_and_name_a_configuration_without_two
         ("baselines: [lr, xgb]\n", "'xgb' is not a reference model"),
         ("baselines: lr\n", "baselines: a list of"),
         ("baselines: [lr, lr]\n", "lists a model twice"),
-        ("confirm: {top: 2}\n", r"confirm: expected \{top: K, seeds: N\}"),
+        ("confirm: {top: 2}\n", r"confirm: expected \{top: K, seeds: N, references: false\}"),
+        ("confirm: {top: 2, seeds: 3, references: 1}\n", "references=1: true or false"),
         ("confirm: {top: 2, seeds: 1}\n", "seeds=1: .* >= 2"),
         ("confirm: {top: 0, seeds: 3}\n", "top=0"),
         ("smoke: {confirms: {top: 1, seeds: 2}}\n", "did you mean 'confirm'"),
@@ -149,6 +150,13 @@ def test_the_command_line_replaces_the_spaces_seed_check():
     assert with_confirm(space, None, 4).confirm.top == space.confirm.top
     with pytest.raises(ConfigError, match="seeds=1"):
         with_confirm(space, 2, 1)
+    assert not space.confirm.references  # off by default
+    checked = with_confirm(space, None, None, references=True).confirm
+    assert (checked.top, checked.seeds, checked.references) == (2, 3, True)
+    with pytest.raises(ConfigError, match="--confirm-references needs a seed check"):
+        with_confirm(space, 0, None, references=True)
+    with pytest.raises(ConfigError, match="--confirm-references needs --confirm K"):
+        with_confirm(spaces.load("default", smoke=True), None, None, references=True)
 
 
 def test_baselines_are_marked_in_the_table_and_the_plot(tmp_path):

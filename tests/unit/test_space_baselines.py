@@ -202,3 +202,48 @@ def test_a_lead_inside_the_best_trials_seed_noise_is_a_tie(tmp_path):
     )
     unchecked = Outcome(frame(space, rows), pd.DataFrame(), space)  # no seed check: by the lead
     assert unchecked.verdicts() == {"lr": "beats", "fm": "beats"}
+
+
+def test_seed_checked_references_are_judged_interval_with_interval(tmp_path):
+    """``confirm: {references: true}``: lr and fm are re-trained with the best's seeds too. The
+    best (mean 0.8133) against lr (mean 0.8100, tight): Welch's interval of the difference is
+    above 0, a win, where lr's single best report (0.8140) would have beaten the best; against
+    fm (mean 0.8128, noisy) the interval includes 0: a tie."""
+    from recsys.tune.confirm import separation, spread
+    from recsys.tune.phases import REFERENCE_OF, reference_points
+    from recsys.tune.trial import CONFIRMS
+
+    space = load(tmp_path, "baselines: [lr, fm]\nconfirm: {top: 1, seeds: 3, references: true}\n")
+    assert space.confirm.references
+    rows = [
+        ("t1", "trial", "dlrm", 0.8139, {"optim.lr": 0.02}),
+        ("b1", "baseline", "lr", 0.8140, {"model.arch": "lr", "optim.embedding_lr": 0.01}),
+        ("b2", "baseline", "lr", 0.8000, {"model.arch": "lr", "optim.embedding_lr": 0.03}),
+        ("b3", "baseline", "fm", 0.8120, {"model.arch": "fm"}),
+    ]
+    points = reference_points(frame(space, [r for r in rows if r[1] == "baseline"]), space)
+    assert [(p[CONFIRMS], p[REFERENCE_OF], p["train.seed"]) for p in points] == [
+        ("b1", "lr", 1), ("b1", "lr", 2), ("b1", "lr", 3),
+        ("b3", "fm", 1), ("b3", "fm", 2), ("b3", "fm", 3),
+    ]  # fmt: skip
+    assert points[0]["optim.embedding_lr"] == 0.01  # the reference's own params, and its rules
+    assert points[0]["model.arch"] == "lr" and "train.epochs" in points[0]
+    runs = {"t1": [0.8130, 0.8133, 0.8136], "b1": [0.8099, 0.8100, 0.8101],
+            "b3": [0.8090, 0.8128, 0.8166]}  # fmt: skip
+    seeds = pd.DataFrame(
+        [{"trial": f"{t}-{i}", "confirms": t, "seed": i + 1, "status": "finished",
+          "best_val_auc": v} for t, vs in runs.items() for i, v in enumerate(vs)]
+    )  # fmt: skip
+    result = Outcome(frame(space, rows), seeds, space)
+    assert [s.trial for s in result.spreads] == ["t1"]  # the references are no search trial
+    assert set(result.reference_spreads) == {"lr", "fm"}
+    assert result.verdicts() == {"lr": "beats", "fm": "ties"}
+    assert result.leads() == pytest.approx({"lr": 0.0033, "fm": 0.0005})  # mean against mean
+    sep = separation(spread("t1", runs["t1"]), spread("b1", runs["b1"]), "max")
+    assert result.verdict_text("lr") == (
+        f"beats: lead +0.0033, 95% CI [{sep.low:+.4f}, {sep.high:+.4f}] (both checked)"
+    )
+    text = result.lines()
+    assert "beats lr (trial b1, best of 2: embedding_lr=0.01, " in text
+    assert "val_auc confirmed mean 0.8100 of 3 seeds: lead +0.0033, 95% CI [+0" in text
+    assert "ties fm (trial b3" in text and "of the difference" in text
