@@ -127,9 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def with_confirm(
-    space: Any, top: int | None, seeds: int | None, references: bool = False
-) -> Any:
+def with_confirm(space: Any, top: int | None, seeds: int | None, references: bool = False) -> Any:
     """The space with ``--confirm K --seeds N --confirm-references`` applied (``--confirm 0``:
     no seed check)."""
     import dataclasses
