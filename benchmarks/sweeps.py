@@ -1,13 +1,18 @@
 """Sweep efficiency: how fast a sweep finds a configuration as good as the best of a 16-trial
-random FIFO sweep (same space, same synthetic data, same seed), for random search with ASHA and
-early stopping, and for Optuna; wall time and training steps until then, as ratios to the FIFO
+random FIFO sweep (same space, same synthetic data, same seed), for random search with ASHA (or
+Hyperband: ASHA's 3 brackets) and early stopping, for Optuna, and for a grown sweep (8 Optuna
+trials, then ``--more 8`` warm-started with them, as ``recsys-sweep --more`` runs it) against
+one 16-trial Optuna sweep; wall time and training steps until then, as ratios to the FIFO
 sweep's whole run. A trial "finds" the target when its best report reaches it; time is when that
 trial ended, steps are those trained by every trial that ended by then. The FIFO sweep runs to its
-end (it sets the target); the others end once a trial reached the target."""
+end (it sets the target); the others end once a trial reached the target. A method that never
+reached the target counts as the worst in the medians (not left out): a median that falls on a
+miss reads ``missed``."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import tempfile
 import time
@@ -16,13 +21,16 @@ from typing import Any
 from benchmarks.common import table
 from recsys.cluster import connect
 from recsys.tune import space as spaces
+from recsys.tune.results import trial_frame
 from recsys.tune.sweep import SweepOptions, build_tuner, legacy_tune_output
 from recsys.tune.trial import TrialSpec
 
 METHODS = [
     ("random, FIFO", "random", "fifo", 0),
     ("random, ASHA + early stopping", "random", "asha", 2),
+    ("random, Hyperband + early stopping", "random", "hyperband", 2),
     ("Optuna (TPE), FIFO", "optuna", "fifo", 0),
+    ("Optuna, 8 + 8 grown (warm start)", "optuna", "fifo", -1),  # patience -1: grown, none
 ]
 
 
@@ -59,14 +67,17 @@ def run_one(
     target: float | None = None,
 ) -> tuple[list[dict[str, Any]], float, float]:
     """The trials' (end time, steps, best score) and the sweep's start and end times; with a
-    ``target``, the sweep ends once a trial reached it."""
+    ``target``, the sweep ends once a trial reached it. ``patience`` -1: a grown sweep, half the
+    trials, then the other half warm-started with them (no patience)."""
+    grown = patience < 0
+    patience = max(patience, 0)
     s = dataclasses.replace(space, base=space.base.with_overrides({"train.patience": patience}))
-    name = f"{search}-{scheduler}-{seed}"
+    name = f"{search}-{scheduler}-{patience}-{'grown-' if grown else ''}{seed}"
     opts = SweepOptions(
         name=name,
         storage=f"{tmp}/runs",
         tracking_uri=f"sqlite:///{tmp}/m.db",
-        num_samples=trials,
+        num_samples=trials // 2 if grown else trials,
         search=search,
         scheduler=scheduler,
         seed=seed,
@@ -88,11 +99,15 @@ def run_one(
     start = time.time()
     with legacy_tune_output():
         stop = None if target is None else TargetReached(f"best_{s.metric}", target).stopper
-        grid = build_tuner(s, opts, spec, restore=False, stop=stop).fit()
+        results = list(build_tuner(s, opts, spec, restore=False, stop=stop).fit())
+        if grown and not (stop is not None and stop.hit):
+            first = trial_frame(results, s)
+            tuner = build_tuner(s, opts, spec, restore=False, stop=stop, growth=1, prior=first)
+            results += list(tuner.fit())
     end = time.time()
     out = []
-    for i in range(len(grid)):
-        m = grid[i].metrics or {}
+    for result in results:
+        m = result.metrics or {}
         out.append(
             {
                 "end": m.get("timestamp", end),
@@ -112,6 +127,14 @@ def to_target(rows: list[dict[str, Any]], start: float, target: float) -> tuple[
         if r["score"] >= target - 1e-12:
             return r["end"] - start, steps
     return float("nan"), steps
+
+
+def median_text(ratios: list[float]) -> str:
+    """The median of ``ratios`` with a miss (NaN: the target never reached) counted as the
+    worst, not left out; ``missed`` where the median falls on one."""
+    worst = sorted(math.inf if math.isnan(r) else r for r in ratios)
+    mid = statistics.median(worst)
+    return "missed" if math.isinf(mid) else f"{mid:.2f}"
 
 
 def run(seeds: list[int], trials: int, steps: int, space_name: str = "default") -> str:
@@ -150,10 +173,7 @@ def run(seeds: list[int], trials: int, steps: int, space_name: str = "default") 
                     f"{end - start:.0f}",
                 ]
             )
-    summary = [
-        [label, f"{statistics.median(w):.2f}", f"{statistics.median(s):.2f}"]
-        for label, (w, s) in ratios.items()
-    ]
+    summary = [[label, median_text(w), median_text(s)] for label, (w, s) in ratios.items()]
     head = (
         f"`{space_name}` space at {steps} steps, {trials} trials per sweep, 2 workers per trial, "
         f"seeds {seeds}. Target: the best val AUC of the seed's random FIFO sweep.\n\n"

@@ -75,3 +75,12 @@ def test_help_exits_0(sub: list[str]) -> None:
 def test_no_issue_numbers() -> None:
     hits = re.findall(r"\bissues?\s*#?\d+", text(), flags=re.IGNORECASE)
     assert not hits, hits
+
+
+def test_a_missed_target_counts_as_the_worst_in_a_median() -> None:
+    from benchmarks.sweeps import median_text
+
+    nan = float("nan")
+    assert median_text([nan, 0.39, 0.55]) == "0.55"  # not 0.47 (the miss left out)
+    assert median_text([0.06, 0.29, 0.06]) == "0.06"
+    assert median_text([nan, nan, 0.3]) == "missed"
