@@ -1,5 +1,5 @@
-"""Export a trained model for serving: INT8 (or INT4 / FP16) TorchRec tables, sharded for
-inference, traced and scripted; checked against FP32 on the test split; logged as an MLflow model.
+"""Export a trained model for serving: INT8 (or INT4 / FP16) TorchRec tables, left unsharded,
+traced and scripted; checked against FP32 on the test split; logged as an MLflow model.
 
     python experiments/export.py --sweep default --register dlrm-default
     python experiments/export.py --checkpoint runs/debug/step_00000200 --experiment debug

@@ -127,8 +127,9 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     ),
     "RECSYS_NO_APT": (
         TESTS,
-        "`1`: `./run.sh test` never runs apt-get (`scripts/test_services.sh`); where PostgreSQL "
-        "is not installed already, the tests of the PostgreSQL tracking server are skipped",
+        "`1`: `./run.sh test` never runs apt-get (`scripts/test_services.sh`, which otherwise "
+        "installs PostgreSQL, Chromium and fonts-liberation where missing); the tests that need "
+        "one that is missing are skipped, saying why",
     ),
     "RECSYS_TEST_PROCS": (
         TESTS,

@@ -1,5 +1,6 @@
-"""Export a trained model for serving: INT8 (or INT4 / FP16) TorchRec tables, sharded for
-inference, traced and scripted; checked against FP32 on the test split; logged as an MLflow model.
+"""Export a trained model for serving: INT8 (or INT4 / FP16) TorchRec tables, left unsharded (a
+serving host that wants them on several GPUs shards the loaded model itself), traced and scripted;
+checked against FP32 on the test split; logged as an MLflow model.
 
     recsys-export --sweep default --register dlrm-default
     recsys-export --model models:/dlrm-default@champion --dtype int4   # the champion again
@@ -26,7 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sweep", help="export the best trial (by the sweep's metric) of a sweep")
-    src.add_argument("--checkpoint", help="a checkpoint folder (with --experiment or --config)")
+    src.add_argument(
+        "--checkpoint", help="a checkpoint folder or URI (with --experiment or --config)"
+    )
     src.add_argument(
         "--model", metavar="models:/NAME@ALIAS",
         help="a registered model (models:/NAME@ALIAS or models:/NAME/VERSION): export its trial "
@@ -36,8 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", help="YAML config of the checkpoint's run")
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8")
     p.add_argument(
-        "--out", help="output folder (default: runs/<sweep>/export; with --model: "
-        "exports/<name>-<alias or version>)",
+        "--out", help="output folder (default: with --sweep runs/<sweep>/export; with --model "
+        "exports/<name>-<alias or version>; with --checkpoint <checkpoint>/export, for a URI "
+        "exports/<its folder name>)",
     )  # fmt: skip
     p.add_argument("--register", help="register the MLflow model under this name")
     p.add_argument(

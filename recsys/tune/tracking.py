@@ -272,8 +272,10 @@ def sweep_note(sweep: str, runs: list[Any], parent: Any, score: str) -> str:
     statuses = Counter(r.data.tags.get(Tag.STATUS, "unfinished") for r in trials)
     line = f"Sweep {sweep}: {len(trials)} trial{'' if len(trials) == 1 else 's'}"
     line += f" ({', '.join(f'{n} {s}' for s, n in statuses.most_common())})" if trials else ""
-    if baselines := sorted(r.data.params.get("model.arch", "?") for r in kinds.get("baseline", [])):
-        line += f", baseline{'' if len(baselines) == 1 else 's'} {', '.join(baselines)}"
+    refs = Counter(r.data.params.get("model.arch", "?") for r in kinds.get("baseline", []))
+    if refs:  # each reference arch once, with its trials where it had several
+        named = [a if n == 1 else f"{a} (best of {n})" for a, n in sorted(refs.items())]
+        line += f", baseline{'' if len(refs) == 1 else 's'} {', '.join(named)}"
     line += f", {len(seeds)} seed-check runs" if seeds else ""
     line += f"; scored by {score} ({mode})."
     best = tags.get(Tag.BEST_TRIAL)

@@ -152,3 +152,13 @@ def test_searched_axes():
     assert parallel == ["model.interaction", "optim.lr", "dim"]
     assert numeric == ["optim.lr", "dim"]  # most values first
     assert searched_axes([{"a": True}, {"a": False}]) == (["a"], ["a"], [])  # booleans: no axis
+
+
+def test_the_description_names_each_reference_once_with_its_trials(uri):
+    t, exp, parent = sweep_store(uri, "refs")
+    for i in (1, 2):
+        run = t.trial_run(exp, parent, "refs", f"b_fm{i}", {"model.arch": "fm"}, kind="baseline")
+        t.log_values(run, {"best_val_auc": 0.69})
+    t.show_sweep("refs")
+    note = MlflowClient(uri).get_run(parent).data.tags[Tag.NOTE]
+    assert "3 trials (3 finished), baselines fm (best of 2), lr, 2 seed-check runs;" in note
