@@ -1,5 +1,8 @@
 """Benchmarks, run from the project folder. Each prints a Markdown table; --append adds it to
-BENCHMARKS.md with the machine, versions, date and command.
+BENCHMARKS.md with the machine, versions, date, command and the commit it ran on. --append
+refuses, before the run, a checkout whose tracked files differ from the commit (untracked files
+and BENCHMARKS.md itself aside), naming them; --allow-dirty runs anyway and writes "(uncommitted
+changes: FILES)" next to the commit. Outside a git checkout it writes "commit unknown".
 
     .venv/bin/python -m benchmarks step [--quick]      # our DMP step vs a plain-PyTorch DLRM
     .venv/bin/python -m benchmarks overhead            # per-trial orchestration overhead of a sweep
@@ -31,6 +34,8 @@ import argparse
 import os
 import sys
 
+from benchmarks.common import Revision, revision
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ["dot", "cat", "sum", "dcn"]
 
@@ -39,7 +44,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--append", action="store_true", help="append the result to BENCHMARKS.md")
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="append the result to BENCHMARKS.md with the machine, the date and the commit; "
+        "refused where tracked files have uncommitted changes",
+    )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="with --append: run on uncommitted changes and write them next to the commit",
+    )
     sub = p.add_subparsers(dest="bench", required=True)
     s = sub.add_parser("step", help="training-step throughput vs a plain-PyTorch DLRM")
     s.add_argument("--config", choices=["small", "criteo", "both"], default="both")
@@ -187,16 +202,32 @@ def run(args: argparse.Namespace) -> str:
     return data.run(args.rows, path=args.file)
 
 
-def main(argv: list[str] | None = None) -> None:
+def refusal(rev: Revision) -> str:
+    return (
+        f"--append refused: tracked files differ from commit {rev.commit}: "
+        f"{', '.join(rev.changed)}. Figures are recorded with the commit they ran on: commit "
+        "these changes first, or pass --allow-dirty to write them next to the commit."
+    )
+
+
+def main(argv: list[str] | None = None, root: str = ROOT) -> None:
     args = parse_args(argv)
+    rev = revision(root) if args.append else Revision(None)
+    if rev.changed and not args.allow_dirty:
+        sys.exit(refusal(rev))  # before the run, not after an hour of it
+    if rev.changed:
+        print(f"recorded as {rev.text()}", file=sys.stderr)
     result = run(args)
     print(result)
     if args.append:
-        from benchmarks.common import machine
+        from benchmarks import common
 
         command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
-        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
-            f.write(f"\n### `{args.bench}`: {machine()}\n\n`{command}`\n\n{result}\n")
+        with open(os.path.join(root, "BENCHMARKS.md"), "a") as f:
+            f.write(
+                f"\n### `{args.bench}`: {common.machine()}, {rev.text()}\n\n"
+                f"`{command}`\n\n{result}\n"
+            )
 
 
 if __name__ == "__main__":

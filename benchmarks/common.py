@@ -1,16 +1,17 @@
-"""Shared pieces of the benchmarks: timing, a single-process group, batches, tables."""
+"""Shared pieces of the benchmarks: timing, a single-process group, batches, tables, the machine
+and the commit a run is recorded with."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import date
 from typing import Any
-
-import torch
 
 
 def median_spread(xs: list[float]) -> tuple[float, float]:
@@ -44,6 +45,7 @@ def init_world1() -> None:
 
 def machine() -> str:
     import ray
+    import torch
     import torchrec
 
     cpu = platform.processor() or platform.machine()
@@ -56,6 +58,56 @@ def machine() -> str:
         f"{date.today().isoformat()}, {model or cpu}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}, torchrec {torchrec.__version__}, ray {ray.__version__}"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Revision:
+    """The commit a run is recorded with: ``commit`` the short hash of HEAD (None outside a git
+    checkout, or where git cannot say), ``changed`` the tracked files that differ from it."""
+
+    commit: str | None
+    changed: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        if self.commit is None:
+            return "commit unknown"
+        if not self.changed:
+            return f"commit {self.commit}"
+        names = ", ".join(self.changed[:5])
+        more = f" and {len(self.changed) - 5} more" if len(self.changed) > 5 else ""
+        return f"commit {self.commit} (uncommitted changes: {names}{more})"
+
+
+def _git(root: str, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def revision(root: str, ignore: tuple[str, ...] = ("BENCHMARKS.md",)) -> Revision:
+    """HEAD's short hash and the tracked files changed against it, paths from the checkout's top.
+    Untracked files are not counted, nor ``ignore`` (paths under ``root``): BENCHMARKS.md, which
+    ``--append`` itself writes and no benchmark reads."""
+    head = _git(root, "rev-parse", "--short", "HEAD")
+    top = _git(root, "rev-parse", "--show-toplevel")
+    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no")
+    if not head or not top or status is None:
+        return Revision(None)
+    skip = {os.path.relpath(os.path.realpath(os.path.join(root, p)), top.strip()) for p in ignore}
+    changed: list[str] = []
+    entries = iter(status.split("\0"))
+    for entry in entries:
+        if not entry:
+            continue
+        if "R" in entry[:2] or "C" in entry[:2]:
+            next(entries, None)  # a rename's or copy's source path follows its entry
+        if entry[3:] not in skip:
+            changed.append(entry[3:])
+    return Revision(head.strip(), tuple(changed))
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:

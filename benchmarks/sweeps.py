@@ -159,7 +159,7 @@ def run(seeds: list[int], trials: int, steps: int, space_name: str = "default") 
             t, n = to_target(trial_rows, start, target)
             best = max(r["score"] for r in trial_rows)
             ratios[label][0].append(t / fifo_wall)
-            ratios[label][1].append(n / fifo_steps)
+            ratios[label][1].append(n / fifo_steps if t == t else math.nan)  # (a miss: worst)
             rows.append(
                 [
                     seed,

@@ -1,14 +1,18 @@
 """BENCHMARKS.md names only commands that run today: every ``python -m benchmarks ...`` in it
 parses with ``benchmarks.__main__``'s arguments (nothing is run), every subcommand's ``--help``
-works, and the file carries no issue numbers."""
+works, and the file carries no issue numbers; ``--append`` writes the commit it ran on, refuses
+uncommitted changes to tracked files unless ``--allow-dirty`` (then written beside the commit)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +88,119 @@ def test_a_missed_target_counts_as_the_worst_in_a_median() -> None:
     assert median_text([nan, 0.39, 0.55]) == "0.55"  # not 0.47 (the miss left out)
     assert median_text([0.06, 0.29, 0.06]) == "0.06"
     assert median_text([nan, nan, 0.3]) == "missed"
+
+
+RESULT = "| what | figure |\n|---|---|\n| x | 1 |"
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[str]]:
+    """A git checkout with a committed file and BENCHMARKS.md, standing for the project's root;
+    ``run`` returns a fixed table (``calls`` counts it) and ``machine`` a fixed line."""
+    import benchmarks.__main__ as entry
+    import benchmarks.common as common
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "BENCHMARKS.md").write_text("# Benchmarks\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "code.py", "BENCHMARKS.md")
+    git(repo, "-c", "user.email=a@b", "-c", "user.name=n", "commit", "-q", "-m", "first")
+    calls: list[str] = []
+
+    def fake_run(args: argparse.Namespace) -> str:
+        calls.append(args.bench)
+        return RESULT
+
+    monkeypatch.setattr(entry, "run", fake_run)
+    monkeypatch.setattr(common, "machine", lambda: "2026-01-01, a CPU, 2 cores")
+    return repo, calls
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def appended(repo: Path) -> str:
+    return (repo / "BENCHMARKS.md").read_text().removeprefix("# Benchmarks\n")
+
+
+def test_append_writes_the_commit(checkout: tuple[Path, list[str]]) -> None:
+    from benchmarks.__main__ import main
+
+    repo, calls = checkout
+    (repo / "notes.txt").write_text("untracked: not counted\n")
+    main(["--append", "store"], root=str(repo))
+    head = git(repo, "rev-parse", "--short", "HEAD")
+    assert calls == ["store"]
+    assert appended(repo) == (
+        f"\n### `store`: 2026-01-01, a CPU, 2 cores, commit {head}\n\n"
+        f"`python -m benchmarks --append store`\n\n{RESULT}\n"
+    )
+    main(["--append", "store"], root=str(repo))  # BENCHMARKS.md changed by the first: not dirty
+    assert calls == ["store", "store"]
+
+
+def test_append_refuses_a_dirty_tree_naming_the_files(checkout: tuple[Path, list[str]]) -> None:
+    from benchmarks.__main__ import main
+
+    repo, calls = checkout
+    (repo / "code.py").write_text("x = 2\n")
+    with pytest.raises(SystemExit) as e:
+        main(["--append", "store"], root=str(repo))
+    message = str(e.value.code)
+    assert "refused" in message and "code.py" in message and "--allow-dirty" in message
+    assert git(repo, "rev-parse", "--short", "HEAD") in message
+    assert calls == []  # refused before the run
+    assert appended(repo) == ""
+
+
+def test_append_allow_dirty_writes_the_note(checkout: tuple[Path, list[str]]) -> None:
+    from benchmarks.__main__ import main
+
+    repo, calls = checkout
+    (repo / "code.py").write_text("x = 2\n")
+    main(["--append", "--allow-dirty", "store"], root=str(repo))
+    head = git(repo, "rev-parse", "--short", "HEAD")
+    assert calls == ["store"]
+    assert f", commit {head} (uncommitted changes: code.py)\n" in appended(repo)
+
+
+def test_append_outside_a_checkout_writes_commit_unknown(
+    checkout: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    from benchmarks.__main__ import main
+
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "BENCHMARKS.md").write_text("# Benchmarks\n")
+    main(["--append", "store"], root=str(folder))
+    assert appended(folder).startswith(
+        "\n### `store`: 2026-01-01, a CPU, 2 cores, commit unknown\n"
+    )
+
+
+def test_without_append_nothing_is_checked_or_written(checkout: tuple[Path, list[str]]) -> None:
+    from benchmarks.__main__ import main
+
+    repo, calls = checkout
+    (repo / "code.py").write_text("x = 2\n")
+    main(["store"], root=str(repo))
+    assert calls == ["store"]
+    assert appended(repo) == ""
+
+
+def test_revision_names_staged_and_renamed_files(checkout: tuple[Path, list[str]]) -> None:
+    from benchmarks.common import revision
+
+    repo, _ = checkout
+    git(repo, "mv", "code.py", "moved.py")
+    (repo / "BENCHMARKS.md").write_text("# Benchmarks\n\nappended\n")  # --append's own file
+    rev = revision(str(repo))
+    assert rev.commit == git(repo, "rev-parse", "--short", "HEAD")
+    assert rev.changed == ("moved.py",)
