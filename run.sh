@@ -7,6 +7,8 @@
 #   ./run.sh setup                   only set up the environment (.venv)
 #   ./run.sh test-clusters [pytest args]  the multi-node tests of minutes each (a trial across
 #                                    nodes, a lost node under a sweep, a Ray job); not run by CI
+#   ./run.sh test-extended [pytest args]  those and the end-to-end cases of minutes whose path the
+#                                    suite covers otherwise (marker `extended`); not run by CI
 #   ./run.sh gpu-check [item ...]    on a GPU host: set up the CUDA stack, run the GPU-only checks
 #   ./run.sh test-compat 2.11 [pytest args]  the suite on another supported torch (recsys/stack.py),
 #                                    in its own venv (.venv-torch2.11); not run by CI
@@ -40,6 +42,12 @@ case $verb in
         # the multi-node tests of minutes each, which ./run.sh test skips (marker `clusters`)
         bash scripts/setup.sh
         RECSYS_CLUSTER_TESTS=1 exec "$py" -m pytest -n 0 -m clusters tests/ray "$@" ;;
+    test-extended)
+        # the `clusters` and `extended` tests, which ./run.sh test skips (Ray's one at a time)
+        bash scripts/setup.sh
+        bash scripts/test_services.sh
+        RECSYS_CLUSTER_TESTS=1 RECSYS_EXTENDED_TESTS=1 exec "$py" -m pytest -n 0 \
+            -m "clusters or extended" "$@" ;;
     gpu-check)
         if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
             python3 scripts/gpu_check.py --list
@@ -57,6 +65,6 @@ case $verb in
     test-offline)
         bash scripts/offline_check.sh "$@" ;;
     *)
-        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check|test-clusters|test-compat|test-offline} [args...]" >&2
+        echo "usage: ./run.sh {sweep|test|train|setup|gpu-check|test-clusters|test-extended|test-compat|test-offline} [args...]" >&2
         exit 2 ;;
 esac

@@ -41,6 +41,11 @@ CLUSTER_GROUP = "tests/ray/clusters"
 CLUSTER_FILES = ("test_multinode.py", "test_storage_views.py", "test_ray_jobs.py")
 FIRST = [RAY_GROUP, "tests/distributed/", CLUSTER_GROUP]
 CLUSTERS_ENV = "RECSYS_CLUSTER_TESTS"
+EXTENDED_ENV = "RECSYS_EXTENDED_TESTS"
+# a tracking server over PostgreSQL: each end-to-end sweep test runs against SQLite in the suite;
+# its case against a server (minutes more each, the same code over MLflow's REST client) is
+# `extended`, while tests/unit/test_tracking.py runs a real server in the suite
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.extended)]
 
 
 def work_unit(nodeid: str) -> str:
@@ -67,7 +72,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Ray files first (a stable sort: the order within a file is kept); ``gpu`` tests are
     skipped, not failed, where there are fewer GPUs than they need; ``clusters`` tests unless
-    ``RECSYS_CLUSTER_TESTS=1`` (the suite would pass 20 minutes on 2 cores with them)."""
+    ``RECSYS_CLUSTER_TESTS=1`` and ``extended`` ones unless ``RECSYS_EXTENDED_TESTS=1`` (the
+    suite would pass 20 minutes on 2 cores with them; ``./run.sh test-extended`` runs both)."""
 
     def rank(item: pytest.Item) -> int:
         unit = work_unit(item.nodeid)
@@ -78,9 +84,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     clusters = os.environ.get(CLUSTERS_ENV) == "1"
+    extended = os.environ.get(EXTENDED_ENV) == "1"
     for item in items:
         if item.get_closest_marker("clusters") is not None and not clusters:
             reason = f"a multi-node cluster of minutes: {CLUSTERS_ENV}=1 (./run.sh test-clusters)"
+            item.add_marker(pytest.mark.skip(reason=reason))
+        if item.get_closest_marker("extended") is not None and not extended:
+            reason = (f"an end-to-end case of minutes whose path the suite covers otherwise: "
+                      f"{EXTENDED_ENV}=1 (./run.sh test-extended)")  # fmt: skip
             item.add_marker(pytest.mark.skip(reason=reason))
         marker = item.get_closest_marker("gpu")
         need = marker.kwargs.get("gpus", 1) if marker is not None else 0
@@ -202,14 +213,14 @@ def _tracking(request: pytest.FixtureRequest, folder: Path) -> Iterator[str]:
         server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def tracking_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Where a test's sweep tracks: a fresh SQLite file, or a real tracking server (``mlflow
     server`` over a fresh PostgreSQL database, artifacts served from the test's folder)."""
     yield from _tracking(request, tmp_path)
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def module_tracking_uri(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:

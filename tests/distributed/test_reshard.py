@@ -85,7 +85,7 @@ def _flat(tree, prefix=""):
     return {prefix.rstrip("/"): tree}
 
 
-@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("world", [1, pytest.param(3, marks=pytest.mark.extended)])
 def test_checkpoint_of_two_ranks_loads_on_another_count(tmp_path, world):
     root = str(tmp_path / "run")
     run_ranks(_train, root, K, world_size=2)
@@ -101,7 +101,7 @@ def test_checkpoint_of_two_ranks_loads_on_another_count(tmp_path, world):
         torch.testing.assert_close(after[key], before[key], atol=0, rtol=0, msg=key)
 
 
-@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("world", [1, pytest.param(3, marks=pytest.mark.extended)])
 def test_resume_on_another_count_trains_on_and_says_so(tmp_path, world):
     root = str(tmp_path / "run")
     first = run_ranks(_train, root, K, world_size=2)

@@ -25,7 +25,10 @@ def test_resume_is_exact(tmp_path, pipeline):
     check_resume_is_exact(tmp_path, pipeline, atol=0)
 
 
-@pytest.mark.parametrize("optim", ["adam", "sgd", "regularised"])
+@pytest.mark.parametrize(
+    "optim",
+    ["adam", *(pytest.param(o, marks=pytest.mark.extended) for o in ("sgd", "regularised"))],
+)
 def test_resume_is_exact_with_every_optimizer(tmp_path, optim):
     """Dense Adam's state is created at its first step (TorchRec's load skipped it); SGD has no
     state at all (DCP writes no optimizer entry, which the load required). The embedding Adam's

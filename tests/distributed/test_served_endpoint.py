@@ -92,6 +92,7 @@ def check_endpoint(monkeypatch, uri: str, model: str, rows: pd.DataFrame, bad: l
         server.stop()
 
 
+@pytest.mark.extended  # (the server's path: the own-data case below)
 def test_criteo_shaped_model_served_over_http(tmp_path, monkeypatch):
     from recsys.export import export
     from recsys.tune.publish import serving_example

@@ -128,6 +128,7 @@ def run_kill_and_resume(space: str, uri: str, s3: str) -> None:
         shutil.rmtree(head, ignore_errors=True)
 
 
+@pytest.mark.extended  # (each rank reading the store: tests/unit/test_remote_data.py)
 def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
     """``--data s3://...``: a folder prepared into the bucket trains on 2 workers, each reading
     through the node's cache of its shards, and the best trial exports from it."""
@@ -168,6 +169,7 @@ def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
         shutil.rmtree(head, ignore_errors=True)
 
 
+@pytest.mark.extended  # (Ray's upload waiting out the store: tests/unit/test_storage.py)
 def test_a_sweep_waits_out_the_store_down_for_30_s(tmp_path, s3, s3_server):
     """The store is taken down for 30 s once trial 1 has reported step 100: the workers'
     checkpoint uploads, Ray Train's controller state and Tune's experiment state are retried

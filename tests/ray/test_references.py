@@ -39,6 +39,7 @@ baselines:
 """
 
 
+@pytest.mark.extended  # (the choice: test_space_baselines.py; a resumed baseline phase: below)
 def test_the_reference_is_the_best_of_its_grid_and_a_resume_keeps_it(ray_2_cpus, tmp_path, capsys):
     path = tmp_path / "refs.yaml"
     path.write_text(textwrap.dedent(SPACE))

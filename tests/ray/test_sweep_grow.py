@@ -30,7 +30,7 @@ def sweep(space: str, runs: str, uri: str, *extra: str) -> subprocess.CompletedP
     cmd = [
         sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--space", space,
         "--name", "g", "--storage", runs, "--tracking-uri", uri, "--num-workers", "1",
-        "--max-concurrent", "2", *extra,
+        "--max-concurrent", "2", "--cpus-per-worker", "0.9", *extra,
     ]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 

@@ -58,6 +58,7 @@ def test_killed_driver_resumes(tmp_path, tracking_uri):
     check_resumed(client, first_finished, stale, resumed.stdout + resumed.stderr)
 
 
+@pytest.mark.extended  # (a restored seed check: test_sweep_grow.py)
 def test_killed_after_the_last_checkpoint_of_a_seed_run_resumes(tmp_path):
     """The search (one trial) is done; the seed check's first run (seed 1 of 2) holds after its
     last report (``RECSYS_TEST_HOLD_AFTER_TRAINING_S``, for seed 1 only): its checkpoint of the
