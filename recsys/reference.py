@@ -125,6 +125,12 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "`clusters`: a trial across two nodes, a lost node under a sweep, a sweep as a Ray job); "
         "`./run.sh test-clusters` sets it",
     ),
+    "RECSYS_EXTENDED_TESTS": (
+        TESTS,
+        "`1` runs the end-to-end cases of minutes whose path the suite covers otherwise (marker "
+        "`extended`: each sweep test against a tracking server, the object store's other "
+        "faults, ...); `./run.sh test-extended` sets it, with `RECSYS_CLUSTER_TESTS`",
+    ),
     "RECSYS_NO_APT": (
         TESTS,
         "`1`: `./run.sh test` never runs apt-get (`scripts/test_services.sh`, which otherwise "
