@@ -27,7 +27,15 @@ from recsys.configlib import ConfigError
 
 
 def is_uri(path: str) -> bool:
+    """Whether ``path`` is an object store URI (``s3://...``); a ``file://`` URI is a local path.
+    The one test of it: every command and layer asks this, or ``resolved``."""
     return "://" in path and not path.startswith("file://")
+
+
+def resolved(path: str) -> str:
+    """A storage or data path as every command takes it: an object store URI as it is; a
+    ``file://`` URI or a plain path as an absolute local path (Ray's workers start elsewhere)."""
+    return path if is_uri(path) else os.path.abspath(path.removeprefix("file://"))
 
 
 def join(base: str, *parts: str) -> str:

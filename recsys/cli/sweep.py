@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
         space = with_confirm(space, args.confirm, args.seeds, args.confirm_references)
-        from recsys.storage import check_storage, is_uri
+        from recsys.storage import check_storage, resolved
         from recsys.tune.state import (
             RESTORED,
             SweepOptions,
@@ -187,11 +187,9 @@ def main(argv: list[str] | None = None) -> None:
         )
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
-        local = args.storage.removeprefix("file://")  # a file:// URI is a local folder
-        storage = args.storage if is_uri(args.storage) else os.path.abspath(local)
         opts = SweepOptions(
             name=args.name or space.name,
-            storage=storage,
+            storage=resolved(args.storage),
             tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
             num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
             max_concurrent=args.max_concurrent or 1,

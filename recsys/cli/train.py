@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from typing import Any
 
@@ -19,6 +18,7 @@ from recsys.cli import ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named, parse_overrides
 from recsys.configlib import ConfigError
 from recsys.data.columns import DataError
+from recsys.storage import resolved
 
 RESULT_KEYS = [
     "step",
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
     connect(address)
     start_train_coordinator()
-    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
+    storage = resolved(args.storage)
     try:
         gpus = 1.0 if args.gpus else 0.0
         wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, args.wait_for_nodes)

@@ -30,13 +30,14 @@ from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
 from recsys.data.meta import FORMAT, META, read_meta
 from recsys.data.schema import DatasetSchema, pooling_by_table
+from recsys.storage import is_uri, resolved
 
 
 def source_for(path: str) -> str:
     """``prepared`` for a prepared folder, ``torchrec`` for a folder of TorchRec's
     ``day_N_*.npy`` triples; a raw file (or a folder of them) is refused with the command that
     prepares it."""
-    if "://" in path or (os.path.isdir(path) and os.path.isfile(os.path.join(path, META))):
+    if is_uri(path) or os.path.isfile(os.path.join(resolved(path), META)):
         try:
             read_meta(path)
         except DataError as e:

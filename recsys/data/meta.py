@@ -11,6 +11,7 @@ import shlex
 from typing import Any
 
 from recsys.data.errors import DataError
+from recsys.storage import is_uri, resolved
 
 FORMAT = "recsys-prepared-v3"
 META = "meta.json"
@@ -25,10 +26,11 @@ OLD = {  # formats of earlier versions: prepared again with the one path
 def read_meta(folder: str) -> dict[str, Any]:
     """The folder's ``meta.json``; a folder that is not a finished preparation is refused, and
     one prepared by an earlier version is named with the command that prepares it again."""
-    if "://" in folder:  # a prepared folder in an object store (``recsys.data.remote``)
+    if is_uri(folder):  # a prepared folder in an object store (``recsys.data.remote``)
         meta = _read_uri(folder)
         path = f"{folder.rstrip('/')}/{META}"
     else:
+        folder = resolved(folder)
         path = os.path.join(folder, META)
         if not os.path.isfile(path):
             partial = os.path.isdir(folder.rstrip("/") + ".partial")

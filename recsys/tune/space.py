@@ -65,6 +65,7 @@ from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, mo
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 from recsys.data.dataset import check_weighted, source_for, with_data
+from recsys.storage import resolved
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
@@ -336,9 +337,9 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     if smoke:
         overrides.update(smoke_raw.get("overrides") or {})
     if data:
-        overrides.update({"data.source": source_for(data), "data.paths": [_absolute(data)]})
+        overrides.update({"data.source": source_for(data), "data.paths": [resolved(data)]})
     elif isinstance(overrides.get("data.paths"), list):  # relative to where the sweep starts
-        overrides["data.paths"] = [_absolute(p) for p in overrides["data.paths"]]
+        overrides["data.paths"] = [resolved(p) for p in overrides["data.paths"]]
     try:
         base = with_data(base, overrides)
         check_weighted(base)
@@ -607,11 +608,6 @@ def resolve(path_or_name: str) -> str:
     raise ConfigError(
         f"search space {path_or_name!r} not found (a file, or one of {sorted(names)})"
     )
-
-
-def _absolute(path: str) -> str:
-    """A local path made absolute (workers start elsewhere); an object store URI as it is."""
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _relative(space_path: str, ref: str) -> str:

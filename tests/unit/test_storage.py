@@ -40,6 +40,26 @@ def test_a_uri_keeps_its_query_when_joined():
     assert storage.join("/runs", "a") == "/runs/a"
 
 
+def test_one_rule_says_what_is_a_uri_for_every_command(tmp_path, demo_prepared):
+    """``file://`` is a local folder to the sweep, the training, the space's data and a prepared
+    folder's reader alike; an object store URI is kept as it is."""
+    from recsys.cli.sweep import parse_args as sweep_args
+    from recsys.data.dataset import source_for
+    from recsys.data.meta import read_meta
+
+    assert storage.resolved(f"file://{tmp_path}") == str(tmp_path)
+    assert storage.resolved("runs") == os.path.abspath("runs")
+    assert storage.resolved("s3://b/p?scheme=http") == "s3://b/p?scheme=http"
+    assert not storage.is_uri(f"file://{tmp_path}") and storage.is_uri("s3://b/p")
+    assert read_meta(f"file://{demo_prepared}") == read_meta(demo_prepared)
+    assert source_for(f"file://{demo_prepared}") == "prepared"
+    assert sweep_args(["--storage", f"file://{tmp_path}"]).storage == f"file://{tmp_path}"
+    root = os.path.join(ROOT, "recsys")
+    bare = subprocess.run(["grep", "-rn", "--include=*.py", '"://" in', root], capture_output=True,
+                          text=True).stdout.splitlines()  # fmt: skip
+    assert [line for line in bare if "storage.py" not in line] == []  # no rule of its own
+
+
 def test_a_download_without_room_is_refused_before_it_starts(s3):
     folder = storage.join(s3, "big")
     storage.write_text(storage.join(folder, "w.bin"), "x" * 1000)
