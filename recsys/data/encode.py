@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data import vocab
+from recsys.data.dense import log1p_counts
 from recsys.data.schema import UNIT_SECONDS, DatasetSchema, SparseColumn, zone
 
 TRAIN, VAL, TEST = 0, 1, 2
@@ -757,7 +758,7 @@ class Encoded:
 
 def transform_dense(x: np.ndarray, kind: str, stats: dict[str, float]) -> np.ndarray:
     if kind == "log1p":
-        return np.log1p(np.maximum(x, 0))
+        return log1p_counts(x)
     if kind == "standardize":
         return (x - stats["mean"]) / stats["std"]
     return x

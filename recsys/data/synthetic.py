@@ -26,6 +26,7 @@ import numpy as np
 
 from recsys.config import SyntheticConfig
 from recsys.data.columns import Columns, RowSource
+from recsys.data.dense import log1p_counts
 
 MISSING_RATE = 0.1
 BLOCK = 16_384
@@ -34,7 +35,7 @@ PILOT_ROWS = 20_000  # rows that fix the standardisation and the bias
 
 def transform_dense(raw: np.ndarray) -> np.ndarray:
     """``log(1 + max(x, 0))`` as float32 (the schema's ``log1p``); callers map missing to 0."""
-    return np.log1p(np.maximum(raw, 0)).astype(np.float32)
+    return log1p_counts(raw).astype(np.float32)
 
 
 def write_tsv(
@@ -131,7 +132,7 @@ class Generator:
         return dense, sparse.astype(np.int64)
 
     def _z_raw(self, dense: np.ndarray) -> np.ndarray:
-        return np.log1p(np.nan_to_num(dense[:, : self.informative_dense], nan=0.0).clip(min=0))
+        return log1p_counts(np.nan_to_num(dense[:, : self.informative_dense], nan=0.0))
 
     def _logit(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
         """The planted logit without the bias."""

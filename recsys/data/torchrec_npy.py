@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recsys.data.columns import Columns, DataError, RowSource
+from recsys.data.dense import log1p_counts
 from recsys.data.meta import META, read_meta
 
 PARTS = ("dense", "sparse", "labels")
@@ -45,7 +46,7 @@ class DenseTransform:
     def to_log1p(self, stored: np.ndarray) -> np.ndarray:
         """Stored dense values -> ``log(1 + max(x, 0))`` float32 (raw values are integers)."""
         raw = np.rint(np.exp(np.asarray(stored, dtype=np.float64)) + self.min - 2)
-        return np.log1p(np.maximum(raw, 0)).astype(np.float32)
+        return log1p_counts(raw).astype(np.float32)
 
 
 def infer_torchrec_min(dense: np.ndarray, path: str) -> int:
