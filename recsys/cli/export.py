@@ -39,11 +39,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", help="YAML config of the checkpoint's run")
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8")
     p.add_argument(
-        "--out", help="output folder (default: with --sweep runs/<sweep>/export; with --model "
+        "--out", help="output folder (default: with --sweep <storage>/<sweep>/export, as "
+        "recsys-sweep --export writes, exports/<sweep> for an object store; with --model "
         "exports/<name>-<alias or version>; with --checkpoint <checkpoint>/export, for a URI "
         "exports/<its folder name>)",
     )  # fmt: skip
     p.add_argument("--register", help="register the MLflow model under this name")
+    p.add_argument(
+        "--storage", default="runs",
+        help="with --sweep: the sweep's --storage, which decides the default --out",
+    )  # fmt: skip
     p.add_argument(
         "--max-emb-mb",
         type=positive,
@@ -58,11 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     from recsys.export import export
     from recsys.storage import is_uri
     from recsys.tune.publish import export_best
-    from recsys.tune.state import default_tracking_uri
+    from recsys.tune.state import default_tracking_uri, export_dir
 
     try:
         if args.sweep:
-            out = args.out or os.path.join("runs", args.sweep, "export")
+            out = args.out or export_dir(args.storage, args.sweep)
             uri = args.tracking_uri or default_tracking_uri(os.getcwd())
             run_id, report, model_uri = export_best(
                 uri, args.sweep, out, args.dtype, args.register, args.max_emb_mb

@@ -54,6 +54,15 @@ def sweep_dir(opts: SweepOptions) -> str:
     return storage.join(opts.storage, opts.name)
 
 
+def export_dir(storage_path: str, sweep: str) -> str:
+    """Where a sweep's best is exported (``recsys-sweep --export``, ``recsys-export --sweep``):
+    ``<storage>/<sweep>/export`` on a file-system storage, else ``exports/<sweep>`` in the working
+    folder (an object store gets no export written into it; the model is logged to MLflow)."""
+    if is_uri(storage_path):
+        return os.path.abspath(os.path.join("exports", sweep))
+    return os.path.join(storage.resolved(storage_path), sweep, "export")
+
+
 def unlogged_dir(where: str, sweep: str) -> str | None:
     """Where a sweep keeps the artifacts MLflow could not store: a folder of its own, where its
     storage is a file system (None for an object store URI: the warning then names the artifact)."""

@@ -28,7 +28,7 @@ from recsys.cluster import RaySource
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
 from recsys.shared_storage import check_nodes_see, run_paths
-from recsys.storage import check_storage, is_uri, ray_storage
+from recsys.storage import check_storage, ray_storage
 from recsys.tune.phases import (
     Outcome,
     baseline_header,
@@ -51,6 +51,7 @@ from recsys.tune.space import SearchSpace
 from recsys.tune.state import (
     SweepOptions,
     check_resume,
+    export_dir,
     growths,
     mark_finished,
     save_state,
@@ -375,7 +376,7 @@ def launch(
     if export:
         from recsys.tune.publish import export_best
 
-        out = export_dir(opts)
+        out = export_dir(opts.storage, opts.name)
         run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
         print(
             f"exported the best trial ({run_id}) as {export}: {report.path}; test AUC "
@@ -388,14 +389,6 @@ def launch(
         )
     print(compare_line(opts.tracking_uri, link))
     return table
-
-
-def export_dir(opts: SweepOptions) -> str:
-    """Where ``--export`` writes: the sweep's folder on a file-system storage, else
-    ``exports/<name>`` in the working folder (the model is also logged to MLflow)."""
-    if is_uri(opts.storage):
-        return os.path.abspath(os.path.join("exports", opts.name))
-    return os.path.join(sweep_dir(opts), "export")
 
 
 def run_sweep(

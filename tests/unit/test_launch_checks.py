@@ -309,3 +309,15 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
         TrialState.COMPLETE,
         0.7,
     )
+
+
+def test_a_sweeps_export_has_one_folder_whoever_writes_it(tmp_path):
+    """``recsys-sweep --export`` and ``recsys-export --sweep`` (given the sweep's --storage) both
+    write to ``export_dir``: in the sweep's folder, or ``exports/<sweep>`` for an object store."""
+    from recsys.tune.state import export_dir
+
+    assert export_dir(str(tmp_path), "s") == str(tmp_path / "s" / "export")
+    assert export_dir(f"file://{tmp_path}", "s") == str(tmp_path / "s" / "export")
+    assert export_dir("s3://b/sweeps", "s") == os.path.abspath(os.path.join("exports", "s"))
+    src = open(os.path.join(ROOT, "recsys", "cli", "export.py")).read()
+    assert "export_dir(args.storage, args.sweep)" in src
