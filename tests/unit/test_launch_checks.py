@@ -319,5 +319,3 @@ def test_a_sweeps_export_has_one_folder_whoever_writes_it(tmp_path):
     assert export_dir(str(tmp_path), "s") == str(tmp_path / "s" / "export")
     assert export_dir(f"file://{tmp_path}", "s") == str(tmp_path / "s" / "export")
     assert export_dir("s3://b/sweeps", "s") == os.path.abspath(os.path.join("exports", "s"))
-    src = open(os.path.join(ROOT, "recsys", "cli", "export.py")).read()
-    assert "export_dir(args.storage, args.sweep)" in src
