@@ -30,6 +30,13 @@ from recsys.cli import count, positive, ray_address
 from recsys.configlib import ConfigError
 
 
+def default(option: str) -> Any:
+    """An option's default: ``SweepOptions``'s, the one place it is written."""
+    from recsys.tune.state import SweepOptions
+
+    return SweepOptions.__dataclass_fields__[option].default
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="recsys-sweep",
@@ -39,28 +46,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--space", default="default", help="search space name or YAML path")
     p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
     p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
-    p.add_argument("--max-concurrent", type=int, help="trials running at once (default 1)")
+    p.add_argument(
+        "--max-concurrent", type=int,
+        help=f"trials running at once (default {default('max_concurrent')})",
+    )  # fmt: skip
     p.add_argument(
         "--scheduler", choices=["fifo", "asha", "hyperband"],
-        help="trial scheduler (default fifo); asha stops the trials behind at rungs of the "
-        "budget; hyperband: asha with 3 brackets of different grace periods",
+        help=f"trial scheduler (default {default('scheduler')}); asha stops the trials behind "
+        "at rungs of the budget; hyperband: asha with 3 brackets of different grace periods",
     )  # fmt: skip
     p.add_argument(
         "--search", choices=["random", "optuna"],
-        help="search algorithm (default random); optuna: TPE, told the trials a scheduler stopped "
-        "as pruned (with --scheduler hyperband: TPE with Hyperband, as BOHB pairs them)",
+        help=f"search algorithm (default {default('search')}); optuna: TPE, told the trials a "
+        "scheduler stopped as pruned (with --scheduler hyperband: TPE with Hyperband, as BOHB "
+        "pairs them)",
     )  # fmt: skip
-    p.add_argument("--num-workers", type=int, default=2, help="Ray Train workers per trial")
-    p.add_argument("--cpus-per-worker", type=float, default=0.95)
+    p.add_argument(
+        "--num-workers", type=int, default=default("num_workers"),
+        help="Ray Train workers per trial",
+    )  # fmt: skip
+    p.add_argument("--cpus-per-worker", type=float, default=default("cpus_per_worker"))
     p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
     p.add_argument(
         "--device-memory-gb", type=positive,
         help="memory of one worker's device for the pre-launch check (default: a GPU's, measured; "
         "on CPU the node's memory over its workers)",
     )  # fmt: skip
-    p.add_argument("--driver-cpus", type=float, default=0.1, help="CPU of each trial's driver")
     p.add_argument(
-        "--wait-for-nodes", type=float, default=0.0, metavar="S",
+        "--driver-cpus", type=float, default=default("driver_cpus"),
+        help="CPU of each trial's driver",
+    )  # fmt: skip
+    p.add_argument(
+        "--wait-for-nodes", type=float, default=default("wait_for_nodes"), metavar="S",
         help="where no node can hold a trial yet, ask the autoscaler and wait up to S seconds for "
         "nodes before refusing (an autoscaling cluster, KubeRay; default 0: refuse at once)",
     )  # fmt: skip
@@ -97,13 +114,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
         "and start it over",
     )  # fmt: skip
-    p.add_argument("--max-failures", type=int, default=1, help="worker restarts per trial")
+    p.add_argument(
+        "--max-failures", type=int, default=default("max_failures"),
+        help="worker restarts per trial",
+    )  # fmt: skip
     p.add_argument(
         "--system-metrics", type=positive, metavar="S",
         help="log each trial's system metrics in its MLflow run, a sample every S seconds per "
         "host (CPU, memory, disk, network; GPU where present); default off",
     )  # fmt: skip
-    p.add_argument("--seed", type=int, help="the search's seed (default 0)")
+    p.add_argument("--seed", type=int, help=f"the search's seed (default {default('seed')})")
     p.add_argument(
         "--confirm", type=int, metavar="K",
         help="after the search, re-train the K best with --seeds new seeds each (0: no seed "
@@ -187,20 +207,20 @@ def main(argv: list[str] | None = None) -> None:
         )
 
         smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
+        given = {  # (what is not given: SweepOptions' default)
+            "num_samples": args.num_samples or smoke_samples or space.raw.get("num_samples"),
+            **{k: getattr(args, k) for k in ("max_concurrent", "scheduler", "search", "seed")},
+        }
         opts = SweepOptions(
             name=args.name or space.name,
             storage=resolved(args.storage),
             tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
-            num_samples=args.num_samples or smoke_samples or space.raw.get("num_samples", 8),
-            max_concurrent=args.max_concurrent or 1,
-            scheduler=args.scheduler or "fifo",
-            search=args.search or "random",
+            **{k: v for k, v in given.items() if v is not None},
             num_workers=args.num_workers,
             cpus_per_worker=args.cpus_per_worker,
             use_gpu=args.gpus,
             driver_cpus=args.driver_cpus,
             max_failures=args.max_failures,
-            seed=args.seed or 0,
             resume=args.resume,
             device_memory_gb=args.device_memory_gb,
             wait_for_nodes=args.wait_for_nodes,
@@ -212,11 +232,14 @@ def main(argv: list[str] | None = None) -> None:
         if args.restart:
             restart(opts)
         typed = frozenset(k for k in RESTORED if getattr(args, k) is not None)
-        if check_resume(space, opts, typed):
+        if restore := check_resume(space, opts, typed):
             opts = grown_options(opts, typed) if opts.more else restored_options(opts)
         from recsys.tune.sweep import launch
 
-        table = launch(space, opts, address=address, export=args.export, register=args.register)
+        table = launch(
+            space, opts, address=address, export=args.export, register=args.register,
+            restore=restore,
+        )  # fmt: skip
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
     if why := nothing_finished(table):

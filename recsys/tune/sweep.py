@@ -350,14 +350,18 @@ def launch(
     address: str | RaySource | None = None,
     export: str | None = None,
     register: str | None = None,
+    restore: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Everything ``recsys-sweep`` does: check the request (resume, MLflow, cluster fit) before
     anything launches, connect to Ray, run or resume the sweep, print the best trials and where
-    to look, and export the best one if asked. Returns the trials' rows, best first."""
+    to look, and export the best one if asked. Returns the trials' rows, best first.
+    ``restore``: what ``check_resume`` said of it, where the caller checked (the command line,
+    with the options typed); None: checked here."""
     from recsys.cluster import connect, start_train_coordinator, wait_for_fit
 
-    check_storage(opts.storage)
-    restore = check_resume(space, opts)
+    if restore is None:
+        check_storage(opts.storage)
+        restore = check_resume(space, opts)
     if restore and (change := worker_change(opts)):
         print(change)
     tracker = Tracker(opts.tracking_uri, keep=unlogged_dir(opts.storage, opts.name))
