@@ -277,11 +277,7 @@ class SparseArch(nn.Module):
         super().__init__()
         self.features = cfg.names()
         self.operation = cfg.qr.operation
-        self.collisions = {
-            f: cfg.qr.collisions
-            for f, rows in zip(self.features, cfg.num_embeddings, strict=True)
-            if cfg.qr.applies_to(rows)
-        }
+        self.collisions = dict(cfg.layout().qr)  # (the data path's rule: one map)
         self.weighted = bool(cfg.weighted)
         self.embedding_bag_collection = EmbeddingBagCollection(
             tables=embedding_bag_configs(cfg, init_seed),
