@@ -145,6 +145,12 @@ class Postgres:
         return self.uri(name)
 
 
+# uvicorn (under `mlflow server` and `mlflow ui`) kills a worker that has not answered its
+# supervisor's health check within 5 s, and starts another: on cores kept busy, MLflow's app takes
+# longer than that to import, and the server never comes up (docs/troubleshooting.md)
+PATIENT_WORKER = ["--uvicorn-opts", "--timeout-worker-healthcheck 120"]
+
+
 class MlflowServer:
     """``mlflow server`` over a store URI on 127.0.0.1, artifacts served from ``artifacts`` (a
     folder, or an object store URI); or,
@@ -173,12 +179,14 @@ class MlflowServer:
                     args[args.index(flag) + 1] = value
                 else:
                     args += [flag, value]
+            if args[0] in ("server", "ui"):
+                args += PATIENT_WORKER
             return [sys.executable, "-m", "mlflow", *args]
         assert self.artifacts is not None, "a server needs its artifact folder (or URI)"
         artifacts = self.artifacts if isinstance(self.artifacts, str) else self.artifacts.as_uri()
         return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store,
                 "--artifacts-destination", artifacts, "--host", "127.0.0.1",
-                "--port", str(self.port), "--workers", "1"]  # fmt: skip
+                "--port", str(self.port), "--workers", "1", *PATIENT_WORKER]  # fmt: skip
 
     def start(self, timeout: float = 120) -> MlflowServer:
         cmd = self._cmd()
