@@ -102,7 +102,8 @@ def run_one(
         results = list(build_tuner(s, opts, spec, restore=False, stop=stop).fit())
         if grown and not (stop is not None and stop.hit):
             first = trial_frame(results, s)
-            tuner = build_tuner(s, opts, spec, restore=False, stop=stop, growth=1, prior=first)
+            more = dataclasses.replace(opts, seed=opts.seed + 1)  # (as --more's default seed)
+            tuner = build_tuner(s, more, spec, restore=False, stop=stop, growth=1, prior=first)
             results += list(tuner.fit())
     end = time.time()
     out = []

@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
     p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
     p.add_argument(
-        "--max-concurrent", type=int,
+        "--max-concurrent", type=count,
         help=f"trials running at once (default {default('max_concurrent')})",
     )  # fmt: skip
     p.add_argument(

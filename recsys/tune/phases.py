@@ -468,6 +468,7 @@ def log_confirmation(tracker: Tracker, parent: str, experiment_id: str, result: 
         return
     tracker.log_text(parent, result.seeds.to_csv(index=False), "confirm.csv")
     if not result.spreads:
+        tracker.set_tags(parent, {Tag.CONFIRMED_ORDER: "[]"})  # (an earlier check's is stale)
         return
     checked = [(s, "") for s in result.spreads]
     checked += [(s, arch) for arch, s in result.reference_spreads.items()]

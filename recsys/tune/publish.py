@@ -190,6 +190,8 @@ def registered_trial(tracker: Tracker, model_uri: str) -> tuple[str, str, Any]:
         )
     except Exception as e:  # MlflowException: RESOURCE_DOES_NOT_EXIST, its message says which
         raise ValueError(f"--model {model_uri!r}: not in {tracker.uri}: {e}") from None
+    if not version.run_id:
+        raise ValueError(f"--model {model_uri!r}: its version has no run (not logged by a trial)")
     run_id = str(version.run_id)
     ckpt = tracker.client.get_run(run_id).data.tags.get(Tag.BEST_CHECKPOINT)
     if not ckpt:

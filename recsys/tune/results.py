@@ -101,6 +101,7 @@ def _row(result: Any, space: SearchSpace, role: str) -> dict[str, Any]:
     for o in space.objectives:
         row[o.key] = last.get(o.key, math.nan)
     row["best_step"] = best.get("step", math.nan)
+    row["last_step"] = last.get("step", math.nan)
     row.update({m: best.get(m, math.nan) for m in METRICS + task_aucs(space)})
     row["emb_bytes"] = last.get("emb_bytes", math.nan)
     row["samples_per_s"] = last.get("samples_per_s", math.nan)

@@ -25,9 +25,11 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 CONSTRAINT = "recsys_constraint"
+OPTUNA_CONSTRAINTS = "constraints"  # the system attribute Optuna's samplers read a trial's from
 INFEASIBLE = "infeasible"
 
 
@@ -78,6 +80,13 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
         for point in self.warm:
             study.add_trial(told(point, self._space))
 
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """An intermediate score told at the trial's training step (Ray tells the report's
+        index), the scale a grown sweep's earlier pruned trials are told at."""
+        if "step" in result and _finite(result["step"]):
+            result = {**result, TRAINING_ITERATION: int(result["step"])}
+        super().on_trial_result(trial_id, result)
+
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
@@ -106,6 +115,7 @@ def told(point: WarmPoint, space: Any) -> Any:
     flat = {f"params/{k}": v for k, v in point.params.items()}
     dists = {k: d for k, d in space.items() if k in flat}
     at = point.pruned_at if len(point.values) == 1 else None
+    violation = 1.0 if point.infeasible else 0.0
     state = optuna.trial.TrialState
     return optuna.trial.create_trial(
         params={k: _native(flat[k]) for k in dists},
@@ -113,7 +123,8 @@ def told(point: WarmPoint, space: Any) -> Any:
         values=point.values if at is None else None,
         state=state.COMPLETE if at is None else state.PRUNED,
         intermediate_values=None if at is None else {at: point.values[0]},
-        user_attrs={CONSTRAINT: [1.0 if point.infeasible else 0.0]},
+        user_attrs={CONSTRAINT: [violation]},
+        system_attrs={OPTUNA_CONSTRAINTS: (violation,)},  # (what TPE reads: no after_trial here)
     )
 
 

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -52,6 +53,7 @@ from recsys.tune.state import (
     SweepOptions,
     check_resume,
     export_dir,
+    grown_options,
     growths,
     mark_finished,
     save_state,
@@ -189,12 +191,14 @@ def warm_points(
         if row["status"] == "infeasible":
             out.append(WarmPoint(dict(row["params"]), [worst[k] for k in keys], True))
         elif row["status"] in SCORED and all(math.isfinite(v) for v in values):
-            step = row.get("best_step")
-            stopped = row["status"] == STOPPED and isinstance(step, float) and math.isfinite(step)
-            out.append(
-                WarmPoint(dict(row["params"]), values, False, int(step) if stopped else None)
-            )
+            step = row.get("last_step", math.nan)  # (where the scheduler stopped it)
+            at = int(step) if row["status"] == STOPPED and _finite(step) else None
+            out.append(WarmPoint(dict(row["params"]), values, False, at))
     return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float, np.number)) and math.isfinite(float(value))
 
 
 def build_tuner(
@@ -362,6 +366,7 @@ def launch(
     if restore is None:
         check_storage(opts.storage)
         restore = check_resume(space, opts)
+        opts = grown_options(opts, frozenset()) if opts.more else opts
     if restore and (change := worker_change(opts)):
         print(change)
     tracker = Tracker(opts.tracking_uri, keep=unlogged_dir(opts.storage, opts.name))
@@ -425,6 +430,7 @@ def run_sweep(
         save_state(space, opts)
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     if opts.more:
+        _searcher(opts, space)  # refused before the growth is recorded (a grid with Optuna)
         k = start_growth(opts)
         print(f"growing sweep {opts.name!r} ({k}): {opts.more} more trials of {space.source} "
               f"({opts.search} search), by {scores}")  # fmt: skip
@@ -448,22 +454,30 @@ def run_sweep(
     return rows
 
 
+def ran(tuner: Any, finished: bool) -> Any:
+    """A restored part's results as they stand (``finished``: a part before a growth, whose
+    errored trials ``--more`` must not retry), else what its ``fit`` runs."""
+    return tuner.get_results() if finished else tuner.fit()
+
+
 def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Outcome:
     """Baselines (if the space lists any), the search and each of its growths, the seed check
     (if asked)."""
     baselines = pd.DataFrame()
+    parts = growths(opts)  # a part before the last one finished: read, never run again
     with legacy_tune_output():
         if points := baseline_points(space):
             print(baseline_header(space))
-            grid = phase_tuner("baseline", points, space, opts, spec, restore).fit()
-            baselines = trial_frame(grid, space, role="baseline")
-        results = list(build_tuner(space, opts, spec, restore).fit())
-        for k, options in enumerate(growths(opts), 1):
+            tuner = phase_tuner("baseline", points, space, opts, spec, restore)
+            baselines = trial_frame(ran(tuner, restore and bool(parts)), space, role="baseline")
+        results = list(ran(build_tuner(space, opts, spec, restore), restore and bool(parts)))
+        for k, options in enumerate(parts, 1):
             grown, prior = dataclasses.replace(opts, **options), trial_frame(results, space)
-            if opts.more and k == len(growths(opts)) and grown.search != "random":
+            if opts.more and k == len(parts) and grown.search != "random":
                 warm = len(warm_points(prior, space, worst(space)))
                 print(f"the {grown.search} search is warm-started with {warm} earlier trials")
-            results += list(build_tuner(space, grown, spec, True, growth=k, prior=prior).fit())
+            tuner = build_tuner(space, grown, spec, True, growth=k, prior=prior)
+            results += list(ran(tuner, k < len(parts)))
         trials = trial_frame(results, space)
         seeds = seed_check(space, opts, spec, restore, trials, baselines)
     return Outcome(with_baselines(trials, baselines, space), seeds, space)

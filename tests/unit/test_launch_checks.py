@@ -280,7 +280,7 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
         "trial": ["a", "b", "c", "d"], "role": "trial", "params": params,
         "status": ["finished", "infeasible", "error", "stopped"],  # d: by the scheduler
         "best_val_auc": [0.71, float("nan"), float("nan"), 0.69],
-        "best_step": [20.0, float("nan"), float("nan"), 10.0],
+        "last_step": [20, 0, 0, 10],  # (int64, as a frame of trials that all reported has)
     })  # fmt: skip
     points = warm_points(trials, space, worst(space))
     assert [p.values for p in points] == [[0.71], [-1.0e30], [0.69]]  # the errored one: left out
@@ -295,6 +295,7 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
     assert [t.value for t in told[:2]] == [0.71, -1.0e30]
     assert told[2].intermediate_values == {10: 0.69}
     assert [t.user_attrs[CONSTRAINT] for t in told] == [[0.0], [1.0], [0.0]]
+    assert [list(t.system_attrs["constraints"]) for t in told] == [[0.0], [1.0], [0.0]]  # TPE's
     assert told[0].params == {f"params/{k}": v for k, v in params[0].items()}
     for trial in ("e", "f"):  # and it samples on from there; a trial the scheduler stopped:
         assert set(searcher.suggest(trial)["params"]) == set(space.param_space())
@@ -303,6 +304,7 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
     searcher.on_trial_complete("e", {**report, "train_steps": 40})
     searcher.on_trial_complete("f", {**report, "train_steps": 10})
     e, f = searcher._ot_study.trials[3:]
+    assert e.intermediate_values == {10: 0.7}  # at its training step, as the warm ones
     assert (e.state, e.value, f.state, f.value) == (
         TrialState.PRUNED,
         0.7,
