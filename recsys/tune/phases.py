@@ -34,7 +34,7 @@ from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
 from recsys.tune.results import SCORED, status
 from recsys.tune.space import SearchSpace
-from recsys.tune.state import SweepOptions, growths, sweep_dir
+from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
 
@@ -193,17 +193,18 @@ def seed_check(
     restore: bool,
     trials: pd.DataFrame,
     baselines: pd.DataFrame | None = None,
+    grown: int = 0,
 ) -> pd.DataFrame:
     """The seed check of the ``top`` best of ``trials`` (one row per seed run: ``confirm_frame``),
     and with ``confirm.references`` of each reference among ``baselines`` (its arch's best).
-    In a grown sweep, seed runs an earlier check made (its folder restored) are kept and not run
-    again; the new ones run in the growth's own folder (``confirm_folder``)."""
+    In a sweep ``grown`` times, seed runs an earlier check made (its folder restored) are kept
+    and not run again; the new ones run in the last growth's folder (``confirm_folder``)."""
     points = confirm_points(trials, space) if space.confirm.top else []
     if points and space.confirm.references and baselines is not None:
         points += reference_points(baselines, space)
     if not points:
         return pd.DataFrame()
-    n = len(growths(opts))
+    n = grown  # the sweep's growths: the earlier checks are in confirm_folder(0 .. n - 1)
     frames = [confirm_frame(tuner.fit(), space) for j in range(n)
               if (tuner := restored_phase(confirm_folder(j), opts, spec)) is not None]  # fmt: skip
     done = {(str(r["confirms"]), int(r["seed"])) for f in frames for _, r in f.iterrows()}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
@@ -83,7 +84,7 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """An intermediate score told at the trial's training step (Ray tells the report's
         index), the scale a grown sweep's earlier pruned trials are told at."""
-        if "step" in result and _finite(result["step"]):
+        if "step" in result and finite(result["step"]):
             result = {**result, TRAINING_ITERATION: int(result["step"])}
         super().on_trial_result(trial_id, result)
 
@@ -96,7 +97,7 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
         metrics = self.metric if isinstance(self.metric, list) else [self.metric]
         infeasible = bool(result.get(INFEASIBLE))
         ot_trial.set_user_attr(CONSTRAINT, [1.0 if infeasible else 0.0])
-        missing = [m for m in metrics if not _finite(result.get(m))]
+        missing = [m for m in metrics if not finite(result.get(m))]
         if infeasible:
             result = {**result, **{m: self.worst[m] for m in missing}}
         elif missing:
@@ -134,11 +135,12 @@ def stopped_early(result: dict[str, Any]) -> bool:
     step, own = result.get("step"), result.get("train_steps")
     if result.get("early_stopped") or result.get("diverged"):
         return False
-    return _finite(step) and _finite(own) and float(step) < float(own)  # type: ignore[arg-type]
+    return finite(step) and finite(own) and float(step) < float(own)  # type: ignore[arg-type]
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+def finite(value: Any) -> bool:
+    """A number (Python's or NumPy's) that is neither NaN nor infinite."""
+    return isinstance(value, (int, float, np.number)) and math.isfinite(float(value))
 
 
 def _native(value: Any) -> Any:

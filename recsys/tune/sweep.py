@@ -20,7 +20,6 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -47,7 +46,7 @@ from recsys.tune.results import (
     trial_frame,
     with_baselines,
 )
-from recsys.tune.search import WarmPoint
+from recsys.tune.search import WarmPoint, finite
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import (
     SweepOptions,
@@ -192,13 +191,9 @@ def warm_points(
             out.append(WarmPoint(dict(row["params"]), [worst[k] for k in keys], True))
         elif row["status"] in SCORED and all(math.isfinite(v) for v in values):
             step = row.get("last_step", math.nan)  # (where the scheduler stopped it)
-            at = int(step) if row["status"] == STOPPED and _finite(step) else None
+            at = int(step) if row["status"] == STOPPED and finite(step) else None
             out.append(WarmPoint(dict(row["params"]), values, False, at))
     return out
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float, np.number)) and math.isfinite(float(value))
 
 
 def build_tuner(
@@ -479,5 +474,5 @@ def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore:
             tuner = build_tuner(space, grown, spec, True, growth=k, prior=prior)
             results += list(ran(tuner, k < len(parts)))
         trials = trial_frame(results, space)
-        seeds = seed_check(space, opts, spec, restore, trials, baselines)
+        seeds = seed_check(space, opts, spec, restore, trials, baselines, len(parts))
     return Outcome(with_baselines(trials, baselines, space), seeds, space)
