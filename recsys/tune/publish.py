@@ -210,14 +210,31 @@ def export_registered(
     register: str | None = None,
 ) -> tuple[str, ExportReport, str]:
     """Export the trial behind ``model_uri`` again (``registered_trial``: another dtype, or a
-    fresh copy for a server), from its best checkpoint; logged to its run like ``export_best``
-    and registered under ``register`` if given. Its run id, report and MLflow model URI."""
+    fresh copy for a server), from its best checkpoint; recorded in its run as ``export_best``
+    records one (``export_to_run``), registered under ``register`` if given. Its run id, report
+    and MLflow model URI."""
     tracker = Tracker(tracking_uri)
     run_id, ckpt, cfg = registered_trial(tracker, model_uri)
+    return run_id, *export_to_run(tracker, run_id, ckpt, cfg, out_dir, dtype, register)
+
+
+def export_to_run(
+    tracker: Tracker,
+    run_id: str,
+    ckpt: str,
+    cfg: ExperimentConfig,
+    out_dir: str,
+    dtype: str,
+    register: str | None,
+) -> tuple[ExportReport, str]:
+    """Export a trial's checkpoint into ``out_dir`` and record it in the trial's run ``run_id``:
+    the export's checks as metrics, its ``meta.json``, the MLflow model scoring raw rows
+    (registered under ``register`` if given). The report and the model's URI."""
     report = export(cfg, ckpt, out_dir, dtype)
     tracker.log_values(run_id, report.as_metrics())
+    tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
     example = serving_example(os.path.join(out_dir, PREPARED_DIR))
-    return run_id, report, log_served_model(tracker, run_id, out_dir, example, register)
+    return report, log_served_model(tracker, run_id, out_dir, example, register)
 
 
 def export_best(
@@ -236,11 +253,7 @@ def export_best(
     tracker = Tracker(tracking_uri)
     budget = max_emb_mb * 2**20 if max_emb_mb is not None else None
     run_id, ckpt, cfg = best_trial(tracker, sweep, budget)
-    report = export(cfg, ckpt, out_dir, dtype)
-    tracker.log_values(run_id, report.as_metrics())
-    tracker.log_file(run_id, os.path.join(out_dir, META_FILE), "export")
-    example = serving_example(os.path.join(out_dir, PREPARED_DIR))
-    uri = log_served_model(tracker, run_id, out_dir, example, register)
+    report, uri = export_to_run(tracker, run_id, ckpt, cfg, out_dir, dtype, register)
     if register:
         uri, line = crown(tracker, register, sweep, run_id)
         log(f"registered {register}: {line}")
