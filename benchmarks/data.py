@@ -10,11 +10,11 @@ import time
 
 from benchmarks.common import table
 from recsys.config import ExperimentConfig, SyntheticConfig
-from recsys.data import TrainStream, load_splits
 from recsys.data.dataset import resolve
-from recsys.data.prepare import prepare
+from recsys.data.input.loader import TrainStream, load_splits
+from recsys.data.input.synthetic import generate
+from recsys.data.prepare.pipeline import prepare
 from recsys.data.schema import DatasetSchema
-from recsys.data.synthetic import generate
 
 ROWS = [100_000] * 26
 

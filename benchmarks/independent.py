@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from recsys.config import ExperimentConfig
-from recsys.data import load_splits
-from recsys.train.metrics import auc
+from recsys.data.input.loader import load_splits
+from recsys.metrics import auc
 
 
 @dataclass

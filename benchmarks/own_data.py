@@ -1,9 +1,9 @@
 """Your own data: preparation throughput on Ray against a single process, its memory with Ray's
 object store capped, and the training step with multi-hot against one-hot.
 
-- ``prepare``: the demo click log (``recsys.data.clicklogs``, 2 multi-hot columns, string ids)
-  written as Parquet, then prepared by ``recsys.data.prepare`` (a) in one process without Ray
-  (``workers=0``: the same pieces and passes, pyarrow + numpy in a loop) and (b) on a local Ray
+- ``prepare``: the demo click log (``recsys.data.demo.clicklogs``, 2 multi-hot columns, string ids)
+  written as Parquet, then prepared by ``recsys.data.prepare.pipeline`` (a) in one process without
+  Ray (``workers=0``: the same pieces and passes, pyarrow + numpy in a loop) and (b) on a local Ray
   with 1 and with ``workers`` worker processes; rows/s and the time per phase of each, and that
   every output is byte-identical.
 - ``memory``: (b) on input larger than the memory it may use: the object store capped
@@ -140,7 +140,7 @@ def _arrow_bytes(files: list[str]) -> int:
 
 
 def prepare_throughput(rows: int, files: int, workers: int) -> str:
-    from recsys.data import clicklogs
+    from recsys.data.demo import clicklogs
 
     root = tempfile.mkdtemp(prefix="bench-own-data-")
     try:
@@ -172,7 +172,7 @@ def _timed(paths: list[str], out: str, workers: int) -> tuple[float, float, floa
     import ray
 
     from recsys.cluster import connect
-    from recsys.data.prepare import prepare
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     t0 = time.perf_counter()
@@ -192,13 +192,13 @@ def prepare_memory(rows: int, files: int, workers: int, store_mb: int, cap_mb: i
     import subprocess
     import sys
 
-    from recsys.data import clicklogs
+    from recsys.data.demo import clicklogs
 
     root = tempfile.mkdtemp(prefix="bench-own-data-")
     try:
         paths = clicklogs.write(os.path.join(root, "raw"), rows, files)
         arrow = _arrow_bytes(paths)
-        cmd = [sys.executable, "-m", "recsys.data.preprocess", "--schema", SCHEMA, *paths,
+        cmd = [sys.executable, "-m", "recsys.cli.preprocess", "--schema", SCHEMA, *paths,
                "--out", os.path.join(root, "out"), "--workers", str(workers),
                "--object-store-mb", str(store_mb), "--no-progress"]  # fmt: skip
         t0 = time.perf_counter()
@@ -233,7 +233,7 @@ def multihot_step(
     from benchmarks.common import init_world1
     from recsys.config import ExperimentConfig
     from recsys.data.columns import RaggedColumns
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import to_batch
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
@@ -305,9 +305,10 @@ def prefetch_step(rows: int, batch: int, steps: int, reps: int = 3) -> str:
 
     from benchmarks.common import init_world1
     from recsys.config_registry import debug
-    from recsys.data import TrainStream, clicklogs, load_splits
-    from recsys.data.prefetch import Prefetcher
-    from recsys.data.prepare import prepare
+    from recsys.data.demo import clicklogs
+    from recsys.data.input.loader import TrainStream, load_splits
+    from recsys.data.input.prefetch import Prefetcher
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
     from recsys.distributed.env import current
     from recsys.train.build import build

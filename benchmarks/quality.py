@@ -2,7 +2,7 @@
 possible? On two logs prepared by the product's own preparation:
 
 - ``planted``: categorical fields only, a few thousand users and items, planted pairwise
-  interactions, whose true click probability is known (``recsys.data.planted``): the oracle
+  interactions, whose true click probability is known (``recsys.data.demo.planted``): the oracle
   (Bayes-optimal) AUC of the test rows is computable;
 - ``demo``: the demo click log (``recsys-synth``: two tasks, multi-hot lists, numeric columns),
   swept by the shipped ``clicklogs`` space.
@@ -90,8 +90,8 @@ class Log:
 
 
 def planted_log(tmp: str, rows: int) -> Log:
-    from recsys.data import planted
-    from recsys.data.prepare import prepare
+    from recsys.data.demo import planted
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     raw = os.path.join(tmp, "planted_raw")
@@ -117,7 +117,7 @@ def structure_lr(path: str, bounds: list[int]) -> Row:
     from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
-    from recsys.train.metrics import auc
+    from recsys.metrics import auc
 
     t0 = time.perf_counter()
     frame = pq.read_table(path).to_pandas()
@@ -154,9 +154,9 @@ def demo_log(tmp: str, rows: int) -> Log:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from recsys.data import clicklogs
-    from recsys.data.encode import time_values
-    from recsys.data.prepare import prepare
+    from recsys.data.demo import clicklogs
+    from recsys.data.prepare.encode import epoch_seconds
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     raw = os.path.join(tmp, "demo_raw")
@@ -168,7 +168,7 @@ def demo_log(tmp: str, rows: int) -> Log:
     frames = []
     for f in files:
         t = pq.read_table(f)
-        keep = time_values(t.column(schema.time))[0] >= cut
+        keep = epoch_seconds(t.column(schema.time))[0] >= cut
         frames.append(t.filter(keep).to_pandas())
     test = pd.concat(frames, ignore_index=True)
     if len(test) != meta["rows"]["test"]:
@@ -241,8 +241,8 @@ def peak_of(client: Any, run: Any, metric: str, train_rows: int) -> tuple[str, s
 
 def served(log: Log, export: str) -> list[float]:
     """The exported model, as MLflow serves it, on the raw test rows: AUC per task."""
+    from recsys.metrics import auc
     from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer
-    from recsys.train.metrics import auc
 
     scorer = TabularScorer()
     artifacts = {"model": os.path.join(export, MODEL_FILE), "meta": os.path.join(export, META_FILE),
@@ -257,8 +257,7 @@ def checkpoint_test(cfg: Any, checkpoint: str, data: dict[str, ind.Rows]) -> lis
     """A trial's best checkpoint (FP32, unsharded) on the prepared test rows: AUC per task."""
     import torch
 
-    from recsys.data import load_splits
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import load_splits, to_batch
     from recsys.export import load_fp32, raw_layout
 
     model = load_fp32(cfg, checkpoint)

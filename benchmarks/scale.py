@@ -28,7 +28,7 @@ TERABYTE_DAY_ROWS = 4_373_472_329 // 24  # Criteo 1TB: 4.37B rows over 24 days
 def write_days(folder: str, days: int, rows: int, seed: int = 0, chunk: int = 1 << 22) -> int:
     """A prepared folder (``schemas/criteo_kaggle.yaml``'s columns, ids hashed into 100k rows)
     with one training shard of ``rows`` rows per day; returns the bytes written."""
-    from recsys.data.meta import FORMAT
+    from recsys.data.prepared.meta import FORMAT
     from recsys.data.schema import DatasetSchema
 
     rng = np.random.default_rng(seed)
@@ -200,7 +200,7 @@ def larger_than_memory(gib: float, steps: int, days: int = 8) -> str:
 
 def _tsv(path: str, rows: int, copies: int) -> None:
     from recsys.config import SyntheticConfig
-    from recsys.data.synthetic import generate
+    from recsys.data.input.synthetic import generate
 
     part = path + ".part"
     generate(SyntheticConfig(num_samples=rows, seed=0), 13, [100_000] * 26).write_tsv(part)
@@ -218,7 +218,7 @@ def preprocessing(rows: int, copies: int, chunk_mb: float) -> str:
     import ray
 
     from recsys.cluster import connect
-    from recsys.data.prepare import prepare
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     kaggle = DatasetSchema.load("criteo_kaggle")
@@ -268,7 +268,7 @@ def collisions(seed: int = 0) -> str:
     frequencies). With a vocabulary every kept value has a row of its own (0 by construction:
     checked here on the ids the vocabulary gives)."""
     from recsys.config_registry import KAGGLE_ROWS
-    from recsys.data.encode import Vocabulary
+    from recsys.data.prepare.encode import Vocabulary
 
     rng = np.random.default_rng(seed)
     rows, shares = [], []

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from benchmarks.common import init_world1, median_spread, table, timed
 from benchmarks.plain_dlrm import PlainDLRM, to_plain
 from recsys.config import ExperimentConfig, SparseLayout
-from recsys.data.loader import to_batch
-from recsys.data.synthetic import SyntheticRows
+from recsys.data.input.loader import to_batch
+from recsys.data.input.synthetic import SyntheticRows
 from recsys.distributed.env import current
 from recsys.train.build import build
 from recsys.train.stepper import Stepper

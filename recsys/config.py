@@ -439,7 +439,7 @@ class LossConfig:
 
 @dataclass
 class SyntheticConfig:
-    """Synthetic click log with a planted logistic signal (see ``recsys.data.synthetic``).
+    """Synthetic click log with a planted logistic signal (see ``recsys.data.input.synthetic``).
 
     Attributes:
         num_samples: rows generated in total (before the train/val/test split).
@@ -487,12 +487,12 @@ class DataConfig:
         prefetch: training batches made ahead of the step in a background thread (0: on the
             training thread); the data order and exact resume are the same either way.
         cache_dir: where a worker caches the shards it reads of a prepared folder in an object
-            store (``recsys.data.remote``: only its own rows' shards, shared by the workers of
-            a node, free space checked first); empty: ``recsys-data-cache`` in the system's
-            temp folder.
+            store (``recsys.data.prepared.remote``: only its own rows' shards, shared by the
+            workers of a node, free space checked first); empty: ``recsys-data-cache`` in the
+            system's temp folder.
         torchrec_dense_min: a folder made by TorchRec's own preprocessing stores dense features
             as ``log(x - min + 2)`` without recording ``min``; it is read off each day's first
-            rows unless declared here (``recsys.data.torchrec_npy``).
+            rows unless declared here (``recsys.data.prepared.torchrec_npy``).
     """
 
     source: Source = "synthetic"

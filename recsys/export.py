@@ -48,15 +48,15 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from recsys import storage
 from recsys.config import ExperimentConfig, SparseLayout
-from recsys.data import RowSource, load_splits
+from recsys.data import RowSource
 from recsys.data.dataset import write_serving
-from recsys.data.loader import to_batch
-from recsys.data.remote import localised_for_export
+from recsys.data.input.loader import load_splits, to_batch
+from recsys.data.prepared.remote import localised_for_export
 from recsys.distributed.checkpoint import load_model_unsharded
+from recsys.metrics import binary_metrics, sigmoid
 from recsys.models import ModelAndLoss, build_model
 from recsys.models.dlrm import WithRawIds
 from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR
-from recsys.train.metrics import binary_metrics, sigmoid
 
 DTYPES = {"int8": torch.qint8, "int4": torch.quint4x2, "fp16": torch.half}
 
@@ -397,7 +397,7 @@ def export(
     module docstring), and compare it with the FP32 model on the first ``sample_rows`` rows of the
     test split (the validation split if there is no test split). A checkpoint in an object store
     (a URI) is downloaded to a temporary local folder first; a prepared folder in one is read
-    through a local cache of the rows the export reads (``recsys.data.remote``)."""
+    through a local cache of the rows the export reads (``recsys.data.prepared.remote``)."""
     cfg = localised_for_export(cfg, sample_rows)  # a prepared folder in an object store
     with storage.local_folder(checkpoint_dir) as local:
         return _export(cfg, local, out_dir, dtype, sample_rows)

@@ -5,7 +5,7 @@ columns export writes for synthetic data and TorchRec's folders (``recsys.data.d
 The TorchScript model inside is the one ``recsys.export`` wrote; this wrapper only turns rows into
 the model's input with what training used, copied beside it (``prepared/``: the schema, the
 vocabularies, the dense statistics), by the same code as the preparation
-(``recsys.data.encode``).
+(``recsys.data.prepare.encode``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
     columns; labels and the time column are not needed, the timestamp columns of time features
     are): raw ids are mapped through the training vocabularies (or hashed into their buckets),
     time features derived from their timestamps, and dense values filled and transformed with
-    the training statistics, by the same code as the preparation (``recsys.data.encode``).
+    the training statistics, by the same code as the preparation (``recsys.data.prepare.encode``).
     Returns one probability per task, a column named after each label."""
 
     def load_context(self, context: Any) -> None:
@@ -92,16 +92,12 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
 def load_fitted(folder: str) -> Any:
     """The preparation's fitted transforms (schema, vocabularies, dense statistics) from a
     prepared folder (or its copy beside an export); a shared table's file is read once."""
-    from recsys.data.encode import Fitted, Vocabulary
+    from recsys.data.prepare.encode import Fitted, Vocabulary
+    from recsys.data.prepared.meta import read_meta
     from recsys.data.schema import DatasetSchema
 
-    with open(os.path.join(folder, META_FILE)) as f:
-        meta = json.load(f)
+    meta = read_meta(folder)  # refuses an earlier version's folder, naming the command
     schema = DatasetSchema.from_dict(meta["schema"])
-    if "features" not in meta and not all(c.identity for c in schema.sparse.values()):
-        raise ValueError(f"{folder}: prepared by an earlier version, whose rows differ (row 0 "
-                         "held missing and unseen values alike): prepare the data again and "
-                         "retrain")  # fmt: skip
     vocabs: dict[str, Vocabulary] = {}
     by_file: dict[str, Vocabulary] = {}
     for name, path in meta["vocab"].items():
@@ -119,7 +115,7 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
     ``ValueError`` naming column and row."""
     import pyarrow as pa
 
-    from recsys.data.encode import column_problem, weights_problem
+    from recsys.data.prepare.encode import column_problem, weights_problem
 
     schema = fitted.schema
     needed = schema.serving_columns()
@@ -219,8 +215,8 @@ def tabular_batch(frame: pd.DataFrame, fitted: Any, table_rows: list[int]) -> An
     give a weighted KJT, as in training)."""
     from recsys.config import SparseLayout
     from recsys.data.columns import RaggedColumns
-    from recsys.data.encode import encode
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import to_batch
+    from recsys.data.prepare.encode import encode
 
     enc = encode(raw_table(frame, fitted), fitted, with_labels=False)
     n = len(enc)

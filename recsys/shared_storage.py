@@ -26,13 +26,13 @@ from typing import Any
 
 from recsys.config import DataConfig
 from recsys.configlib import ConfigError
+from recsys.data.prepared.meta import is_prepared, meta_path
 from recsys.storage import is_uri
 
 MARKER = ".recsys-node-check-"  # + a random token: the file the driver writes into --storage
 WRITTEN = frozenset(
     {"--storage", "--out"}
 )  # flags whose folder is written to (a marker, then checkpoints)
-META = "meta.json"  # a prepared folder's index (recsys.data.meta), its witness
 HEAD_BYTES = 4 << 20  # how much of a file its digest reads (with its size)
 HINT = (
     "--storage and --data must be on storage every node mounts at the same path (NFS or another "
@@ -114,8 +114,9 @@ def probe(flag: str, path: str, markers: list[str]) -> Probe:
         except OSError as e:
             raise ConfigError(f"{flag}={path}: the driver cannot write there: {e}") from e
         return seen_by_driver(Probe(flag, path, target, what, writable=True))
-    if os.path.isfile(os.path.join(path, META)):
-        return seen_by_driver(Probe(flag, path, os.path.join(path, META), META))
+    if is_prepared(path):
+        meta = meta_path(path)
+        return seen_by_driver(Probe(flag, path, meta, os.path.basename(meta)))
     if os.path.isdir(path):
         return seen_by_driver(Probe(flag, path, path, "the folder's listing", listing=True))
     return seen_by_driver(Probe(flag, path, path, "the file"))

@@ -119,7 +119,7 @@ SCHEMA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schemas", "cl
 
 def write_demo(folder: str, rows: int = 6000, files: int = 3, seed: int = 0) -> list[str]:
     """The demo click log at test size (smaller id spaces, so ids repeat)."""
-    from recsys.data.clicklogs import Shape, write
+    from recsys.data.demo.clicklogs import Shape, write
 
     shape = Shape(users=400, items=300, countries=20, tags=50, mean_history=6.0, max_history=60)
     return write(folder, rows, files, seed, shape)
@@ -129,7 +129,7 @@ def write_demo(folder: str, rows: int = 6000, files: int = 3, seed: int = 0) -> 
 def demo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The demo click log prepared with ``schemas/clicklogs.yaml`` (once per session); its
     raw files are in ``<folder>/../raw``."""
-    from recsys.data.prepare import prepare
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     root = tmp_path_factory.mktemp("demo")
@@ -143,7 +143,7 @@ def write_criteo(path: str, rows: int = 4000, seed: int = 0, compress: bool = Fa
     """Generated rows in Criteo's text format (``schemas/criteo_kaggle.yaml``); the generated
     data (raw dense with NaN for missing, ids, labels)."""
     from recsys.config import SyntheticConfig
-    from recsys.data.synthetic import generate
+    from recsys.data.input.synthetic import generate
 
     data = generate(SyntheticConfig(num_samples=rows, seed=seed), 13, [997] * 26)
     data.write_tsv(path, compress=compress)
@@ -154,7 +154,7 @@ def write_criteo(path: str, rows: int = 4000, seed: int = 0, compress: bool = Fa
 def criteo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Generated Criteo text prepared with ``schemas/criteo_kaggle.yaml`` (once per session,
     without Ray); the text is ``<folder>/../train.txt``."""
-    from recsys.data.prepare import prepare
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     root = tmp_path_factory.mktemp("criteo")

@@ -120,7 +120,7 @@ def prepared_log(folder: Path, labels: dict[str, np.ndarray], val_fraction: floa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare import prepare
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     rng = np.random.default_rng(0)

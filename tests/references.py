@@ -3,7 +3,8 @@ arch's trials (``SearchSpace.reference_points``: the default rules) by the produ
 on one gloo rank in a spawned process (``tests.distributed.harness.run_ranks``), the best by
 validation kept, its best checkpoint scored on the prepared test rows
 (``tests/distributed/test_reference_quality.py``). The planted log they train on is made by the
-product's generator and preparation (``recsys.data.planted``, ``recsys.data.prepare``)."""
+product's generator and preparation (``recsys.data.demo.planted``,
+``recsys.data.prepare.pipeline``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any
 
 def planted_prepared(folder: Path, rows: int, val: float = 0.2, test: float = 0.2) -> str:
     """A planted log of ``rows`` rows (seed 0) prepared without Ray into ``folder/prepared``."""
-    from recsys.data import planted
-    from recsys.data.prepare import prepare
+    from recsys.data.demo import planted
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
 
     raw = folder / "raw"
@@ -45,11 +46,10 @@ def train_reference_rank(rank: int, world: int, space_path: str, arch: str, root
     import numpy as np
     import torch
 
-    from recsys.data import load_splits
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import load_splits, to_batch
     from recsys.distributed.env import current
     from recsys.export import load_fp32, raw_layout
-    from recsys.train.metrics import auc
+    from recsys.metrics import auc
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
     from recsys.tune import space as spaces

@@ -335,3 +335,8 @@ def split(parts: list[RowSource], cfg: DataConfig) -> Splits:
 
 def _wanted(cfg: DataConfig, name: str) -> bool:
     return cfg.split == "files" or getattr(cfg, f"{name}_fraction") > 0
+
+
+def shard_range(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of worker ``rank``: contiguous, disjoint, covering ``[0, n)``."""
+    return n * rank // world_size, n * (rank + 1) // world_size

@@ -20,7 +20,6 @@ config itself reads no file: ``recsys.config`` is pure).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any
@@ -28,16 +27,16 @@ from typing import Any
 from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
-from recsys.data.meta import FORMAT, META, read_meta
+from recsys.data.prepared.meta import CACHE_KEY, FORMAT, is_prepared, read_meta, write_meta
 from recsys.data.schema import DatasetSchema, pooling_by_table
-from recsys.storage import is_uri, resolved
+from recsys.storage import is_uri
 
 
 def source_for(path: str) -> str:
     """``prepared`` for a prepared folder, ``torchrec`` for a folder of TorchRec's
     ``day_N_*.npy`` triples; a raw file (or a folder of them) is refused with the command that
     prepares it."""
-    if is_uri(path) or os.path.isfile(os.path.join(resolved(path), META)):
+    if is_uri(path) or is_prepared(path):
         try:
             read_meta(path)
         except DataError as e:
@@ -144,7 +143,7 @@ def _torchrec_day_rows(folders: list[str]) -> list[int]:
     """Each day's rows of TorchRec folders, in order (a label file's ``.npy`` header)."""
     import numpy as np
 
-    from recsys.data import torchrec_npy
+    from recsys.data.prepared import torchrec_npy
 
     rows = []
     try:
@@ -207,7 +206,7 @@ def with_budget(
 # ---------------------------------------------------------------------------------------------
 # What serving reads beside an export: a prepared folder's, or one written for the other sources
 
-SERVING_FILES = ("meta.json", "examples.parquet")
+SERVING_FILES = ("examples.parquet",)  # and meta.json, written without the cache entry
 
 
 def serving_schema(cfg: ExperimentConfig) -> DatasetSchema:
@@ -239,10 +238,8 @@ def write_serving(cfg: ExperimentConfig, folder: str) -> None:
         src = cfg.data.paths[0]
         for name in SERVING_FILES:
             shutil.copyfile(os.path.join(src, name), os.path.join(folder, name))
-        with open(os.path.join(src, META)) as f:  # a worker cache's own entry is not the data's
-            meta = {k: v for k, v in json.load(f).items() if k != "cache"}
-        with open(os.path.join(folder, META), "w") as f:
-            json.dump(meta, f, indent=2)
+        meta = {k: v for k, v in read_meta(src).items() if k != CACHE_KEY}  # a worker cache's
+        write_meta(folder, meta)  # own entry is not the data's
         shutil.copytree(os.path.join(src, "vocab"), os.path.join(folder, "vocab"))
         return
     schema = serving_schema(cfg)
@@ -252,8 +249,7 @@ def write_serving(cfg: ExperimentConfig, folder: str) -> None:
         "table_sizes": list(cfg.embeddings.num_embeddings),
         "id_types": {n: "string" if s.hex else "int" for n, s in schema.sparse.items()},
     }  # fmt: skip
-    with open(os.path.join(folder, META), "w") as f:
-        json.dump(meta, f, indent=2)
+    write_meta(folder, meta)
     raw_examples(cfg, schema).to_parquet(os.path.join(folder, "examples.parquet"))
 
 
@@ -263,11 +259,11 @@ def raw_examples(cfg: ExperimentConfig, schema: DatasetSchema, n: int = 5) -> An
     import numpy as np
     import pandas as pd
 
-    from recsys.data.loader import load_splits
+    from recsys.data.input.loader import load_splits
 
     dense_cols, names = list(schema.dense), list(schema.sparse)
     if cfg.data.source == "synthetic":
-        from recsys.data.synthetic import Generator
+        from recsys.data.input.synthetic import Generator
 
         gen = Generator(cfg.data.synthetic, cfg.model.num_dense, cfg.embeddings.num_embeddings)
         raw = gen.raw(0, n)

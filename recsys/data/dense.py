@@ -1,6 +1,7 @@
 """The dense transforms, written once: what preparation applies to a dense column
-(``recsys.data.encode``), what the generated rows and TorchRec's Criteo days are read as
-(``recsys.data.synthetic``, ``recsys.data.torchrec_npy``), and so what a served model gets."""
+(``recsys.data.prepare.encode``), what the generated rows and TorchRec's Criteo days are read as
+(``recsys.data.input.synthetic``, ``recsys.data.prepared.torchrec_npy``), and so what a served
+model gets."""
 
 from __future__ import annotations
 

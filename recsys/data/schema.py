@@ -362,8 +362,9 @@ class DatasetSchema:
         csv: delimiter, header and column names of ``csv`` files.
         labels: the label columns, one task each, in this order (the first is the primary task:
             ``val_auc`` is its AUC). Values 0/1 or booleans; a null is an error.
-        time: an optional timestamp column (integer, float, date or timestamp) that orders the
-            split; see ``SplitSpec``.
+        time: an optional timestamp column that orders the split: a timestamp, a date, epoch
+            seconds (years 1678-2261: milliseconds are refused) or ISO-8601 text, the rules of
+            derived time features' columns; see ``SplitSpec``.
         dense: numeric columns by name, in model order; none at all is fine (a log of ids only:
             DLRM then has no bottom MLP).
         sparse: id and list columns, and derived time features, by name, in model order (at

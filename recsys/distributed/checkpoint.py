@@ -13,7 +13,7 @@ table whose number of column shards changed, which is mapped by the rule in
 ``recsys.distributed.rowwise_state`` and named in ``TrainState.remapped``. What is per rank
 follows a rule (``load``): step and best report are the same on every rank; rank ``r`` takes
 rank ``r``'s RNG states if the saving run had that rank, else a generator seeded from the step
-and ``r``; the data position is mapped by the trainer (``recsys.data.loader.map_position``).
+and ``r``; the data position is mapped by the trainer (``recsys.data.input.loader.map_position``).
 
 With Ray Train every rank saves into its own local folder and reports it; Ray merges the folders
 into one checkpoint directory on the run's storage.

@@ -11,7 +11,7 @@ under key ``f__qr_r`` (ids ``i % c``), so both tables live in the same collectio
 ``DistributedModelParallel`` shards them like any other table.
 
 Where the ids are split: the input of ``SparseArch`` is the split KJT (``SparseLayout.keys()``),
-built on the host with the batch (``recsys.data.loader.to_batch``). Splitting inside the model
+built on the host with the batch (``recsys.data.input.loader.to_batch``). Splitting inside the model
 would make the collection's input a computed value, and TorchRec's train pipeline then leaves it
 out ("will NOT be pipelined, due to input modifications"): no input-distribution overlap for any
 table, and a device sync for ``length_per_key`` twice a step. Where raw ids arrive instead
@@ -192,7 +192,7 @@ def qr_split_kjt(kjt: KeyedJaggedTensor, collisions: dict[str, int]) -> KeyedJag
         A KJT with the same keys in the same order (QR features now holding ``id // c``) followed by
         one ``f__qr_r`` key per QR feature holding ``id % c``, with the same lengths; a weighted
         ``kjt`` gives a weighted one, each remainder id weighted as its quotient (as the data
-        path's ``recsys.data.loader.ragged_kjt``).
+        path's ``recsys.data.input.loader.ragged_kjt``).
 
     Written for TorchScript too (the exported model scripts it).
     """

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig
-from recsys.data import RowSource, eval_batches
+from recsys.data import RowSource
+from recsys.data.input.loader import eval_batches
 from recsys.distributed import collectives
 from recsys.distributed.env import WorkerEnv
 from recsys.train.metrics import MetricState, bits_for

@@ -31,10 +31,10 @@ import torch
 from torch import nn
 
 from recsys.config import ExperimentConfig
-from recsys.data import TrainStream, load_splits, shard_range
+from recsys.data import shard_range
 from recsys.data.dataset import check_weighted, with_budget
-from recsys.data.loader import map_position
-from recsys.data.prefetch import Prefetcher
+from recsys.data.input.loader import TrainStream, load_splits, map_position
+from recsys.data.input.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
 from recsys.distributed.env import WorkerEnv, deterministic_kernels
 from recsys.models import embedding_report

@@ -22,7 +22,7 @@ import ray.train.torch
 from ray.train.v2.api.report_config import CheckpointUploadMode
 
 from recsys.config import ExperimentConfig
-from recsys.data.remote import localised
+from recsys.data.prepared.remote import localised
 from recsys.distributed import collectives
 from recsys.distributed.env import check_placement, current
 from recsys.train.system_metrics import node_monitor

@@ -33,7 +33,7 @@ def describe(data: DataConfig) -> dict[str, str]:
             "name": os.path.basename(path.rstrip("/")), "digest": _sha(path)[:16],
             "source_type": data.source, "source": path, "schema": "", "profile": "",
         }  # fmt: skip
-    from recsys.data.meta import read_meta
+    from recsys.data.prepared.meta import read_meta
 
     meta = read_meta(path)
     return {

@@ -545,7 +545,7 @@ def _check_metric(path: str, base: ExperimentConfig, metric: str) -> None:
     if base.data.source != "prepared":
         return
     from recsys.data.errors import DataError
-    from recsys.data.meta import read_meta
+    from recsys.data.prepared.meta import read_meta
 
     folder = base.data.paths[0]
     try:

@@ -62,7 +62,7 @@ def own_data_config(folder):
     """A tiny DLRM on a prepared folder (multi-hot bags, two tasks): the largest table QR-split,
     ``t_tags`` column-wise, the others table-wise."""
     from recsys.data.dataset import resolve
-    from recsys.data.meta import read_meta
+    from recsys.data.prepared.meta import read_meta
 
     sizes = read_meta(folder)["table_sizes"]
     cfg = ExperimentConfig.from_dict(
@@ -92,7 +92,7 @@ EQUIVALENCE_STEPS = 5
 
 def global_batches(cfg, steps):
     """The batches rank 0 and rank 1 see at each step, concatenated = the global batch."""
-    from recsys.data import TrainStream, load_splits
+    from recsys.data.input.loader import TrainStream, load_splits
 
     splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
     streams = [
@@ -465,8 +465,7 @@ EXPORT_ROWS = 64  # the test rows both ranks score in-process after training (``
 def export_rank(rank, world, root, use_gpu=False, arch="dlrm"):
     """Train ``export_config(arch)`` to its checkpoint; returns this rank's logits of the first
     ``EXPORT_ROWS`` test rows from the trained model in eval mode, in process (``[R, T]``)."""
-    from recsys.data import load_splits
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import load_splits, to_batch
     from recsys.distributed.env import current
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
@@ -522,8 +521,8 @@ def raw_test_rows(folder):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recsys.data.encode import TEST, SplitPlan, split_of
-    from recsys.data.meta import read_meta
+    from recsys.data.prepare.encode import TEST, SplitPlan, split_of
+    from recsys.data.prepared.meta import read_meta
     from recsys.data.schema import DatasetSchema
     from recsys.tune.publish import plain_columns
 

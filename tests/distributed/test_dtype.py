@@ -15,7 +15,7 @@ pytestmark = pytest.mark.distributed
 def _train_tables(rank, world, dtype, planner_free=False):
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
-    from recsys.data import TrainStream, load_splits
+    from recsys.data.input.loader import TrainStream, load_splits
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper

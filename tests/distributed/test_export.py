@@ -19,8 +19,8 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     import torch
     from mlflow.tracking import MlflowClient
 
-    from recsys.data.loader import to_batch
-    from recsys.data.synthetic import SyntheticRows
+    from recsys.data.input.loader import to_batch
+    from recsys.data.input.synthetic import SyntheticRows
     from recsys.export import export, raw_layout
     from recsys.tune.publish import log_served_model, serving_example
     from recsys.tune.tracking import Tracker
@@ -106,8 +106,7 @@ def _check_against_the_eval_model(cfg, ckpt, exported, in_process):
     did, and the INT8 TorchScript model within ``INT8_MAX_PROB_DIFF``."""
     import torch
 
-    from recsys.data import load_splits
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import load_splits, to_batch
     from recsys.export import load_fp32, raw_layout
 
     test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test

@@ -23,8 +23,7 @@ INT8_MAX_PROB_DIFF = 0.02
 
 
 def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_path):
-    from recsys.data import load_splits
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import load_splits, to_batch
     from recsys.export import export, load_fp32, raw_layout
     from recsys.serving import TabularScorer, load_fitted, tabular_batch
     from recsys.tune.publish import log_served_model

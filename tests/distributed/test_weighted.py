@@ -5,8 +5,8 @@ a weighted feature's table column-wise.
 The config is ``tiny_config``'s with six multi-hot features: ``cat_2`` weighted with its own table
 (table-wise), ``cat_3`` weighted and read by the unweighted ``cat_1`` (column-wise in the ``mixed``
 plan), ``cat_5`` weighted and reading ``cat_4``'s QR-split table (table-wise). The batches are
-built by ``recsys.data.loader.to_batch`` from ``RaggedColumns`` with weights (bags of 0 to 3 ids,
-weights in ``[0.2, 2)``); the reference is the one of ``test_sharded_equivalence.py`` (Adagrad
+built by ``recsys.data.input.loader.to_batch`` from ``RaggedColumns`` with weights (bags of 0 to 3
+ids, weights in ``[0.2, 2)``); the reference is the one of ``test_sharded_equivalence.py`` (Adagrad
 against FBGEMM's ``exact_adagrad``, the global batch), at its tolerance.
 """
 
@@ -51,8 +51,8 @@ def weighted_config(plan: str):
 def weighted_rows(cfg, seed: int = 0):
     """The training split as ``RaggedColumns``: each bag its first 0..3 ids, the weighted
     features' ids weighted in ``[0.2, 2)`` (the same on every rank)."""
-    from recsys.data import load_splits
     from recsys.data.columns import RaggedColumns
+    from recsys.data.input.loader import load_splits
 
     train = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).train
     cols = train.read(0, len(train))
@@ -74,7 +74,7 @@ def weighted_rows(cfg, seed: int = 0):
 def weighted_batches(cfg, steps):
     """``[(rank 0's batch, rank 1's batch, the global batch)]`` per step: a shuffle's rows, the
     global batch rank 0's rows then rank 1's."""
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import to_batch
 
     rows, layout, b = weighted_rows(cfg), cfg.embeddings.layout(), cfg.train.batch_size
     order = np.random.default_rng(cfg.train.seed).permutation(len(rows))

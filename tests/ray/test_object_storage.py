@@ -135,7 +135,7 @@ def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
     import json
     import sys
 
-    from recsys.data.prepare import prepare
+    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
     from tests.conftest import SCHEMA, write_demo
     from tests.ray.killing import ROOT

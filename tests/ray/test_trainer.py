@@ -33,8 +33,7 @@ def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
     import ray
 
     from recsys.cluster import start_train_coordinator
-    from recsys.data import load_splits
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import load_splits, to_batch
     from recsys.distributed.checkpoint import load_model_unsharded
     from recsys.models import DLRM, ModelAndLoss
 

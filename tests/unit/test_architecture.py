@@ -167,3 +167,119 @@ def test_the_config_is_pure():
 def dir_of_configlib() -> set[str]:
     tree = ast.parse((PACKAGE / "configlib.py").read_text())
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+# The rooms of ``recsys.data``, lowest first: a module imports only from its own room and the
+# rooms below it. ``recsys.metrics`` sits below ``data`` and ``train`` both.
+DATA_ROOMS = [
+    (
+        "recsys.data",
+        (
+            "recsys.data.errors",
+            "recsys.data.schema",
+            "recsys.data.columns",
+            "recsys.data.dense",
+            "recsys.data",
+        ),
+    ),
+    ("recsys.data.prepared", ("recsys.data.prepared",)),
+    ("recsys.data.prepare", ("recsys.data.prepare",)),
+    ("recsys.data.input", ("recsys.data.input",)),
+    ("recsys.data.demo", ("recsys.data.demo",)),
+    ("recsys.data.dataset", ("recsys.data.dataset",)),
+]
+DATA_MAY_USE = {"recsys.config", "recsys.configlib", "recsys.storage", "recsys.metrics",
+                "recsys.cluster", "recsys.shared_storage"}  # fmt: skip
+ALLOWED_ABOVE = {  # room -> the rooms above the base that it may read (besides itself)
+    "recsys.data": set(),
+    "recsys.data.prepared": set(),
+    "recsys.data.prepare": {"recsys.data.prepared"},
+    "recsys.data.input": {"recsys.data.prepared"},
+    "recsys.data.demo": set(),
+    "recsys.data.dataset": {"recsys.data.prepared", "recsys.data.input"},
+}
+
+
+def data_room(module: str) -> str | None:
+    for room, prefixes in reversed(DATA_ROOMS):
+        if room != "recsys.data" and any(module == p or module.startswith(p + ".")
+                                         for p in prefixes):  # fmt: skip
+            return room
+    if module in DATA_ROOMS[0][1]:
+        return "recsys.data"
+    return None
+
+
+def data_arrows_up(edges: dict[str, set[str]]) -> list[str]:
+    """Each import of a ``recsys.data`` module that leaves its room for one it may not read
+    (a room above it, or outside ``data`` apart from ``DATA_MAY_USE``)."""
+    bad = []
+    for module, targets in sorted(edges.items()):
+        room = data_room(module)
+        if room is None:
+            continue
+        for target in sorted(targets):
+            other = data_room(target)
+            if other is None:
+                ok = target in DATA_MAY_USE or target.rpartition(".")[0] in DATA_MAY_USE
+            else:
+                ok = other in (room, "recsys.data") or other in ALLOWED_ABOVE[room]
+            if not ok:
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def test_data_rooms_import_nothing_above_them():
+    edges = graph()
+    assert {"recsys.data.prepare.pipeline", "recsys.data.input.loader"} <= set(edges)
+    assert data_arrows_up(edges) == []
+
+
+def test_an_arrow_up_in_data_would_be_found():
+    edges = {
+        "recsys.data.prepared.remote": {"recsys.data.input.loader", "recsys.data.columns"},
+        "recsys.data.demo.planted": {"recsys.train.metrics"},
+        "recsys.data.input.loader": {"recsys.data.prepared.folder", "recsys.data.prepare.encode"},
+    }
+    assert data_arrows_up(edges) == [
+        "recsys.data.demo.planted -> recsys.train.metrics",
+        "recsys.data.input.loader -> recsys.data.prepare.encode",
+        "recsys.data.prepared.remote -> recsys.data.input.loader",
+    ]
+
+
+def test_argument_parsers_live_in_the_cli():
+    """The command-line modules are ``recsys/cli/``; the library parses no arguments."""
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" not in path.relative_to(PACKAGE).parts and path.name != "reference.py":
+            assert "argparse" not in imports_of(path), path
+
+
+def code_strings(path: Path) -> set[str]:
+    """The string constants of ``path``'s code (docstrings left out)."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+    }  # fmt: skip
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    }
+
+
+def test_a_prepared_folders_meta_json_is_opened_by_its_owner_only():
+    """``recsys.data.prepared.meta`` reads and writes a prepared folder's ``meta.json``; the
+    only other ``meta.json`` is the export's own (``serving.META_FILE``), a different file."""
+    named = sorted(
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "meta.json" in code_strings(p)
+    )
+    assert named == ["data/prepared/meta.py", "serving.py"]
+    users_of_the_name = sorted(
+        module_name(p) for p in PACKAGE.rglob("*.py")
+        if "recsys.data.prepared.meta.META" in imports_of(p)
+    )  # fmt: skip
+    assert all(m.startswith("recsys.data.prepared.") for m in users_of_the_name), users_of_the_name

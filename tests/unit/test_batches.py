@@ -11,7 +11,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import SparseLayout
 from recsys.data.columns import Columns, RaggedColumns
-from recsys.data.loader import to_batch
+from recsys.data.input.loader import to_batch
 
 LAYOUT = SparseLayout(["a", "b", "c"], [50, 1000, 7], {"b": 8})
 
@@ -54,7 +54,7 @@ def test_ragged_batches_carry_length_per_key_and_real_lengths(seed):
 
 
 def test_a_data_position_keeps_its_epoch_and_fraction_on_another_shard():
-    from recsys.data.loader import map_position
+    from recsys.data.input.loader import map_position
 
     assert map_position(250, 100, 100) == 250  # same shard: unchanged
     assert map_position(250, 100, 40) == 2 * 40 + 20  # epoch 2, half done

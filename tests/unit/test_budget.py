@@ -121,7 +121,7 @@ def test_epochs_default_off_and_ints_are_taken():
 
 
 def _loaded_train_rows(cfg: ExperimentConfig) -> int:
-    from recsys.data import load_splits
+    from recsys.data.input.loader import load_splits
 
     return len(load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).train)
 

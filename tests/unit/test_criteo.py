@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from recsys.data import DataError
-from recsys.data.prepare import prepare
-from recsys.data.prepared import load_splits
+from recsys.data.prepare.pipeline import prepare
+from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
 from tests.conftest import write_criteo
 
@@ -141,7 +141,7 @@ def test_terabyte_days_split_by_name_and_hash_their_largest_features(tmp_path):
 
 def test_a_folder_of_the_old_criteo_format_is_refused_with_the_command(tmp_path):
     from recsys.data.dataset import source_for
-    from recsys.data.torchrec_npy import load_folder
+    from recsys.data.prepared.torchrec_npy import load_folder
 
     old = tmp_path / "criteo_npy"
     old.mkdir()
@@ -162,7 +162,7 @@ def test_a_folder_of_the_old_criteo_format_is_refused_with_the_command(tmp_path)
 def test_hashed_ids_prepare_in_one_pass_with_the_same_checks(tmp_path, monkeypatch):
     """Nothing to fit (every feature hashed, counts as log1p): one pass checks, encodes and
     writes; bad lines and values are still skipped and counted, labels still counted."""
-    from recsys.data import prepare as prepare_mod
+    from recsys.data.prepare import pipeline as prepare_mod
 
     schema = KAGGLE.to_dict()
     for spec in schema["sparse"].values():

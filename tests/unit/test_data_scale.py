@@ -14,16 +14,17 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import DataConfig, ExperimentConfig, SparseLayout, SyntheticConfig
-from recsys.data import TrainStream, load_splits, shard_range
+from recsys.data import shard_range
 from recsys.data.columns import Concat
 from recsys.data.dataset import resolve
-from recsys.data.meta import read_meta
-from recsys.data.permutation import Permutation
-from recsys.data.prepare import prepare
-from recsys.data.prepared import PreparedShard
+from recsys.data.input.loader import TrainStream, load_splits
+from recsys.data.input.permutation import Permutation
+from recsys.data.input.synthetic import generate, transform_dense
+from recsys.data.prepare.pipeline import prepare
+from recsys.data.prepared.folder import PreparedShard
+from recsys.data.prepared.meta import read_meta
+from recsys.data.prepared.torchrec_npy import load_folder
 from recsys.data.schema import DatasetSchema
-from recsys.data.synthetic import generate, transform_dense
-from recsys.data.torchrec_npy import load_folder
 
 
 class Echo(torch.nn.Module):
@@ -204,7 +205,7 @@ def test_torchrec_made_folder_is_read_with_its_own_transform(tmp_path):
 def test_line_count_of_byte_ranges_across_read_blocks(tmp_path):
     """Line counts over byte ranges larger than the 4 MiB read buffer: every newline once, and
     a last line without a newline counted."""
-    from recsys.data.sources import COUNT_BYTES, _count_lines
+    from recsys.data.prepare.sources import COUNT_BYTES, _count_lines
 
     rng = random.Random(0)
     data = b"".join(b"x" * rng.randint(0, 300) + b"\n" for _ in range(60_000)) + b"tail"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from recsys.config import SparseLayout
-from recsys.data import Columns, TrainStream, eval_batches, shard_range, to_batch
+from recsys.data import Columns, shard_range
+from recsys.data.input.loader import TrainStream, eval_batches, to_batch
 
 N, F = 103, 3
 
@@ -124,7 +125,7 @@ def test_synthetic_rows_are_generated_per_rank_for_its_own_rows_only():
     """A worker of a synthetic data set computes only its shard (not the whole set, as every rank
     did before), and those rows equal the same rows of the whole generated set."""
     from recsys.config import SyntheticConfig
-    from recsys.data.synthetic import SyntheticRows, generate
+    from recsys.data.input.synthetic import SyntheticRows, generate
 
     cfg = SyntheticConfig(num_samples=5_000, seed=3)
     tables = [50, 60, 70]

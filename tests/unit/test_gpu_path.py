@@ -184,7 +184,8 @@ def test_batches_are_pinned_only_on_gpu_workers(monkeypatch):
     from torchrec.datasets.utils import Batch
 
     from recsys.config import SparseLayout
-    from recsys.data import Columns, TrainStream
+    from recsys.data import Columns
+    from recsys.data.input.loader import TrainStream
     from recsys.train.trainer import pin_batches
 
     pinned = []
@@ -204,7 +205,7 @@ def test_the_prefetch_thread_makes_the_workers_gpu_current_before_it_pins(monkey
     before it asks the source for a batch; on a CPU worker it makes no CUDA call."""
     import threading
 
-    from recsys.data.prefetch import Prefetcher
+    from recsys.data.input.prefetch import Prefetcher
 
     events: list[tuple[str, object]] = []
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: events.append(("set", d)))

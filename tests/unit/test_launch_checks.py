@@ -88,7 +88,7 @@ def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
     ]:
         schema = [] if "--schema" in flags else ["--schema", "criteo_kaggle"]
         r = subprocess.run(
-            [sys.executable, "-m", "recsys.data.preprocess", str(tsv), "--out",
+            [sys.executable, "-m", "recsys.cli.preprocess", str(tsv), "--out",
              str(tmp_path / "o"), *schema, *flags],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from recsys.config import DataConfig, EmbeddingConfig, LossConfig, ModelConfig, SyntheticConfig
-from recsys.data import TrainStream, eval_batches, load_splits
 from recsys.data.columns import Columns, RowSource
+from recsys.data.input.loader import TrainStream, eval_batches, load_splits
+from recsys.metrics import binary_metrics
 from recsys.models import DLRM, ModelAndLoss
-from recsys.train.metrics import binary_metrics
 
 ROWS = [200, 1000, 50, 5000, 300, 2000, 100, 800]
 EMB = EmbeddingConfig(num_embeddings=ROWS, dim=8)

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys.configlib import ConfigError
-from recsys.data.encode import epoch_seconds, hash_ids
 from recsys.data.errors import DataError
-from recsys.data.prepare import prepare
-from recsys.data.prepared import load_splits
+from recsys.data.prepare.encode import epoch_seconds, hash_ids
+from recsys.data.prepare.pipeline import prepare
+from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,7 +107,7 @@ SERVE = """
 import sys
 import numpy as np
 import pyarrow.parquet as pq
-from recsys.data.encode import encode
+from recsys.data.prepare.encode import encode
 from recsys.serving import load_fitted, raw_table, tabular_batch
 
 folder, raw, dest = sys.argv[1:4]
@@ -325,7 +325,7 @@ def test_serving_needs_the_timestamp_columns_not_the_derived_names(tmp_path):
 
 
 def test_the_demo_schema_uses_time_features_and_its_history_holds_item_ids():
-    from recsys.data.clicklogs import ClickLogs, Shape
+    from recsys.data.demo.clicklogs import ClickLogs, Shape
 
     schema = DatasetSchema.load(os.path.join(ROOT, "schemas", "clicklogs.yaml"))
     assert schema.derived == ["event_hour", "event_weekday", "item_age"]
@@ -470,7 +470,7 @@ def test_hashed_columns_keep_row_zero_for_missing_values(tmp_path):
 
 
 def test_a_frame_of_iso_text_serves_as_the_timestamps_it_writes(tmp_path):
-    from recsys.data.encode import encode
+    from recsys.data.prepare.encode import encode
     from recsys.serving import load_fitted, raw_table
 
     raw, out, meta = prepared(tmp_path)

@@ -1,7 +1,7 @@
-"""The planted log (``recsys.data.planted``): categorical fields only, reproducible from its seed,
-its ``p_click`` the probability each click was drawn with (so its AUC is the oracle's), pairwise
-terms that a linear model cannot see, and a schema the product's preparation takes, whose test
-split is the file's last rows."""
+"""The planted log (``recsys.data.demo.planted``): categorical fields only, reproducible from its
+seed, its ``p_click`` the probability each click was drawn with (so its AUC is the oracle's),
+pairwise terms that a linear model cannot see, and a schema the product's preparation takes, whose
+test split is the file's last rows."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from recsys.cli import planted as planted_cli
 from recsys.config import DataConfig
-from recsys.data import load_splits, planted
-from recsys.data.prepare import prepare
+from recsys.data.demo import planted
+from recsys.data.input.loader import load_splits
+from recsys.data.prepare.pipeline import prepare
 from recsys.data.schema import DatasetSchema
-from recsys.train.metrics import auc
+from recsys.metrics import auc
 
 
 def test_the_same_seed_writes_the_same_rows(tmp_path):
@@ -72,8 +74,8 @@ def test_it_prepares_and_its_test_split_is_the_files_last_rows(tmp_path):
 
 
 def test_the_command_line_writes_the_log_and_its_schema(tmp_path, capsys):
-    planted.main(["--out", str(tmp_path), "--rows", "500", "--seed", "2"])
+    planted_cli.main(["--out", str(tmp_path), "--rows", "500", "--seed", "2"])
     assert (tmp_path / planted.FILE).is_file() and (tmp_path / planted.SCHEMA_FILE).is_file()
     assert "wrote 500 rows" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="rows=3"):
-        planted.main(["--out", str(tmp_path / "x"), "--rows", "3"])
+        planted_cli.main(["--out", str(tmp_path / "x"), "--rows", "3"])

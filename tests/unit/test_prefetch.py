@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from recsys.data.columns import DataError
-from recsys.data.prefetch import Prefetcher
+from recsys.data.input.prefetch import Prefetcher
 
 
 def test_items_come_in_the_sources_order_and_then_it_ends():

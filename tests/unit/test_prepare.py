@@ -17,11 +17,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from recsys.data import prepare as prepare_module
 from recsys.data.columns import DataError
-from recsys.data.encode import hash_ids
-from recsys.data.prepare import prepare
-from recsys.data.prepared import load_splits
+from recsys.data.prepare import pipeline as prepare_module
+from recsys.data.prepare.encode import hash_ids
+from recsys.data.prepare.pipeline import prepare
+from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
 
 SCHEMA = {
@@ -293,7 +293,7 @@ def test_an_unfinished_folder_is_never_read_as_prepared_and_is_replaced(tmp_path
 
 
 def test_the_command_line_names_a_bad_value(tmp_path):
-    from recsys.data.preprocess import main
+    from recsys.cli.preprocess import main
 
     schema = tmp_path / "schema.json"  # JSON is YAML
     schema.write_text(json.dumps(SCHEMA))
@@ -488,9 +488,40 @@ def test_the_example_rows_are_good_rows(tmp_path):
 
 
 def test_a_folders_files_are_read_with_numbers_in_their_names_by_value(tmp_path):
-    from recsys.data.sources import input_files
+    from recsys.data.prepare.sources import input_files
 
     for k in (10, 2, 1):
         write_parquet(tmp_path / f"day_{k}.parquet", rows(3))
     names = [os.path.basename(f) for f in input_files([str(tmp_path)], "parquet")]
     assert names == ["day_1.parquet", "day_2.parquet", "day_10.parquet"]
+
+
+def test_the_time_column_follows_the_rules_of_derived_time_features(tmp_path):
+    """One timestamp reader (``epoch_seconds``): a time column in epoch milliseconds is refused
+    for the split as for a derived feature, naming column and row; the same instants as
+    Parquet timestamps in milliseconds, as epoch seconds and as ISO text split alike."""
+    n = 50
+    secs = 1_700_000_000 + np.arange(n) * 3600
+    base = {"y": (np.arange(n) % 2).astype(np.int8), "x": np.zeros(n), "u": ["a"] * n,
+            "h": [["w"]] * n}  # fmt: skip
+    split = {"val_fraction": 0.2, "test_fraction": 0.2}
+    schema = {**SCHEMA, "time": "ts", "split": split}
+    derived = {**schema, "sparse": {**SCHEMA["sparse"], "hour": {"derive": "hour", "source": "ts"}}}
+    millis = write_parquet(tmp_path / "ms.parquet", {**base, "ts": secs * 1000})
+    for s in (schema, derived):
+        with pytest.raises(DataError, match=r"column 'ts', row 0: .*epoch seconds \(years"):
+            run(tmp_path, [millis], s, name="bad")
+    stamps = pa.array(secs * 1000, pa.timestamp("ms"))
+    iso = [f"{np.datetime64(int(s), 's')}Z" for s in secs]
+    metas = [
+        run(
+            tmp_path,
+            [write_parquet(tmp_path / f"{k}.parquet", {**base, "ts": ts})],
+            derived,
+            name=k,
+        )[1]
+        for k, ts in (("stamps", stamps), ("secs", secs), ("iso", iso))
+    ]
+    assert [m["split"]["time_cuts"] for m in metas] == [metas[0]["split"]["time_cuts"]] * 3
+    assert [m["rows"] for m in metas] == [metas[0]["rows"]] * 3
+    assert metas[0]["rows"]["test"] == 10 and metas[0]["split"]["time_cuts"][1] > secs[0]

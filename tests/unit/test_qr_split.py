@@ -10,7 +10,7 @@ import torch
 
 from recsys.config import SparseLayout
 from recsys.data.columns import Columns, RaggedColumns
-from recsys.data.loader import ragged_kjt, to_batch
+from recsys.data.input.loader import ragged_kjt, to_batch
 from recsys.models.embeddings import qr_split_kjt
 
 NAMES, ROWS = ["a", "b", "c", "d"], [50, 1000, 7, 300]

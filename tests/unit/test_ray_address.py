@@ -112,7 +112,7 @@ def test_the_console_line_says_which_ray():
     [
         ["experiments/sweep.py", "--smoke-test"],
         ["experiments/train.py"],
-        ["-m", "recsys.data.preprocess", "--schema", "clicklogs", "x", "--out", "y"],
+        ["-m", "recsys.cli.preprocess", "--schema", "clicklogs", "x", "--out", "y"],
     ],
 )
 def test_every_entry_point_refuses_a_stale_ray_address_before_launch(command, node):

@@ -11,10 +11,10 @@ import pytest
 
 from recsys import storage
 from recsys.data.errors import DataError
-from recsys.data.meta import read_meta
-from recsys.data.prepare import prepare
-from recsys.data.prepared import load_splits
-from recsys.data.remote import cache_prepared, needed_shards, rank_ranges
+from recsys.data.prepare.pipeline import prepare
+from recsys.data.prepared.folder import load_splits
+from recsys.data.prepared.meta import read_meta
+from recsys.data.prepared.remote import cache_prepared, needed_shards, rank_ranges
 from recsys.data.schema import DatasetSchema
 from tests.conftest import SCHEMA, write_demo
 
@@ -84,7 +84,7 @@ def test_a_prepared_folder_in_the_store_is_refused_whole_or_replaced(raw, tmp_pa
 def test_a_cache_without_room_is_refused_naming_it(raw, tmp_path, s3, monkeypatch):
     import shutil
 
-    from recsys.data import remote
+    from recsys.data.prepared import remote
 
     _, uri = prepared_both(raw, tmp_path, s3)
     meta = read_meta(uri)

@@ -96,7 +96,7 @@ def one_class_val(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("metric", ["val_auc", "val_auc/click", "val_auc/mean"])
 def test_an_auc_of_a_one_class_validation_split_is_refused(tmp_path, one_class_val, metric):
-    from recsys.data.meta import read_meta
+    from recsys.data.prepared.meta import read_meta
 
     counts = read_meta(one_class_val)["label_counts"]["val"]
     assert counts["click"] == {"rows": 200, "positives": 200} and counts["like"]["positives"]

@@ -45,7 +45,7 @@ def test_one_rule_says_what_is_a_uri_for_every_command(tmp_path, demo_prepared):
     folder's reader alike; an object store URI is kept as it is."""
     from recsys.cli.sweep import parse_args as sweep_args
     from recsys.data.dataset import source_for
-    from recsys.data.meta import read_meta
+    from recsys.data.prepared.meta import read_meta
 
     assert storage.resolved(f"file://{tmp_path}") == str(tmp_path)
     assert storage.resolved("runs") == os.path.abspath("runs")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from recsys.config import DataConfig, SyntheticConfig
-from recsys.data import load_splits
-from recsys.data.synthetic import BLOCK, Generator, SyntheticRows, generate
-from recsys.train.metrics import auc
+from recsys.data.input.loader import load_splits
+from recsys.data.input.synthetic import BLOCK, Generator, SyntheticRows, generate
+from recsys.metrics import auc
 
 TABLES = [50, 200, 1000, 3000]
 

@@ -10,8 +10,9 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
+from recsys.metrics import entropy
 from recsys.train.evaluation import task_metrics
-from recsys.train.metrics import MetricState, entropy
+from recsys.train.metrics import MetricState
 
 
 def test_each_task_equals_sklearn_on_its_label():

@@ -196,7 +196,7 @@ def test_the_loaders_weighted_batch_is_what_the_model_weighs():
     """``to_batch`` of rows with a weighted list: the model's scores equal those of the raw KJT
     weighted by hand."""
     from recsys.data.columns import RaggedColumns
-    from recsys.data.loader import to_batch
+    from recsys.data.input.loader import to_batch
 
     emb = emb_config("mult", shared=SHARED)
     rng = np.random.default_rng(0)

@@ -3,14 +3,14 @@
 Each of ``world_size`` workers reads a disjoint contiguous part of a split (``shard_range``, across
 shard and file boundaries as TorchRec's ``get_file_row_ranges_and_remainder``); across workers
 every row is read exactly once per epoch. Nothing is loaded whole: a prepared folder's shards
-(``recsys.data.prepared``) and TorchRec's day files stay memory-mapped, and synthetic rows are
-generated per worker for its own part only.
+(``recsys.data.prepared.folder``) and TorchRec's day files stay memory-mapped, and synthetic rows
+are generated per worker for its own part only.
 
 - Training (``TrainStream``): each worker cycles through its part epoch after epoch, reshuffled per
   epoch from ``(seed, epoch, rank)`` when ``shuffle`` (a keyed permutation evaluated per batch,
-  ``recsys.data.permutation``: no per-worker index array), cut into full batches, so every step has
-  the same batch size on every rank. Its ``position`` (rows consumed) is the data position saved
-  in checkpoints; resuming from it continues the exact same stream.
+  ``recsys.data.input.permutation``: no per-worker index array), cut into full batches, so every
+  step has the same batch size on every rank. Its ``position`` (rows consumed) is the data position
+  saved in checkpoints; resuming from it continues the exact same stream.
 - Evaluation (``eval_batches``): every worker yields the same number of batches (sharded modules
   run collectives in forward); the last ones are padded and carry a ``valid`` mask.
 - Batches carry the model's input keys (``SparseLayout``): ids mod table rows, QR features split
@@ -35,7 +35,6 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.config import DataConfig, SparseLayout
-from recsys.data import prepared, torchrec_npy
 from recsys.data.columns import (
     AnyColumns,
     Columns,
@@ -43,10 +42,13 @@ from recsys.data.columns import (
     RaggedColumns,
     RowSource,
     Splits,
+    shard_range,
     split,
 )
-from recsys.data.permutation import Permutation
-from recsys.data.synthetic import SyntheticRows
+from recsys.data.input.permutation import Permutation
+from recsys.data.input.synthetic import SyntheticRows
+from recsys.data.prepared import folder as prepared_folder
+from recsys.data.prepared import torchrec_npy
 
 
 def load_parts(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> list[RowSource]:
@@ -71,15 +73,11 @@ def check_schema(part: torchrec_npy.NpyDay, num_dense: int, num_sparse: int) -> 
 
 def load_splits(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> Splits:
     """Open and split (views: nothing is read yet); a missing file, an empty file or an empty
-    split is a ``DataError``. A prepared folder comes split already (``recsys.data.prepared``)."""
+    split is a ``DataError``. A prepared folder comes split already
+    (``recsys.data.prepared.folder``)."""
     if cfg.source == "prepared":
-        return prepared.load_splits(cfg.paths, num_dense, table_rows)
+        return prepared_folder.load_splits(cfg.paths, num_dense, table_rows)
     return split(load_parts(cfg, num_dense, table_rows), cfg)
-
-
-def shard_range(n: int, rank: int, world_size: int) -> tuple[int, int]:
-    """Rows ``[start, stop)`` of worker ``rank``: contiguous, disjoint, covering ``[0, n)``."""
-    return n * rank // world_size, n * (rank + 1) // world_size
 
 
 def map_position(position: int, saved_rows: int, rows: int) -> int:

@@ -8,7 +8,7 @@ downloaded once, under a lock, file by file through a temporary name, and marked
 before anything is downloaded; too little is an error naming the folder and the bytes needed.
 
 The cache folder is a prepared folder of its own (``meta.json`` with a ``cache`` entry naming
-its source): ``recsys.data.prepared`` reads its cached shards as usual and stands an
+its source): ``recsys.data.prepared.folder`` reads its cached shards as usual and stands an
 ``AbsentShard`` in for each other one (rows this worker never reads). Its name is a hash of the
 URI and its ``meta.json``, so a data set prepared again under the same URI is a new cache.
 """
@@ -16,7 +16,6 @@ URI and its ``meta.json``, so a data set prepared again under the same URI is a 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -27,8 +26,7 @@ import numpy as np
 
 from recsys import storage
 from recsys.data.errors import DataError
-from recsys.data.meta import META, SPLITS
-from recsys.data.prepared import CACHE_KEY
+from recsys.data.prepared.meta import CACHE_KEY, META, SPLITS, read_meta, read_meta_text, write_meta
 
 SERVING = ("examples.parquet",)  # what serving needs beside meta.json and vocab/
 
@@ -40,7 +38,7 @@ def default_cache_dir() -> str:
 def rank_ranges(meta: dict[str, Any], rank: int, world_size: int) -> dict[str, tuple[int, int]]:
     """The rows ``[start, stop)`` of each split that worker ``rank`` reads: its ``shard_range``
     (training and evaluation alike); a worker with no rows of a split reads its row 0."""
-    from recsys.data.loader import shard_range
+    from recsys.data.columns import shard_range
 
     out = {}
     for split in SPLITS:
@@ -73,8 +71,7 @@ def cache_prepared(
     span (and, with ``serving``, the vocabularies and examples an export needs)."""
     from filelock import FileLock
 
-    meta_text = storage.read_text(storage.join(uri, META))
-    meta = json.loads(meta_text)
+    meta_text, meta = read_meta_text(uri)
     root = cache_dir or default_cache_dir()
     os.makedirs(root, exist_ok=True)
     folder = os.path.join(root, hashlib.sha256(f"{uri}\n{meta_text}".encode()).hexdigest()[:16])
@@ -94,7 +91,7 @@ def cache_prepared(
         for shard in wanted:
             open(os.path.join(folder, f"{shard}.cached"), "w").close()
         local = {**meta, CACHE_KEY: {"source": uri}}
-        storage.write_text(os.path.join(folder, META), json.dumps(local, indent=2))
+        write_meta(folder, local)
     return folder
 
 
@@ -168,8 +165,6 @@ def localised(cfg: Any, rank: int, world_size: int, log: Callable[[str], None] =
     object store URI (else ``cfg`` itself)."""
     if cfg.data.source != "prepared" or not storage.is_uri(cfg.data.paths[0]):
         return cfg
-    from recsys.data.meta import read_meta
-
     uri = cfg.data.paths[0]
     ranges = rank_ranges(read_meta(uri), rank, world_size)
     folder = cache_prepared(uri, ranges, cfg.data.cache_dir, log=log)
@@ -182,8 +177,6 @@ def localised_for_export(cfg: Any, sample_rows: int, log: Callable[[str], None] 
     when there is no test split), the vocabularies and examples serving needs."""
     if cfg.data.source != "prepared" or not storage.is_uri(cfg.data.paths[0]):
         return cfg
-    from recsys.data.meta import read_meta
-
     uri = cfg.data.paths[0]
     meta = read_meta(uri)
     rows = {s: sum(x["rows"] for x in meta["shards"][s]) for s in SPLITS}
@@ -191,3 +184,20 @@ def localised_for_export(cfg: Any, sample_rows: int, log: Callable[[str], None] 
     ranges = {split: (0, min(sample_rows, rows[split]))}
     folder = cache_prepared(uri, ranges, cfg.data.cache_dir, serving=True, log=log)
     return cfg.with_overrides({"data.paths": [folder]})
+
+
+def upload_folder(folder: str, out: str, log: Callable[[str], Any] = print) -> None:
+    """Upload local prepared ``folder`` to object store URI ``out``, replacing what is there:
+    every file but ``meta.json``, then ``meta.json``, whose presence is what marks a prepared
+    folder (``is_prepared``), so a failed or killed upload never reads as prepared."""
+    import pyarrow.fs
+
+    fs, base = storage.filesystem(out)
+    fs.delete_dir_contents(base, missing_dir_ok=True)  # the old folder, or a killed upload's
+    names = [os.path.relpath(os.path.join(d, f), folder)
+             for d, _, files in os.walk(folder) for f in files]  # fmt: skip
+    log(f"prepare: uploading {len(names)} files to {out}")
+    for name in sorted(names, key=lambda n: n == META):  # meta.json last
+        pyarrow.fs.copy_files(
+            os.path.join(folder, name), f"{base}/{name}", destination_filesystem=fs
+        )

@@ -18,6 +18,8 @@ arrays (``Vocabulary``), so lookups are a vectorised ``searchsorted``. Rows (``S
 0 missing (null, ``""``), ``1..N`` unseen values (``1 + hash % N``), then the vocabulary; hashed
 columns ``1 + hash % B``. Time features (``derive``) come from their timestamp columns as epoch
 seconds (``epoch_seconds``), converted to local time with the time zone database (``zoneinfo``).
+The time column that splits by time is read by the same ``epoch_seconds``, with the same rules: a
+column that can split can derive time features, and the other way round.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recsys.data import vocab
 from recsys.data.dense import log1p_counts
+from recsys.data.prepare import vocab
 from recsys.data.schema import UNIT_SECONDS, DatasetSchema, SparseColumn, zone
 
 TRAIN, VAL, TEST = 0, 1, 2
@@ -332,10 +334,9 @@ class Vocabulary:
 # Checking rows
 
 
-TIMESTAMP_WHY = (
-    "a derived feature's timestamp column needs a timestamp, a date, epoch seconds "
-    "(years 1678-2261) or ISO-8601 text (or null)"
-)
+TIMESTAMPS = "a timestamp, a date, epoch seconds (years 1678-2261) or ISO-8601 text"
+TIMESTAMP_WHY = f"a derived feature's timestamp column needs {TIMESTAMPS} (or null)"
+TIME_WHY = f"the time column needs {TIMESTAMPS} in every row"
 
 
 def column_problem(
@@ -372,8 +373,8 @@ def _role_problem(
         bad = numeric(arr)[2]
         return bad, "a dense column needs a finite number (or null)"
     if name == schema.time:
-        values, missing, bad = time_values(arr)
-        return bad | missing, "the time column needs a timestamp or number in every row"
+        values, missing, bad = epoch_seconds(arr)
+        return bad | missing, TIME_WHY
     if name in schema.roles()["weights"]:
         owner = next(k for k, c in schema.sparse.items() if c.weights == name)
         return list_weights(arr, schema.id_spec(owner))[2], WEIGHTS_WHY
@@ -436,25 +437,6 @@ def _not_row(arr: pa.Array, spec: SparseColumn) -> np.ndarray:
         return np.ones(n, bool)
     bad = row_numbers(flat)[2]
     return np.bincount(np.repeat(np.arange(n), lengths)[bad], minlength=n) > 0
-
-
-def time_values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The time column as float64 ``(values, missing, bad)``: timestamps and dates in their
-    units, numbers as they are, text (CSV) as a number or an ISO-8601 timestamp."""
-    arr = plain(arr)
-    tp = arr.type
-    if pa.types.is_timestamp(tp) or pa.types.is_date(tp) or pa.types.is_duration(tp):
-        ints = pc.cast(arr, pa.int64()) if not pa.types.is_date32(tp) else pc.cast(arr, pa.int32())
-        values = ints.to_numpy(zero_copy_only=False).astype(np.float64)
-        return values, np.isnan(values), np.zeros(len(arr), bool)
-    if is_text(tp):
-        try:
-            stamps = pc.cast(pc.cast(arr, pa.timestamp("s")), pa.int64())
-            values = stamps.to_numpy(zero_copy_only=False).astype(np.float64)
-            return values, np.isnan(values), np.zeros(len(arr), bool)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return text_seconds(arr)
-    return numeric(arr)
 
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
@@ -558,7 +540,7 @@ def split_of(
     n = table.num_rows
     if plan.by == "time":
         assert schema.time is not None and plan.cuts is not None
-        t = time_values(table.column(schema.time))[0]
+        t = epoch_seconds(table.column(schema.time))[0]
         return (t >= plan.cuts[0]).astype(np.int8) + (t >= plan.cuts[1]).astype(np.int8)
     if plan.by == "order":
         assert rows is not None and plan.bounds is not None

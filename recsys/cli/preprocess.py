@@ -1,4 +1,4 @@
-"""``recsys-preprocess``: prepare click logs for training (``recsys.data.prepare``).
+"""``recsys-preprocess``: prepare click logs for training (``recsys.data.prepare.pipeline``).
 
     recsys-preprocess --schema schemas/clicklogs.yaml data/clicklogs_raw --out data/clicklogs
     recsys-preprocess --schema criteo_kaggle train.txt --out data/criteo_kaggle
@@ -20,7 +20,7 @@ import time
 from recsys.cluster import RaySource, check_answers, find_ray
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
-from recsys.data.prepare import CHUNK_MB, prepare
+from recsys.data.prepare.pipeline import CHUNK_MB, prepare
 from recsys.data.schema import DatasetSchema
 
 

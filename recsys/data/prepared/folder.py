@@ -29,9 +29,7 @@ from recsys.data.columns import (
     Splits,
     ragged_take,
 )
-from recsys.data.meta import SPLITS, read_meta
-
-CACHE_KEY = "cache"  # meta.json of a worker's cache of a folder in an object store (``remote``)
+from recsys.data.prepared.meta import CACHE_KEY, SPLITS, read_meta
 
 
 class PreparedShard(RowSource):
@@ -147,7 +145,8 @@ def empty_split(meta: dict[str, Any], folder: str) -> Any:
 
 class AbsentShard(RowSource):
     """A shard a worker's cache of a prepared folder in an object store does not hold
-    (``recsys.data.remote``): its length only; its rows lie outside what this worker reads."""
+    (``recsys.data.prepared.remote``): its length only; its rows lie outside what this worker
+    reads."""
 
     def __init__(self, folder: str, split: str, shard: dict[str, Any], meta: dict[str, Any]
                  ) -> None:  # fmt: skip

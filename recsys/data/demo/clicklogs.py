@@ -30,9 +30,7 @@ Rows come in blocks generated from ``(seed, block)``; the same seed gives the sa
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -210,22 +208,3 @@ def write(out: str, rows: int, files: int = 4, seed: int = 0, shape: Shape = Sha
         os.replace(tmp, path)
         paths.append(path)
     return paths
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="recsys-synth", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--out", required=True, help="output folder (Parquet files)")
-    p.add_argument("--rows", type=int, default=200_000)
-    p.add_argument("--files", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    try:
-        paths = write(args.out, args.rows, args.files, args.seed)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
-    print(f"wrote {args.rows:,} rows to {len(paths)} files in {args.out}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

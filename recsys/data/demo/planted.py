@@ -1,6 +1,6 @@
 """A click log of categorical fields only, whose true click probability is known (planted).
 
-    python -m recsys.data.planted --out data/planted_raw          # log.parquet + schema.yaml
+    python -m recsys.cli.planted --out data/planted_raw          # log.parquet + schema.yaml
     recsys-preprocess --schema data/planted_raw/schema.yaml data/planted_raw --out data/planted
 
 It measures models rather than the pipeline: every row carries ``p_click``, the probability its
@@ -33,9 +33,7 @@ split); the same seed gives the same file.
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,24 +214,6 @@ def test_rows(path: str, meta: dict[str, Any]) -> Any:
 
 def oracle_auc(frame: Any) -> float:
     """The Bayes-optimal AUC of these rows: their true ``p_click`` against ``click``."""
-    from recsys.train.metrics import auc
+    from recsys.metrics import auc
 
     return auc(np.asarray(frame["click"], np.float64), np.asarray(frame[TRUTH], np.float64))
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m recsys.data.planted", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--out", required=True, help="output folder (log.parquet, schema.yaml)")
-    p.add_argument("--rows", type=int, default=75_000)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    try:
-        path = write(args.out, args.rows, args.seed)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
-    print(f"wrote {args.rows:,} rows to {path} (schema: {SCHEMA_FILE} beside it)", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

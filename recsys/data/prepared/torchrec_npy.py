@@ -26,7 +26,7 @@ import numpy as np
 
 from recsys.data.columns import Columns, DataError, RowSource
 from recsys.data.dense import log1p_counts
-from recsys.data.meta import META, read_meta
+from recsys.data.prepared.meta import is_prepared, read_meta
 
 PARTS = ("dense", "sparse", "labels")
 _TRIPLE = re.compile(r"^day_(\d+)_(dense|sparse|labels)\.npy$")
@@ -150,7 +150,7 @@ def load_folder(folder: str, torchrec_dense_min: int | None = None) -> list[NpyD
     declared (``torchrec_dense_min``) or inferred per day. A folder with a ``meta.json`` is not
     TorchRec's: a prepared folder is named as such, an earlier version's with the command that
     prepares it again."""
-    if os.path.isfile(os.path.join(folder, META)):
+    if is_prepared(folder):
         read_meta(folder)  # refuses an earlier version's folder, naming the command
         raise DataError(f"{folder}: a prepared folder, not TorchRec's; use data.source=prepared")
     declared = DenseTransform(torchrec_dense_min) if torchrec_dense_min is not None else None

@@ -5,10 +5,10 @@
     recsys-preprocess --schema criteo_terabyte day_{0..23}.gz --out /shared/criteo_1tb \\
         --address auto                                  # a Ray cluster; --out on shared storage
 
-The inputs are cut into pieces (``recsys.data.sources``: row groups, byte ranges at line starts,
-whole gzip files) that depend on the files only, and every pass is one Ray task per piece (a local
-Ray of ``--workers`` processes, or a cluster with ``--address``; ``--workers 0``: the same tasks
-one after the other in this process, no Ray). Each task reads its piece itself:
+The inputs are cut into pieces (``recsys.data.prepare.sources``: row groups, byte ranges at line
+starts, whole gzip files) that depend on the files only, and every pass is one Ray task per piece
+(a local Ray of ``--workers`` processes, or a cluster with ``--address``; ``--workers 0``: the same
+tasks one after the other in this process, no Ray). Each task reads its piece itself:
 
 1. (``split.by: time``) the time column's range and a 65,536-bin histogram: the cut points;
    (``order``) the pieces' row counts: the row numbers where validation and test start;
@@ -19,10 +19,10 @@ one after the other in this process, no Ray). Each task reads its piece itself:
    merged by a tree of merge tasks;
 3. **write**: encode (ids through the vocabularies or hash buckets, time features from their
    timestamps, dense transforms, lists cut to ``max_len``) and write the piece's own **shard** of
-   each split: ``<split>/part-<k>.*.npy`` (``recsys.data.prepared`` says which files). The driver
-   writes only the vocabularies (``vocab/sparse_<j>.npy``, one per table: ``j`` is its owner's
-   place among the sparse features), ``meta.json`` (the schema, what was fitted, and the index of
-   the shards) and a few example rows; it never holds the data.
+   each split: ``<split>/part-<k>.*.npy`` (``recsys.data.prepared.folder`` says which files). The
+   driver writes only the vocabularies (``vocab/sparse_<j>.npy``, one per table: ``j`` is its
+   owner's place among the sparse features), ``meta.json`` (the schema, what was fitted, and the
+   index of the shards) and a few example rows; it never holds the data.
 
 What ``meta.json`` says of the features (``SparseColumn`` has the row layout):
 
@@ -59,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import shutil
 import tempfile
@@ -72,7 +71,8 @@ import numpy as np
 import pyarrow as pa
 
 from recsys import storage
-from recsys.data.encode import (
+from recsys.data.errors import DataError
+from recsys.data.prepare.encode import (
     SPLIT_NAMES,
     BatchStats,
     Codes,
@@ -82,16 +82,13 @@ from recsys.data.encode import (
     batch_codes,
     check,
     encode,
+    epoch_seconds,
     fit_batch,
     is_list,
     split_of,
-    time_values,
 )
-from recsys.data.errors import DataError
-from recsys.data.meta import FORMAT, META
-from recsys.data.schema import DatasetSchema
-from recsys.data.shards import ShardWriter
-from recsys.data.sources import (
+from recsys.data.prepare.shards import ShardWriter
+from recsys.data.prepare.sources import (
     BadLine,
     Inspection,
     Piece,
@@ -105,7 +102,10 @@ from recsys.data.sources import (
     read_piece,
     with_rows,
 )
-from recsys.data.tasks import Executor, tree_merge
+from recsys.data.prepare.tasks import Executor, tree_merge
+from recsys.data.prepared.meta import FORMAT, is_prepared, write_meta
+from recsys.data.prepared.remote import upload_folder
+from recsys.data.schema import DatasetSchema
 from recsys.shared_storage import check_nodes_see
 
 HIST_BINS = 1 << 16
@@ -209,7 +209,7 @@ def time_range(piece: Piece, schema: DatasetSchema) -> tuple[float, float]:
     assert schema.time is not None
     lo, hi = np.inf, -np.inf
     for batch in piece_rows(piece, schema, [schema.time], Skips()):
-        t = time_values(batch.table.column(schema.time))[0]
+        t = epoch_seconds(batch.table.column(schema.time))[0]
         if len(t):
             lo, hi = min(lo, float(np.nanmin(t))), max(hi, float(np.nanmax(t)))
     return lo, hi
@@ -219,7 +219,7 @@ def time_hist(piece: Piece, schema: DatasetSchema, lo: float, hi: float) -> np.n
     assert schema.time is not None
     hist = np.zeros(HIST_BINS, np.int64)
     for batch in piece_rows(piece, schema, [schema.time], Skips()):
-        t = time_values(batch.table.column(schema.time))[0]
+        t = epoch_seconds(batch.table.column(schema.time))[0]
         hist += np.histogram(t, bins=HIST_BINS, range=(lo, hi if hi > lo else lo + 1))[0]
     return hist
 
@@ -304,7 +304,6 @@ def upload_prepared(
     ``overwrite`` replaced; what a killed upload left there is removed first. The
     preparation's tasks write locally: not with ``address`` (a cluster's nodes do not share
     this machine's disk)."""
-    import pyarrow.fs
 
     if address:
         raise DataError(
@@ -313,22 +312,13 @@ def upload_prepared(
             "the folder up, or prepare here with --address local"
         )
     storage.check_storage(out, flag="--out")
-    prepared = storage.exists(storage.join(out, META))
+    prepared = is_prepared(out)
     if prepared and not overwrite:
         raise DataError(f"{out} exists; choose another --out or pass --overwrite")
     local = tempfile.mkdtemp(prefix="recsys-prepare-")
     try:
         meta = make(os.path.join(local, "prepared"))
-        fs, base = storage.filesystem(out)
-        fs.delete_dir_contents(base, missing_dir_ok=True)  # the old folder, or a killed upload's
-        folder = os.path.join(local, "prepared")
-        names = [os.path.relpath(os.path.join(d, f), folder)
-                 for d, _, fs_ in os.walk(folder) for f in fs_]  # fmt: skip
-        log(f"prepare: uploading {len(names)} files to {out}")
-        for name in sorted(names, key=lambda n: n == META):  # meta.json last
-            pyarrow.fs.copy_files(
-                os.path.join(folder, name), f"{base}/{name}", destination_filesystem=fs
-            )
+        upload_folder(os.path.join(local, "prepared"), out, log)
     finally:
         shutil.rmtree(local, ignore_errors=True)
     return meta
@@ -378,7 +368,7 @@ def parquet_time_range(files: list[str], column: str) -> tuple[float, float] | N
             if stats is None or not stats.has_min_max:
                 return None
             try:
-                a, b = (time_values(pa.array([v], tp))[0][0] for v in (stats.min, stats.max))
+                a, b = (epoch_seconds(pa.array([v], tp))[0][0] for v in (stats.min, stats.max))
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
                 return None
             lo, hi = min(lo, a), max(hi, b)
@@ -480,7 +470,7 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
     (dense values as numbers, ids as the file holds them), from the first piece with rows."""
     import pyarrow.parquet as pq
 
-    from recsys.data.encode import numeric
+    from recsys.data.prepare.encode import numeric
 
     cols = schema.serving_columns()
     batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))
@@ -646,8 +636,7 @@ def _prepare(
     for line in one_class(meta["label_counts"]):
         log(f"prepare: warning: {line}")
     write_examples(folder, pieces, schema)
-    with open(os.path.join(folder, META), "w") as f:
-        json.dump(meta, f, indent=2)
+    write_meta(folder, meta)
     rows = meta["rows"]
     log(f"prepare: wrote {sum(rows.values()):,} rows (train {rows['train']:,}, val "
         f"{rows['val']:,}, test {rows['test']:,}) in {time.perf_counter() - t0:.1f}s")  # fmt: skip

@@ -1,6 +1,6 @@
 """Writing a prepared folder's shards: each task appends its piece's encoded rows to the npy files
 of its own shard (``<split>/part-<k>.<suffix>.npy``), the row count written into the header when
-the shard is closed. ``recsys.data.prepared`` reads them back.
+the shard is closed. ``recsys.data.prepared.folder`` reads them back.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from recsys.data.encode import Encoded
+from recsys.data.prepare.encode import Encoded
 from recsys.data.schema import DatasetSchema
 
 HEADER_BYTES = 256  # fixed npy header length, so the row count can be written at the end
