@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from recsys import archs
 from recsys.configlib import (
     ConfigError,
     check,
@@ -28,7 +29,6 @@ from recsys.configlib import (
     to_dict,
 )
 
-Arch = Literal["dlrm", "lr", "fm"]
 Interaction = Literal["dot", "cat", "sum", "dcn"]
 MLPNorm = Literal["none", "batch", "layer"]
 QROperation = Literal["mult", "add", "concat"]
@@ -284,10 +284,11 @@ class ModelConfig:
     """The model: DLRM, or a reference model (``recsys.models.reference``).
 
     Attributes:
-        arch: ``dlrm``; or a reference built from the same TorchRec tables: ``lr`` (logistic
-            regression: a weight per id and per dense feature) or ``fm`` (a factorization
-            machine: those linear terms plus the pairwise dot products of ``embeddings.dim``-wide
-            factors). The fields below this one are DLRM's; the references ignore them.
+        arch: a registered architecture (``recsys.archs``): ``dlrm``; or a reference built from
+            the same TorchRec tables: ``lr`` (logistic regression: a weight per id and per dense
+            feature) or ``fm`` (a factorization machine: those linear terms plus the pairwise
+            dot products of ``embeddings.dim``-wide factors). The fields below this one are
+            DLRM's; the references ignore them (a search space may not sweep them for one).
         num_dense: dense (integer) features per sample, ``I``; ``0``: none (a click log of
             categorical columns only). DLRM then has no bottom MLP (``bottom_mlp`` is unused) and
             its interaction runs over the embeddings alone (``dot``: the pairs among them;
@@ -326,7 +327,7 @@ class ModelConfig:
             exactly. The reference models ignore it.
     """
 
-    arch: Arch = "dlrm"
+    arch: str = "dlrm"
     num_dense: int = 13
     bottom_mlp: list[int] = field(default_factory=lambda: [64, 32])
     top_mlp: list[int] = field(default_factory=lambda: [64, 32])
@@ -339,6 +340,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "model")
+        archs.get(self.arch)  # a registered architecture (``recsys.archs``)
         check(self.num_dense >= 0, "model.num_dense", self.num_dense, "must be >= 0")
         for name, widths in (("bottom_mlp", self.bottom_mlp), ("top_mlp", self.top_mlp)):
             for i, w in enumerate(widths):
@@ -349,31 +351,17 @@ class ModelConfig:
         check(0 <= self.dropout < 1, "model.dropout", self.dropout, why)
 
 
-LINEAR_WIDTH = 4  # a reference model's weight of an id for a task: the sum of a row's 4 columns
-
-
-def check_reference(arch: str, emb: EmbeddingConfig) -> None:
-    """What a reference model (``lr``, ``fm``) cannot build: mixed dims (it has one table width)
-    and QR ``concat`` (it splits a row's columns between two tables)."""
-    why = f"model.arch={arch!r} has one table width; mixed dims are DLRM's"
-    check(emb.dims is None, "embeddings.dims", emb.dims, why)
-    check(emb.md_alpha is None, "embeddings.md_alpha", emb.md_alpha, why)
-    if emb.qr.enabled:
-        op, why = emb.qr.operation, f"model.arch={arch!r} reads whole rows: use mult or add"
-        check(op != "concat", "embeddings.qr.operation", op, why)
-
-
 def model_tables(model: ModelConfig, emb: EmbeddingConfig, num_tasks: int) -> EmbeddingConfig:
-    """The tables a model builds: ``emb`` for DLRM. A reference model has one table per feature
-    as DLRM does (same rows, QR, dtype, pooling, names) but its own width: ``lr``
-    ``LINEAR_WIDTH * T`` (FBGEMM needs widths in multiples of 4: an id's weight for task ``t`` is
-    the sum of the columns ``4t..4t+3``), ``fm`` ``D + LINEAR_WIDTH * T`` (``D`` factor columns,
-    then the linear ones)."""
-    if model.arch == "dlrm":
+    """The tables a model builds: ``emb`` for an architecture that takes the tables as
+    configured (DLRM); else one table per feature as DLRM's (same rows, QR, dtype, pooling,
+    names) at the architecture's own width (``recsys.archs``: ``lr`` ``LINEAR_WIDTH * T``,
+    since FBGEMM needs widths in multiples of 4 and an id's weight for task ``t`` is the sum of
+    the columns ``4t..4t+3``; ``fm`` ``D + LINEAR_WIDTH * T``: ``D`` factor columns, then the
+    linear ones)."""
+    width = archs.get(model.arch).table_width
+    if width is None:
         return emb
-    linear = LINEAR_WIDTH * num_tasks
-    width = linear if model.arch == "lr" else emb.dim + linear
-    return dataclasses.replace(emb, dim=width, dims=None, md_alpha=None)
+    return dataclasses.replace(emb, dim=width(emb.dim, num_tasks), dims=None, md_alpha=None)
 
 
 @dataclass
@@ -797,13 +785,10 @@ class ExperimentConfig:
             names = self.loss.names()
             why = f"no task {task!r}; the tasks are {names} (or 'mean'){nearest(task, names)}"
             check(task in names, "train.monitor", self.train.monitor, why)
-        if self.model.arch != "dlrm":
-            check_reference(self.model.arch, self.embeddings)
-        m = self.model
-        if m.arch == "dlrm" and m.interaction == "dot" and not m.interaction_itself:
-            pairs = self.embeddings.num_features + (1 if m.num_dense else 0)
-            why = "dot needs two vectors (no numeric feature and one id feature): use cat or sum"
-            check(pairs >= 2, "model.interaction", m.interaction, why)
+        arch = archs.get(self.model.arch)
+        archs.check_tables(arch, self.embeddings)
+        if arch.check is not None:
+            arch.check(self)
         self._check_shared_sharding()
 
     def _check_shared_sharding(self) -> None:

@@ -33,6 +33,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from recsys import archs
 from recsys.configlib import _optional_inner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,6 +279,10 @@ def _item_dataclass(tp: Any) -> tuple[str, type] | None:
     return None
 
 
+# keys whose values a registry holds rather than a ``Literal``: shown as its names
+REGISTERED = {"model.arch": " | ".join(archs.ARCHS)}
+
+
 def type_name(tp: Any) -> str:
     """A field's type as a user writes it: ``Literal`` choices as ``a | b``, ``None`` as null."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -330,7 +335,8 @@ def sections(root: type, map_names: dict[str, str] | None = None) -> list[Sectio
             if _is_dataclass_type(inner):
                 nested.append((inner, dotted, docs.get(f.name)))
                 continue
-            section.rows.append(Row(dotted, type_name(tp), _default(f), docs.get(f.name)))
+            shown = REGISTERED.get(dotted) or type_name(tp)
+            section.rows.append(Row(dotted, shown, _default(f), docs.get(f.name)))
             item = _item_dataclass(inner)
             if item is not None:
                 kind, item_cls = item

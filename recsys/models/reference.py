@@ -26,7 +26,8 @@ import torch
 from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from recsys.config import LINEAR_WIDTH, EmbeddingConfig, ModelConfig, model_tables
+from recsys.archs import LINEAR_WIDTH
+from recsys.config import EmbeddingConfig, ModelConfig, model_tables
 from recsys.models.embeddings import SparseArch
 
 

@@ -23,9 +23,10 @@ A space file::
 set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
 
 A reference model is a fair bar only when it is trained as well as the winner, so each one listed
-is searched by rules (``REFERENCE_RULES``, ``REFERENCE_GRIDS``): a grid of a few learning rates
-and weight decays on the base config, each point trained with a budget in epochs and patience;
-the best by the space's metric is the reference. A mapping sets an arch's grid and fixed keys::
+is searched by rules (``REFERENCE_RULES``, and its grid registered in ``recsys.archs``): a grid
+of a few learning rates and weight decays on the base config, each point trained with a budget
+in epochs and patience; the best by the space's metric is the reference. A mapping sets an
+arch's grid and fixed keys::
 
     baselines:
       lr:                            # its grid replaced (here 3 x 2 = 6 trials; at most 8)
@@ -61,6 +62,7 @@ from typing import Any
 
 import yaml
 
+from recsys import archs
 from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, monitor_parts
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
@@ -74,7 +76,6 @@ SECTIONS = (
     "constraints", "baselines", "confirm",
 )  # fmt: skip
 SMOKE_SECTIONS = ("num_samples", "overrides", "baselines", "confirm")
-BASELINES = ("lr", "fm")  # model.arch values a sweep can train as references
 MAX_REFERENCE_TRIALS = 8  # a reference's grid: a handful of trials, not a second search
 # What every reference trial gets (the rules; a space's ``baselines.<arch>.overrides`` go over
 # them): the optimizers and batch the grids' values are for (row-wise Adagrad on the tables with
@@ -94,13 +95,6 @@ REFERENCE_RULES: dict[str, Any] = {
     "train.epochs": 20.0,
     "train.reports_per_epoch": 2,
     "train.patience": 3,
-}
-# Each reference's default grid (a space's ``baselines.<arch>.grid`` replaces it): two learning
-# rates, without and with weight decay. LR's tables are LINEAR_WIDTH columns whose sum is the
-# weight: it learns at four times ``embedding_lr``, hence its smaller rates.
-REFERENCE_GRIDS: dict[str, dict[str, list[Any]]] = {
-    "lr": {"optim.embedding_lr": [0.01, 0.03], "optim.embedding_weight_decay": [0.0, 1.0e-3]},
-    "fm": {"optim.embedding_lr": [0.03, 0.1], "optim.embedding_weight_decay": [0.0, 1.0e-3]},
 }
 BUDGET_KEYS = ("train.epochs", "train.steps", "train.batch_size", "train.reports_per_epoch",
                "train.patience", "train.eval_every", "train.checkpoint_every")  # fmt: skip
@@ -290,6 +284,27 @@ def _dimension(source: str, key: str, spec: Any, valid: list[str]) -> Dimension:
     return Dimension(key, kind, values)
 
 
+MODEL_KEYS_OF_EVERY_ARCH = ("model.arch", "model.num_dense")
+
+
+def unread(arch_names: list[str], key: str) -> bool:
+    """Whether ``key`` is a model key that none of ``arch_names`` reads (``recsys.archs``)."""
+    if not key.startswith("model.") or key in MODEL_KEYS_OF_EVERY_ARCH:
+        return False
+    return not any(key in archs.get(n).reads for n in arch_names)
+
+
+def _check_read(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
+    """A swept ``model.*`` key that no architecture of the sweep reads is refused: its trials
+    would differ in name only."""
+    arch_dim = next((d for d in dims if d.key == "model.arch"), None)
+    names = [str(v) for v in arch_dim.values] if arch_dim else [base.model.arch]
+    for d in dims:
+        if unread(names, d.key):
+            why = f"model.arch {' / '.join(names)} does not read it (recsys.archs)"
+            raise _fail(source, f"space.{d.key}", why)
+
+
 def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
     for d in dims:
         for v in d.probes():
@@ -351,6 +366,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         raise ConfigError(f"{path}: space is empty")
     dims = [_dimension(path, k, v, valid) for k, v in space.items()]
     _check_builds(path, base, dims)
+    _check_read(path, base, dims)
     objectives = _objectives(path, raw)
     _check_metric(path, base, objectives[0].metric)
     own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
@@ -396,15 +412,15 @@ def _baselines(
         value = {arch: None for arch in value}
     if not isinstance(value, dict):
         raise ConfigError(
-            f"{where}: a list of {list(BASELINES)}, or a mapping of each to "
+            f"{where}: a list of {list(archs.references())}, or a mapping of each to "
             f"{{grid: ..., overrides: ...}}; got {value!r}"
         )
     out = {}
     for arch, spec in value.items():
-        if arch not in BASELINES:
+        if arch not in archs.references():
             raise ConfigError(
                 f"{where}: {arch!r} is not a reference model; one of "
-                f"{list(BASELINES)}{nearest(str(arch), BASELINES)}"
+                f"{list(archs.references())}{nearest(str(arch), archs.references())}"
             )
         ref = _reference(f"{where}.{arch}", arch, spec, smoke)
         _check_reference(where, ref, base)
@@ -423,7 +439,7 @@ def _reference(where: str, arch: str, spec: Any, smoke: bool) -> Reference:
             why = f"unknown {key!r}{nearest(str(key), REFERENCE_SECTIONS)}"
             raise ConfigError(f"{where}: {why} (one of {list(REFERENCE_SECTIONS)})")
     valid = ExperimentConfig.all_keys()
-    grid = spec.get("grid", REFERENCE_GRIDS[arch])
+    grid: dict[str, Any] = spec.get("grid", archs.get(arch).reference_grid or {})
     overrides = spec.get("overrides") or {}
     for section, keys in (("grid", grid), ("overrides", overrides)):
         if not isinstance(keys, dict) or (section == "grid" and not keys):
@@ -437,6 +453,8 @@ def _reference(where: str, arch: str, spec: Any, smoke: bool) -> Reference:
                 )
             if key == "model.arch":
                 raise ConfigError(f"{where}.{section}: model.arch is the reference's own ({arch})")
+            if unread([arch], key):
+                raise ConfigError(f"{where}.{section}: {arch} does not read {key} (recsys.archs)")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.grid.{key}: a non-empty list of values, got {values!r}")

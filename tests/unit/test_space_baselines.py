@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 
+from recsys import archs
 from recsys.configlib import ConfigError
 from recsys.tune import space as spaces
 from recsys.tune.phases import (
@@ -33,7 +34,7 @@ def test_a_list_takes_the_default_rules(tmp_path):
     space = load(tmp_path, "baselines: [lr, fm]\n")
     assert space.baselines == ["lr", "fm"]
     points = baseline_points(space)
-    grids = spaces.REFERENCE_GRIDS
+    grids = {a: archs.get(a).reference_grid for a in archs.references()}
     assert len(points) == sum(math.prod(len(v) for v in grids[a].values()) for a in ("lr", "fm"))
     for point in points:
         arch = point["model.arch"]
@@ -55,7 +56,7 @@ def test_the_smoke_variant_trains_each_reference_once_with_its_own_budget(tmp_pa
     assert [p["model.arch"] for p in points] == ["lr", "fm"]
     for point in points:
         assert not set(point) & set(spaces.BUDGET_KEYS)  # the smoke budget governs
-        grid = spaces.REFERENCE_GRIDS[point["model.arch"]]
+        grid = archs.get(point["model.arch"]).reference_grid
         assert all(point[k] == v[0] for k, v in grid.items())  # each key's first value
         cfg = space.config_for(point)
         assert cfg.train.steps == 7 and cfg.train.epochs == 0
@@ -77,7 +78,7 @@ def test_a_mapping_sets_an_archs_grid_and_fixed_keys(tmp_path):
         (lr, d) for lr in (0.02, 0.05, 0.1) for d in (8, 16)
     }
     assert all(p["train.epochs"] == 3 and p["train.patience"] == 1 for p in fm)
-    assert space.references["lr"].grid == spaces.REFERENCE_GRIDS["lr"]  # {}: the defaults
+    assert space.references["lr"].grid == archs.get("lr").reference_grid  # {}: the defaults
     cfg = space.config_for(fm[0])
     assert cfg.tables.dim == fm[0]["embeddings.dim"] + 4  # the FM's factors and its linear part
 
@@ -129,7 +130,7 @@ def test_the_rules_every_trial_shares_go_in_the_phase_base(tmp_path):
     common = common_params(points)
     assert "model.arch" not in common and set(spaces.REFERENCE_RULES) <= set(common)
     rest = [{k: v for k, v in p.items() if k not in common} for p in points]
-    assert all(set(r) <= {"model.arch", *spaces.REFERENCE_GRIDS[r["model.arch"]]} for r in rest)
+    assert all(set(r) <= {"model.arch", *archs.get(r["model.arch"]).reference_grid} for r in rest)
     assert [{**common, **r} for r in rest] == points  # nothing lost
     assert common_params([]) == {}
 
