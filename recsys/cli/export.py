@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from recsys.export import export
     from recsys.storage import is_uri
-    from recsys.tune.publish import export_best
+    from recsys.tune.publish import export_best, quiet_libraries
     from recsys.tune.state import default_tracking_uri, export_dir
+
+    quiet_libraries()
 
     try:
         if args.sweep:

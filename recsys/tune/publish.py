@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +62,33 @@ def best_trial(
     return run.info.run_id, run.data.tags[Tag.BEST_CHECKPOINT], run_config(tracker, run.info.run_id)
 
 
+# What the libraries print while an export runs that says nothing to its user (the console test:
+# tests/distributed/test_export.py): DCP's note on loading without a process group (the export
+# loads in one process on purpose), two TorchScript notes on annotations in TorchRec's and
+# torch's own modules, and MLflow's hint on integer columns (the served model's id columns are
+# integers: a missing id is null in a list column or a float column, which the signature takes).
+EXPORT_WARNINGS = (
+    "torch.distributed is disabled, unavailable or uninitialized",
+    "The TorchScript type system doesn't support instance-level annotations",
+    "TorchScript will treat type annotations of Tensor dtype-specific subtypes",
+    "Hint: Inferred schema contains integer column",
+)
+
+
+def quiet_libraries() -> None:
+    """Keep an export's console to its result (as the sweep's): the warnings above, torch.fx's
+    note on ``is_fx_tracing`` (logged by TorchRec's tracing), MLflow's INFO lines and its
+    download progress bars (``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR``, unless set)."""
+    import logging
+    import warnings
+
+    for message in EXPORT_WARNINGS:
+        warnings.filterwarnings("ignore", message=f".*{re.escape(message)}")
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
 def run_config(tracker: Tracker, run_id: str) -> ExperimentConfig:
     """The config a trial's run trained with (its ``config.yaml`` artifact)."""
     with (
@@ -91,7 +119,7 @@ def log_served_model(
     return tracker.log_model(
         run_id,
         registered_name,
-        python_model=TabularScorer(),
+        python_model=os.path.join(recsys_dir, "served_model.py"),  # a model from code
         artifacts=artifacts,
         code_paths=[recsys_dir],
         input_example=example,

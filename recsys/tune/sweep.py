@@ -378,8 +378,9 @@ def launch(
     link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
     print(f"\nsweep folder: {sweep_dir(opts)}")
     if export:
-        from recsys.tune.publish import export_best
+        from recsys.tune.publish import export_best, quiet_libraries
 
+        quiet_libraries()
         out = export_dir(opts.storage, opts.name)
         run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
         print(

@@ -4,6 +4,9 @@ register it in MLflow, and score Criteo rows with it in a fresh process."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -52,6 +55,27 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     _check_export_by_alias(uri, run_id, c, ckpt, tmp_path)
 
 
+EXPORT_NOISE = [
+    "Warning",  # any library warning (UserWarning, FutureWarning, ...)
+    "warn(",
+    "Downloading artifacts",  # MLflow's progress bars
+    "%|",
+    "cloudpickle",
+    "Traceback",
+    "\x1b[",
+]
+
+
+def _check_the_console_is_short(out: str, stdout: str) -> None:
+    """``recsys-export``'s console: what it exported and registered, and the checks' figures;
+    no library warnings and no progress bars (as the sweep's console: tests/ray/test_sweep.py)."""
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert [n for n in EXPORT_NOISE if n.lower() in out.lower()] == [], out
+    assert len(lines) <= 9, out
+    result = stdout.strip().splitlines()
+    assert result[-1].startswith("  tables ") and any("test AUC" in x for x in result), out
+
+
 def _check_export_by_alias(uri, run_id, cfg, ckpt, tmp_path) -> None:
     """``recsys-export --model models:/NAME@ALIAS``: the registered version's trial (its run's
     config and best checkpoint, as a sweep's trial run has them) exported again, in FP16."""
@@ -70,8 +94,13 @@ def _check_export_by_alias(uri, run_id, cfg, ckpt, tmp_path) -> None:
         main(["--model", "models:/tiny-dlrm@champion", "--tracking-uri", uri])  # no checkpoint
     client.set_tag(run_id, Tag.BEST_CHECKPOINT, ckpt)
     again = tmp_path / "again"
-    main(["--model", "models:/tiny-dlrm@champion", "--dtype", "fp16", "--tracking-uri", uri,
-          "--out", str(again), "--register", "tiny-dlrm"])  # fmt: skip
+    cmd = [sys.executable, "-m", "recsys.cli.export", "--model", "models:/tiny-dlrm@champion",
+           "--dtype", "fp16", "--tracking-uri", uri, "--out", str(again), "--register",
+           "tiny-dlrm"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    _check_the_console_is_short(out, done.stdout)
     assert (again / "model.pt").exists()
     assert client.get_run(run_id).data.metrics["export_auc"] > 0
     versions = client.search_model_versions("name = 'tiny-dlrm'")

@@ -104,6 +104,13 @@ def sparse_ids(cols: Columns, layout: SparseLayout) -> np.ndarray:
     return np.concatenate([ids // c, ids[qr] % c[qr]])
 
 
+def tensor(array: np.ndarray, dtype: type) -> torch.Tensor:
+    """``array`` as a tensor of ``dtype``, sharing its memory where it can: a read-only array (a
+    view of a memory-mapped shard, read in order) is copied first, since torch requires tensors it
+    shares memory with to be writable."""
+    return torch.from_numpy(np.require(array, dtype, ["W"]))
+
+
 def keyed_jagged(
     keys: list[str],
     values: np.ndarray,
@@ -118,9 +125,9 @@ def keyed_jagged(
     ``weights``: float32 per id (a weighted model's input), or ``None``."""
     return KeyedJaggedTensor(
         keys=keys,
-        values=torch.from_numpy(values.astype(np.int64, copy=False)),
-        weights=None if weights is None else torch.from_numpy(weights.astype(np.float32)),
-        lengths=torch.from_numpy(lengths.astype(np.int64, copy=False)),
+        values=tensor(values, np.int64),
+        weights=None if weights is None else tensor(weights, np.float32),
+        lengths=tensor(lengths, np.int64),
         stride=batch,
         length_per_key=per_key,
         offset_per_key=[0, *np.cumsum(per_key).tolist()],
@@ -174,9 +181,9 @@ def to_batch(cols: AnyColumns, layout: SparseLayout) -> Batch:
         flat = np.ascontiguousarray(ids).reshape(-1)  # key-major already: no copy per key
         kjt = keyed_jagged(layout.keys(), flat, np.full(k * b, h), [b * h] * k, b)
     return Batch(
-        dense_features=torch.from_numpy(np.asarray(cols.dense, dtype=np.float32)),
+        dense_features=tensor(cols.dense, np.float32),
         sparse_features=kjt,
-        labels=torch.from_numpy(np.asarray(cols.labels, dtype=np.float32)),
+        labels=tensor(cols.labels, np.float32),
     )
 
 
