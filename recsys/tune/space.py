@@ -294,15 +294,20 @@ def unread(arch_names: list[str], key: str) -> bool:
     return not any(key in archs.get(n).reads for n in arch_names)
 
 
-def _check_read(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
-    """A swept ``model.*`` key that no architecture of the sweep reads is refused: its trials
-    would differ in name only."""
+def _check_read(
+    source: str, base: ExperimentConfig, dims: list[Dimension], overrides: dict[str, Any]
+) -> None:
+    """A swept or overridden ``model.*`` key that no architecture of the sweep reads is
+    refused: its trials would differ in name only, or the setting would do nothing."""
     arch_dim = next((d for d in dims if d.key == "model.arch"), None)
     names = [str(v) for v in arch_dim.values] if arch_dim else [base.model.arch]
+    why = f"model.arch {' / '.join(names)} does not read it (recsys.archs)"
     for d in dims:
         if unread(names, d.key):
-            why = f"model.arch {' / '.join(names)} does not read it (recsys.archs)"
             raise _fail(source, f"space.{d.key}", why)
+    for key in overrides:
+        if unread(names, key):
+            raise _fail(source, f"overrides.{key}", why)
 
 
 def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
@@ -366,7 +371,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         raise ConfigError(f"{path}: space is empty")
     dims = [_dimension(path, k, v, valid) for k, v in space.items()]
     _check_builds(path, base, dims)
-    _check_read(path, base, dims)
+    _check_read(path, base, dims, overrides)
     objectives = _objectives(path, raw)
     _check_metric(path, base, objectives[0].metric)
     own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}

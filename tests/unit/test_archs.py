@@ -86,6 +86,8 @@ def test_an_unknown_arch_is_named_with_the_registered_ones():
         ("space:\n  optim.lr: {choice: [0.01, 0.1]}\n"
          "baselines: {fm: {overrides: {model.dropout: 0.1}}}\n",
          r"baselines.fm.overrides: fm does not read model.dropout"),
+        ("overrides: {model.arch: lr, model.dropout: 0.1}\nspace:\n  optim.lr: {choice: [0.1]}\n",
+         r"overrides.model.dropout: model.arch lr does not read it"),
     ],
 )  # fmt: skip
 def test_a_key_the_arch_does_not_read_is_refused(tmp_path, body, message):

@@ -8,7 +8,14 @@ import pytest
 import torch
 from torchrec.datasets.utils import Batch
 
-from recsys.config import ConfigError, EmbeddingConfig, LossConfig, ModelConfig, QRConfig
+from recsys.config import (
+    INTERACTIONS,
+    ConfigError,
+    EmbeddingConfig,
+    LossConfig,
+    ModelConfig,
+    QRConfig,
+)
 from recsys.models import DLRM, ModelAndLoss, materialize
 from recsys.models.dlrm import WithRawIds
 from recsys.models.embeddings import qr_split_kjt
@@ -16,7 +23,7 @@ from tests.conftest import make_kjt
 from tests.helpers import assert_int8_export_close
 
 ROWS = [50, 300, 20, 1000]
-GRID = list(itertools.product(["dot", "cat", "sum", "dcn"], [False, True], [False, True]))
+GRID = list(itertools.product(INTERACTIONS, [False, True], [False, True]))  # every op
 
 
 def tiny(op: str, qr: bool, mixed: bool) -> tuple[ModelConfig, EmbeddingConfig]:

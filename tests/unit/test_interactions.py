@@ -125,3 +125,13 @@ def test_dot_without_dense_needs_a_pair():
     with pytest.raises(ValueError, match="has no pairs"):
         make_interaction("dot", D, [D], has_dense=False)
     assert make_interaction("dot", D, [D], itself=True, has_dense=False).out_dim == 1
+
+
+def test_every_configurable_op_is_built():
+    """Each op that ``model.interaction`` accepts (``INTERACTIONS``) has its rule and builds."""
+    from recsys.config import INTERACTIONS
+    from recsys.models.interactions import NEEDS_EQUAL_DIMS, make_interaction
+
+    assert set(NEEDS_EQUAL_DIMS) == set(INTERACTIONS)
+    for op in INTERACTIONS:
+        assert make_interaction(op, 8, [8, 8, 8]).out_dim > 0
