@@ -109,6 +109,13 @@ register(Arch(
            "model.dcn_layers", "model.dcn_low_rank", "model.dropout", "model.norm"),
     check=_dlrm_check,
 ))  # fmt: skip
+register(Arch(
+    name="finalmlp",
+    builder="recsys.models.finalmlp:FinalMLP",
+    summary="FinalMLP: two gated MLP streams over the embeddings, fused by bilinear heads",
+    reads=("model.finalmlp", "model.finalmlp.stream1", "model.finalmlp.stream2",
+           "model.finalmlp.heads", "model.finalmlp.gate", "model.dropout", "model.norm"),
+))  # fmt: skip
 # Each reference's default grid (a space's ``baselines.<arch>.grid`` replaces it): two learning
 # rates, without and with weight decay. LR's tables are LINEAR_WIDTH columns whose sum is the
 # weight: it learns at four times ``embedding_lr``, hence its smaller rates.

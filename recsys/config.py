@@ -280,15 +280,52 @@ def md_dims(rows: list[int], dim: int, alpha: float, min_dim: int = 4) -> list[i
 
 
 @dataclass
+class FinalMLPConfig:
+    """FinalMLP's two streams and their fusion (``model.arch: finalmlp``; Mao et al., "FinalMLP:
+    An Enhanced Two-Stream MLP Model for CTR Prediction", AAAI 2023). Both streams read the
+    same input, the dense features and every pooled embedding concatenated (``W`` values); each
+    first scales it by its own feature-selection gate, ``2 * sigmoid(gate(c))`` of a learnt
+    context vector ``c`` of ``embeddings.dim`` values (``[W]``: one factor per input value).
+    Their outputs are fused per head by a bilinear term plus linear ones, summed over the heads:
+    one logit per task. ``model.norm`` and ``model.dropout`` apply to the streams' layers.
+
+    Attributes:
+        stream1: the first stream's layer widths (``Linear -> norm -> ReLU -> dropout`` each).
+        stream2: the second stream's layer widths.
+        heads: heads of the bilinear fusion; each stream's last width must divide by it.
+        gate: the hidden widths of each stream's gate (its output layer has ``W`` values).
+    """
+
+    stream1: list[int] = field(default_factory=lambda: [64, 32])
+    stream2: list[int] = field(default_factory=lambda: [64, 32])
+    heads: int = 1
+    gate: list[int] = field(default_factory=lambda: [32])
+
+    def __post_init__(self) -> None:
+        for name in ("stream1", "stream2", "gate"):
+            widths = getattr(self, name)
+            check(len(widths) >= 1, f"model.finalmlp.{name}", widths, "at least one layer")
+            for i, w in enumerate(widths):
+                check(w >= 1, f"model.finalmlp.{name}[{i}]", w, "layer widths must be >= 1")
+        check(self.heads >= 1, "model.finalmlp.heads", self.heads, "must be >= 1")
+        for name in ("stream1", "stream2"):
+            last = getattr(self, name)[-1]
+            why = f"model.finalmlp.{name}'s last width {last} must divide into the heads"
+            check(last % self.heads == 0, "model.finalmlp.heads", self.heads, why)
+
+
+@dataclass
 class ModelConfig:
     """The model: DLRM, or a reference model (``recsys.models.reference``).
 
     Attributes:
-        arch: a registered architecture (``recsys.archs``): ``dlrm``; or a reference built from
-            the same TorchRec tables: ``lr`` (logistic regression: a weight per id and per dense
-            feature) or ``fm`` (a factorization machine: those linear terms plus the pairwise
-            dot products of ``embeddings.dim``-wide factors). The fields below this one are
-            DLRM's; the references ignore them (a search space may not sweep them for one).
+        arch: a registered architecture (``recsys.archs``): ``dlrm``; ``finalmlp`` (two gated
+            MLP streams fused by bilinear heads: ``finalmlp``, with ``dropout`` and ``norm``);
+            or a reference built from the same TorchRec tables: ``lr`` (logistic regression: a
+            weight per id and per dense feature) or ``fm`` (a factorization machine: those
+            linear terms plus the pairwise dot products of ``embeddings.dim``-wide factors). The
+            MLP and interaction fields below are DLRM's; an architecture that does not read a
+            field ignores it, and a search space may not set it for one.
         num_dense: dense (integer) features per sample, ``I``; ``0``: none (a click log of
             categorical columns only). DLRM then has no bottom MLP (``bottom_mlp`` is unused) and
             its interaction runs over the embeddings alone (``dot``: the pairs among them;
@@ -325,6 +362,7 @@ class ModelConfig:
             each worker's running statistics by their mean over the workers, so every worker
             evaluates the same model and a checkpoint, which stores one copy of them, resumes
             exactly. The reference models ignore it.
+        finalmlp: ``model.arch: finalmlp``'s streams, gates and fusion (``FinalMLPConfig``).
     """
 
     arch: str = "dlrm"
@@ -337,6 +375,7 @@ class ModelConfig:
     dcn_low_rank: int = 16
     dropout: float = 0.0
     norm: MLPNorm = "none"
+    finalmlp: FinalMLPConfig = field(default_factory=FinalMLPConfig)
 
     def __post_init__(self) -> None:
         check_choices(self, "model")

@@ -139,10 +139,12 @@ def concat_batches(parts):
 
 
 def unsharded_reference(cfg):
-    from recsys.models import DLRM, ModelAndLoss
+    """``cfg``'s model (any registered architecture) unsharded, with Adagrad on its tables and
+    on its dense part."""
+    from recsys.models import ModelAndLoss, build_model
 
     torch.manual_seed(cfg.train.seed)
-    model = ModelAndLoss(DLRM(cfg.model, cfg.embeddings, len(cfg.loss.tasks)), cfg.loss)
+    model = ModelAndLoss(build_model(cfg.model, cfg.embeddings, len(cfg.loss.tasks)), cfg.loss)
     tables = [p for n, p in model.named_parameters() if "embedding_bags" in n]
     dense = [p for n, p in model.named_parameters() if "embedding_bags" not in n]
     opts = [
@@ -212,11 +214,14 @@ def without_dense(batch):
     return Batch(batch.dense_features[:, :0], batch.sparse_features, batch.labels)
 
 
-def equivalence_rank(rank, world, pipeline, use_gpu=False, dense=True, regularised=False):
+def equivalence_rank(
+    rank, world, pipeline, use_gpu=False, dense=True, regularised=False, overrides=None
+):
     """One rank of the comparison; ``use_gpu``: NCCL, ``cuda:rank``, and the smallest table
     row-wise (CUDA-only sharding) beside the table-wise and column-wise ones; ``dense=False``: a
     model without dense features (``model.num_dense=0``, no bottom MLP) fed ``[B, 0]`` ones;
-    ``regularised``: ``REGULARISED`` against ``regularised_reference``."""
+    ``regularised``: ``REGULARISED`` against ``regularised_reference``; ``overrides``: more
+    config keys (another ``model.arch``)."""
     from recsys.distributed.debug import describe, gather_table
     from recsys.distributed.env import current
     from recsys.train.build import build
@@ -227,6 +232,8 @@ def equivalence_rank(rank, world, pipeline, use_gpu=False, dense=True, regularis
         cfg = cfg.with_overrides({"model.num_dense": 0})
     if regularised:
         cfg = cfg.with_overrides(REGULARISED)
+    if overrides:
+        cfg = cfg.with_overrides(overrides)
     if use_gpu:
         row_wise = {"sharding_types": ["row_wise"]}
         tables = {**table_overrides(cfg), "t_cat_0": row_wise}

@@ -50,6 +50,16 @@ def test_sharded_matches_unsharded_without_dense_features(pipeline):
     check_against_unsharded(results, pipeline, atol=ATOL)
 
 
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "ids-only"])
+def test_finalmlp_sharded_matches_unsharded(dense):
+    """FinalMLP over the same tables (table-wise, column-wise, QR): its two gated streams and
+    the bilinear fusion of 2 heads train as the unsharded model does."""
+    overrides = {"model.arch": "finalmlp", "model.finalmlp.heads": 2}
+    results = run_ranks(equivalence_rank, False, False, dense, False, overrides)
+    assert results[0]["bottom_mlp"] == []  # no DLRM part
+    check_against_unsharded(results, False, atol=ATOL)
+
+
 def test_sharded_matches_unsharded_with_layer_norm_and_embedding_weight_decay():
     """Layer norm in both MLPs and L2 weight decay on the (fp16) tables: the same forward and
     training as the unsharded model whose tables follow FBGEMM's row-wise Adagrad with the decay

@@ -29,6 +29,11 @@ def test_shipped_spaces_load(name, smoke, request):
     assert space.dimensions and space.metric == metric
     keys = {d.key for d in space.dimensions}
     assert {"model.interaction", "embeddings.dim", "embeddings.qr.threshold", weights} <= keys
+    if name in DATA:  # the spaces for real logs choose the architecture too
+        assert {"model.arch", "model.finalmlp.heads"} <= keys
+        arch = next(d for d in space.dimensions if d.key == "model.arch")
+        assert arch.values == ["dlrm", "finalmlp"]
+        assert space.config_for({"model.arch": "finalmlp"}).model.arch == "finalmlp"
     param_space = space.param_space()
     assert set(param_space) == keys
 
