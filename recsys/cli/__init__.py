@@ -1,5 +1,6 @@
 """Command-line entry points (``[project.scripts]``: ``recsys-sweep``, ``recsys-train``,
-``recsys-export``; ``experiments/*.py`` call the same ``main`` functions)."""
+``recsys-export``, ``recsys-preprocess``, ``recsys-synth``; ``python -m recsys.cli.planted``;
+``experiments/*.py`` call the same ``main`` functions)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
     return value
+
+
+def add_address(p: argparse.ArgumentParser) -> None:
+    """The ``--address`` flag of every command that runs on Ray (``ray_address`` reads it)."""
+    p.add_argument(
+        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
+        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
+        "running cluster, else a new local Ray",
+    )  # fmt: skip
 
 
 def ray_address(flag: str | None) -> RaySource:

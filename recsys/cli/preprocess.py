@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from recsys.cli import add_address
 from recsys.cluster import RaySource, check_answers, find_ray
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
@@ -45,11 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=os.cpu_count() or 1,
         help="processes of the local Ray (default: every core); 0: no Ray, this process only",
     )  # fmt: skip
-    p.add_argument(
-        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
-        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
-        "running cluster, else a new local Ray",
-    )  # fmt: skip
+    add_address(p)
     p.add_argument("--object-store-mb", type=int, help="cap of the local Ray's object store")
     p.add_argument(
         "--chunk-mb", type=float, default=CHUNK_MB,

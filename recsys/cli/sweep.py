@@ -26,7 +26,7 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import count, positive, ray_address
+from recsys.cli import add_address, count, positive, ray_address
 from recsys.configlib import ConfigError
 
 
@@ -85,11 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--data", help="a prepared folder (recsys-preprocess; or its s3://... URI) or TorchRec's "
         "Criteo folder: replaces data.paths; features, tables and tasks follow it",
     )  # fmt: skip
-    p.add_argument(
-        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
-        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
-        "running cluster, else a new local Ray",
-    )  # fmt: skip
+    add_address(p)
     p.add_argument(
         "--storage",
         default="runs",

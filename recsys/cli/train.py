@@ -14,7 +14,7 @@ import argparse
 import time
 from typing import Any
 
-from recsys.cli import ray_address
+from recsys.cli import add_address, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named, parse_overrides
 from recsys.configlib import ConfigError
 from recsys.data.columns import DataError
@@ -48,11 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
     )
-    p.add_argument(
-        "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "
-        "this node) or local (a new local Ray); default: $RAY_ADDRESS, else this node's "
-        "running cluster, else a new local Ray",
-    )  # fmt: skip
+    add_address(p)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
