@@ -106,7 +106,9 @@ register(Arch(
     builder="recsys.models.dlrm:DLRM",
     summary="DLRM: bottom MLP, an interaction (dot, cat, sum, dcn) over the embeddings, top MLP",
     reads=("model.bottom_mlp", "model.top_mlp", "model.interaction", "model.interaction_itself",
-           "model.dcn_layers", "model.dcn_low_rank", "model.dropout", "model.norm"),
+           "model.dcn_layers", "model.dcn_low_rank", "model.dropout", "model.norm",
+           "model.tasks", "model.experts", *(f"model.experts.{k}" for k in
+                                              ("count", "task_count", "mlp", "tower", "levels"))),
     check=_dlrm_check,
 ))  # fmt: skip
 register(Arch(

@@ -30,6 +30,7 @@ from recsys.configlib import (
 )
 
 Interaction = Literal["dot", "cat", "sum", "dcn"]
+TaskSharing = Literal["shared", "mmoe", "ple"]
 MLPNorm = Literal["none", "batch", "layer"]
 QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
@@ -280,6 +281,42 @@ def md_dims(rows: list[int], dim: int, alpha: float, min_dim: int = 4) -> list[i
 
 
 @dataclass
+class ExpertsConfig:
+    """Multi-task experts above DLRM's interaction (``model.tasks: mmoe | ple``), in place of
+    its top MLP. MMoE (Ma et al., KDD 2018): ``count`` experts (MLPs) read the interaction's
+    output; each task mixes them by its own gate (a softmax over the experts of a linear map of
+    the same input) and scores the mixture with its own tower (an MLP, then one logit). PLE
+    (Tang et al., RecSys 2020): ``levels`` extraction levels, each with ``count`` shared experts
+    and ``task_count`` experts of each task; a task's gate mixes its own experts and the shared
+    ones, and the shared gate (every level but the last) all experts of the level; a level's
+    outputs are the next level's inputs, task by task.
+
+    Attributes:
+        count: shared experts (per level for PLE).
+        task_count: PLE: each task's own experts per level (at least 1); MMoE has none.
+        mlp: each expert's layer widths (``Linear -> norm -> ReLU -> dropout``).
+        tower: each task tower's hidden widths; a ``Linear`` to its logit follows.
+        levels: PLE: extraction levels (MMoE: one).
+    """
+
+    count: int = 4
+    task_count: int = 1
+    mlp: list[int] = field(default_factory=lambda: [32])
+    tower: list[int] = field(default_factory=lambda: [16])
+    levels: int = 1
+
+    def __post_init__(self) -> None:
+        check(self.count >= 1, "model.experts.count", self.count, "at least one expert")
+        check(self.task_count >= 1, "model.experts.task_count", self.task_count, ">= 1")
+        check(self.levels >= 1, "model.experts.levels", self.levels, "must be >= 1")
+        for name in ("mlp", "tower"):
+            widths = getattr(self, name)
+            check(len(widths) >= 1, f"model.experts.{name}", widths, "at least one layer")
+            for i, w in enumerate(widths):
+                check(w >= 1, f"model.experts.{name}[{i}]", w, "layer widths must be >= 1")
+
+
+@dataclass
 class FinalMLPConfig:
     """FinalMLP's two streams and their fusion (``model.arch: finalmlp``; Mao et al., "FinalMLP:
     An Enhanced Two-Stream MLP Model for CTR Prediction", AAAI 2023). Both streams read the
@@ -363,6 +400,10 @@ class ModelConfig:
             evaluates the same model and a checkpoint, which stores one copy of them, resumes
             exactly. The reference models ignore it.
         finalmlp: ``model.arch: finalmlp``'s streams, gates and fusion (``FinalMLPConfig``).
+        tasks: how DLRM's tasks share the layers above its interaction: ``shared`` (one top MLP,
+            then a logit per task: a shared bottom), ``mmoe`` or ``ple`` (experts, a gate and a
+            tower per task, in place of the top MLP: ``experts``).
+        experts: the experts of ``tasks: mmoe | ple`` (``ExpertsConfig``).
     """
 
     arch: str = "dlrm"
@@ -376,6 +417,8 @@ class ModelConfig:
     dropout: float = 0.0
     norm: MLPNorm = "none"
     finalmlp: FinalMLPConfig = field(default_factory=FinalMLPConfig)
+    tasks: TaskSharing = "shared"
+    experts: ExpertsConfig = field(default_factory=ExpertsConfig)
 
     def __post_init__(self) -> None:
         check_choices(self, "model")

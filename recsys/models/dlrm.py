@@ -21,6 +21,7 @@ from recsys.config import EmbeddingConfig, ModelConfig
 from recsys.models.embeddings import SparseArch, qr_split_kjt
 from recsys.models.interactions import NEEDS_EQUAL_DIMS, make_interaction
 from recsys.models.mlp import MLP
+from recsys.models.multitask import task_layers
 
 
 class DLRM(nn.Module):
@@ -82,13 +83,8 @@ class DLRM(nn.Module):
             has_dense=self.has_dense,
             dropout=model.dropout,
         )
-        top_in = self.interaction.out_dim
-        top: nn.Module = nn.Identity()
-        if model.top_mlp:
-            top = MLP(top_in, model.top_mlp, model.norm, model.dropout)
-        self.over_arch = nn.Sequential(
-            top, nn.Linear(model.top_mlp[-1] if model.top_mlp else top_in, num_tasks)
-        )
+        # the top MLP and a logit per task, or experts with a gate and tower per task
+        self.over_arch = task_layers(model, self.interaction.out_dim, num_tasks)
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
         """``dense: [B, I]``, ``sparse``: KJT with the layout's keys (``EmbeddingConfig.layout``:

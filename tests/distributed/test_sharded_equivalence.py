@@ -69,15 +69,15 @@ def test_sharded_matches_unsharded_with_layer_norm_and_embedding_weight_decay():
     check_against_unsharded(results, False, atol=FP16_ATOL, column_wise=False)
 
 
-def _rank_fn_own_data(rank, world, folder):
+def _rank_fn_own_data(rank, world, folder, tasks="shared"):
     """Forward and K training steps on a user's data (multi-hot bags of real lengths, a
     weighted list in a shared table, two tasks, a QR table, a column-wise table) against the
-    unsharded model."""
+    unsharded model; ``tasks``: ``model.tasks`` (a shared bottom, or experts)."""
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
 
-    cfg = own_data_config(folder)
+    cfg = own_data_config(folder).with_overrides({"model.tasks": tasks, "model.experts.levels": 2})
     env = current(False)
     ref, ref_opts = unsharded_reference(cfg)
     built = build(cfg, env)
@@ -97,8 +97,11 @@ def _rank_fn_own_data(rank, world, folder):
     return out
 
 
-def test_sharded_matches_unsharded_on_multi_hot_own_data(demo_prepared):
-    results = run_ranks(_rank_fn_own_data, demo_prepared)
+@pytest.mark.parametrize("tasks", ["shared", "ple"])
+def test_sharded_matches_unsharded_on_multi_hot_own_data(demo_prepared, tasks):
+    """Two tasks over a shared bottom (DLRM's top MLP) or PLE's experts (2 levels), towers and
+    gates, as DDP trains them on 2 ranks."""
+    results = run_ranks(_rank_fn_own_data, demo_prepared, tasks)
     cfg = own_data_config(demo_prepared)
     plan = results[0]["plan"]
     largest = cfg.embeddings.names()[
