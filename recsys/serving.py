@@ -93,10 +93,14 @@ def load_fitted(folder: str) -> Any:
     """The preparation's fitted transforms (schema, vocabularies, dense statistics) from a
     prepared folder (or its copy beside an export); a shared table's file is read once."""
     from recsys.data.prepare.encode import Fitted, Vocabulary
-    from recsys.data.prepared.meta import read_meta
+    from recsys.data.prepared.meta import OldFormat, read_meta
     from recsys.data.schema import DatasetSchema
 
-    meta = read_meta(folder)  # refuses an earlier version's folder, naming the command
+    try:
+        meta = read_meta(folder)
+    except OldFormat as e:  # beside an export made from data prepared by an earlier version
+        why = "prepare the data again and retrain"
+        raise ValueError(f"{folder}: format {e.format!r} of an earlier version; {why}") from None
     schema = DatasetSchema.from_dict(meta["schema"])
     vocabs: dict[str, Vocabulary] = {}
     by_file: dict[str, Vocabulary] = {}

@@ -7,9 +7,11 @@ Shapes: ``B`` batch, ``I`` dense features, ``F`` sparse features with pooled wid
     x   = [dense, e_1, ..., e_F]                                  [B, W]
     g_k = 2 * sigmoid(Gate_k(c_k))          (c_k learnt, [D])     [W]      k = 1, 2
     o_k = MLP_k(x * g_k)                                          [B, d_k]
-    y_t = sum_h  b_t + w1_t . o_1 + w2_t . o_2 + o_1^h W_{h,t} o_2^h        [B, T]
+    y_t = b_t + w1_t . o_1 + w2_t . o_2 + sum_h o_1^h W_{h,t} o_2^h         [B, T]
 
-``o_k^h`` is head ``h`` of ``o_k`` (its ``d_k / H`` values in order). Plain ``nn.Module`` code:
+``o_k^h`` is head ``h`` of ``o_k`` (its ``d_k / H`` values in order). The dense features enter
+the streams as they are (log1p or standardised by preparation), where FuxiCTR embeds each numeric
+field as a vector: the same choice as DLRM's bottom MLP input. Plain ``nn.Module`` code:
 no Ray, no ``torch.distributed``; sharding is applied from outside.
 """
 

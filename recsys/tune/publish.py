@@ -84,7 +84,9 @@ def quiet_libraries() -> None:
 
     for message in EXPORT_WARNINGS:
         warnings.filterwarnings("ignore", message=f".*{re.escape(message)}")
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    logging.getLogger("torch.fx._symbolic_trace").addFilter(
+        lambda record: "is_fx_tracing will return true" not in record.getMessage()
+    )
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 

@@ -525,3 +525,17 @@ def test_the_time_column_follows_the_rules_of_derived_time_features(tmp_path):
     assert [m["split"]["time_cuts"] for m in metas] == [metas[0]["split"]["time_cuts"]] * 3
     assert [m["rows"] for m in metas] == [metas[0]["rows"]] * 3
     assert metas[0]["rows"]["test"] == 10 and metas[0]["split"]["time_cuts"][1] > secs[0]
+
+
+def test_serving_names_a_folder_of_an_earlier_version(tmp_path):
+    """The prepared folder beside an old export, of an earlier format: refused with what to do,
+    by the one reader of meta.json."""
+    import json
+
+    from recsys.serving import load_fitted
+
+    (tmp_path / "meta.json").write_text(json.dumps({"format": "recsys-prepared-v2"}))
+    with pytest.raises(ValueError, match="'recsys-prepared-v2' of an earlier version; prepare"):
+        load_fitted(str(tmp_path))
+    with pytest.raises(DataError, match="not a prepared folder"):
+        load_fitted(str(tmp_path / "missing"))

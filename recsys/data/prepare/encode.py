@@ -335,8 +335,11 @@ class Vocabulary:
 
 
 TIMESTAMPS = "a timestamp, a date, epoch seconds (years 1678-2261) or ISO-8601 text"
-TIMESTAMP_WHY = f"a derived feature's timestamp column needs {TIMESTAMPS} (or null)"
-TIME_WHY = f"the time column needs {TIMESTAMPS} in every row"
+TIMESTAMP_WHY = (
+    f"a derived feature's timestamp column needs {TIMESTAMPS} (or null; epoch milliseconds: "
+    "divide by 1000)"
+)
+TIME_WHY = f"the time column needs {TIMESTAMPS} in every row (epoch milliseconds: divide by 1000)"
 
 
 def column_problem(

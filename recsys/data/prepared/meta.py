@@ -26,6 +26,14 @@ OLD = {  # formats of earlier versions: prepared again with the one path
 }
 
 
+class OldFormat(DataError):
+    """A folder prepared by an earlier version (``format``: its format)."""
+
+    def __init__(self, message: str, format: str) -> None:
+        super().__init__(message)
+        self.format = format
+
+
 def is_prepared(folder: str) -> bool:
     """Whether ``folder`` (a path or an object store URI) holds a ``meta.json`` (finished or
     not, of this version or an earlier one: ``read_meta`` says which)."""
@@ -69,8 +77,8 @@ def read_meta_text(folder: str) -> tuple[str, dict[str, Any]]:
         raise DataError(f"{path}: not JSON ({e}); prepare the folder again") from None
     fmt = meta.get("format") if isinstance(meta, dict) else None
     if fmt in OLD:
-        raise DataError(f"{path}: prepared by an earlier version (format {fmt!r}); prepare it "
-                        f"again: {again(meta, folder, OLD[fmt])}")  # fmt: skip
+        raise OldFormat(f"{path}: prepared by an earlier version (format {fmt!r}); prepare it "
+                        f"again: {again(meta, folder, OLD[fmt])}", fmt)  # fmt: skip
     if fmt != FORMAT:
         raise DataError(f"{path}: format {fmt!r}, expected {FORMAT!r}")
     return text, meta
