@@ -57,7 +57,6 @@ class Level(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.own = own
 
         def experts(n: int) -> nn.ModuleList:
             return nn.ModuleList(MLP(in_features, widths, norm, dropout) for _ in range(n))

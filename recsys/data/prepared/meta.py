@@ -40,8 +40,8 @@ def is_prepared(folder: str) -> bool:
     if is_uri(folder):
         from recsys import storage
 
-        return storage.exists(storage.join(folder, META))
-    return os.path.isfile(os.path.join(resolved(folder), META))
+        return storage.exists(meta_path(folder))
+    return os.path.isfile(meta_path(resolved(folder)))
 
 
 def meta_path(folder: str) -> str:
@@ -91,13 +91,13 @@ def write_meta(folder: str, meta: dict[str, Any]) -> None:
 
     if meta.get("format") != FORMAT:
         raise ValueError(f"{folder}: meta.json of format {meta.get('format')!r}, not {FORMAT!r}")
-    storage.write_text(storage.join(folder, META), json.dumps(meta, indent=2))
+    storage.write_text(meta_path(folder), json.dumps(meta, indent=2))
 
 
 def _read_uri(folder: str) -> str:
     from recsys import storage
 
-    path = storage.join(folder, META)
+    path = meta_path(folder)
     try:
         return storage.read_text(path)
     except FileNotFoundError:
