@@ -26,7 +26,7 @@ import numpy as np
 
 from recsys import storage
 from recsys.data.errors import DataError
-from recsys.data.prepared.meta import CACHE_KEY, META, SPLITS, read_meta, read_meta_text, write_meta
+from recsys.data.prepared.meta import CACHE_KEY, META, SPLITS, read_meta_text, write_meta
 
 SERVING = ("examples.parquet",)  # what serving needs beside meta.json and vocab/
 
@@ -66,12 +66,14 @@ def cache_prepared(
     cache_dir: str = "",
     serving: bool = False,
     log: Callable[[str], None] = print,
+    read: tuple[str, dict[str, Any]] | None = None,
 ) -> str:
     """The local cache folder of prepared folder ``uri`` holding the shards that ``ranges``
-    span (and, with ``serving``, the vocabularies and examples an export needs)."""
+    span (and, with ``serving``, the vocabularies and examples an export needs); ``read``:
+    ``read_meta_text(uri)`` where the caller has it already."""
     from filelock import FileLock
 
-    meta_text, meta = read_meta_text(uri)
+    meta_text, meta = read or read_meta_text(uri)
     root = cache_dir or default_cache_dir()
     os.makedirs(root, exist_ok=True)
     folder = os.path.join(root, hashlib.sha256(f"{uri}\n{meta_text}".encode()).hexdigest()[:16])
@@ -166,8 +168,9 @@ def localised(cfg: Any, rank: int, world_size: int, log: Callable[[str], None] =
     if cfg.data.source != "prepared" or not storage.is_uri(cfg.data.paths[0]):
         return cfg
     uri = cfg.data.paths[0]
-    ranges = rank_ranges(read_meta(uri), rank, world_size)
-    folder = cache_prepared(uri, ranges, cfg.data.cache_dir, log=log)
+    read = read_meta_text(uri)
+    ranges = rank_ranges(read[1], rank, world_size)
+    folder = cache_prepared(uri, ranges, cfg.data.cache_dir, log=log, read=read)
     return cfg.with_overrides({"data.paths": [folder]})
 
 
@@ -178,11 +181,11 @@ def localised_for_export(cfg: Any, sample_rows: int, log: Callable[[str], None] 
     if cfg.data.source != "prepared" or not storage.is_uri(cfg.data.paths[0]):
         return cfg
     uri = cfg.data.paths[0]
-    meta = read_meta(uri)
-    rows = {s: sum(x["rows"] for x in meta["shards"][s]) for s in SPLITS}
+    read = read_meta_text(uri)
+    rows = {s: sum(x["rows"] for x in read[1]["shards"][s]) for s in SPLITS}
     split = "test" if rows["test"] else "val"
     ranges = {split: (0, min(sample_rows, rows[split]))}
-    folder = cache_prepared(uri, ranges, cfg.data.cache_dir, serving=True, log=log)
+    folder = cache_prepared(uri, ranges, cfg.data.cache_dir, serving=True, log=log, read=read)
     return cfg.with_overrides({"data.paths": [folder]})
 
 
