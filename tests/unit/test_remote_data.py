@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from recsys import storage
+from recsys.config import ExperimentConfig
 from recsys.data.errors import DataError
 from recsys.data.prepare.pipeline import prepare
 from recsys.data.prepared.folder import load_splits
 from recsys.data.prepared.meta import read_meta
-from recsys.data.prepared.remote import cache_prepared, needed_shards, rank_ranges
+from recsys.data.prepared.remote import cache_prepared, localised, needed_shards, rank_ranges
 from recsys.data.schema import DatasetSchema
 from tests.conftest import SCHEMA, write_demo
 
@@ -44,6 +45,16 @@ def test_a_folder_prepared_into_the_store_reads_as_the_local_one_per_rank(raw, t
     for rank in range(2):
         ranges = rank_ranges(meta, rank, 2)
         folder = cache_prepared(uri, ranges, str(tmp_path / f"cache{rank}"), log=lambda s: None)
+        cfg = ExperimentConfig.from_dict(
+            {
+                "data": {
+                    "source": "prepared",
+                    "paths": [uri],
+                    "cache_dir": str(tmp_path / f"cache{rank}"),
+                }
+            }
+        )  # what a worker does: the same cache folder, its meta.json read once
+        assert localised(cfg, rank, 2, log=lambda s: None).data.paths == [folder]
         cached.append(sorted(os.listdir(os.path.join(folder, "train"))))
         mine = load_splits([folder], len(meta["schema"]["dense"]), meta["table_sizes"])
         for split in ("train", "val", "test"):
