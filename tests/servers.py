@@ -23,8 +23,11 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 PG_USER = "postgres"  # Debian's package makes this user; the programs run as it under root
 TEMPLATE = "mlflow_template"  # a database MLflow's schema was created in once, cloned per server
@@ -318,3 +321,27 @@ AGENT_PORTS = {  # RayParams' name: ray start's flag
 
 def agent_ports() -> dict[str, int]:
     return {name: free_port() for name in AGENT_PORTS}
+
+
+def ray_node_started(start: Callable[[], T], what: str, tries: int = 3) -> T:
+    """``start()``: a ``ray.cluster_utils.Cluster`` with its head, or one of its ``add_node``.
+    Ray waits a fixed 30 seconds for a new node's raylet to register and then gives up (in
+    ``ray._private.node.Node``; no setting changes it); on a host whose cores are all busy the
+    node's Python agents can take longer than that to start. Such a start is tried again, after
+    ending the processes it left; any other error is raised at once."""
+    import psutil
+
+    for attempt in range(1, tries + 1):
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            return start()
+        except Exception as error:
+            if "timed out during startup" not in str(error) or attempt == tries:
+                raise
+            left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            for process in left:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+            psutil.wait_procs(left, timeout=30)
+            print(f"{what}: its raylet did not register within Ray's 30 s; starting it again")
+    raise AssertionError("unreachable")

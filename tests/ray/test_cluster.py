@@ -16,7 +16,7 @@ from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
 from recsys.tune.tracking import Tracker
 from tests.ray.spaces import write_space
-from tests.servers import agent_ports
+from tests.servers import agent_ports, ray_node_started
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -31,8 +31,8 @@ def two_nodes():
     from recsys.cluster import connect, local_system_config
 
     head = {"num_cpus": 3, "_system_config": local_system_config(), **agent_ports()}  # nice 0
-    cluster = Cluster(initialize_head=True, head_node_args=head)
-    cluster.add_node(num_cpus=3, **agent_ports())
+    cluster = ray_node_started(lambda: Cluster(initialize_head=True, head_node_args=head), "head")
+    ray_node_started(lambda: cluster.add_node(num_cpus=3, **agent_ports()), "second node")
     connect(cluster.address, log_to_driver=False)
     try:
         cluster.wait_for_nodes()

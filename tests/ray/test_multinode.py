@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 
 from tests.helpers import trainer_config
-from tests.servers import agent_ports
+from tests.servers import agent_ports, ray_node_started
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,7 +37,7 @@ def cluster():
     from recsys.cluster import connect, local_system_config
 
     head = {"num_cpus": 1, "_system_config": local_system_config(), **agent_ports()}
-    c = Cluster(initialize_head=True, head_node_args=head)
+    c = ray_node_started(lambda: Cluster(initialize_head=True, head_node_args=head), "head")
     for ip in ("127.0.0.2", "127.0.0.3"):
         add_node(c, 2, ip)
     c.wait_for_nodes()
@@ -52,7 +52,11 @@ def cluster():
 def add_node(cluster, cpus: int, ip: str):
     """A node of ``cpus`` CPUs at ``ip``, its agents on ports the test chose
     (``tests.servers.agent_ports``)."""
-    return cluster.add_node(num_cpus=cpus, node_ip_address=ip, **agent_ports())
+
+    def start():
+        return cluster.add_node(num_cpus=cpus, node_ip_address=ip, **agent_ports())
+
+    return ray_node_started(start, f"node {ip}")
 
 
 def recording_train_func(config: dict) -> None:
@@ -238,12 +242,8 @@ def test_with_no_capacity_back_the_run_waits_then_fails_with_the_reason(
     assert runtime_env()["env_vars"]["RECSYS_NODE_WAIT_S"] == "12"
     # two nodes of their own (a resource only they have): what earlier tests left elsewhere
     # cannot change where the run goes
-    kept = cluster.add_node(
-        num_cpus=2, node_ip_address="127.0.0.8", resources={"stuck": 1}, **agent_ports()
-    )
-    extra = cluster.add_node(
-        num_cpus=2, node_ip_address="127.0.0.6", resources={"stuck": 1}, **agent_ports()
-    )
+    kept = add_node(cluster, 2, "127.0.0.8", resources={"stuck": 1})
+    extra = add_node(cluster, 2, "127.0.0.6", resources={"stuck": 1})
     cluster.wait_for_nodes()
     trainer, _ = fit(tmp_path, "stuck", workers=2, cpus=2.0, max_failures=1)
     trainer.scaling_config.resources_per_worker = {"CPU": 2.0, "stuck": 1.0}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from recsys.configlib import ConfigError
-from tests.servers import AGENT_PORTS, agent_ports, stop_group
+from tests.servers import AGENT_PORTS, agent_ports, ray_node_started, stop_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -53,7 +53,7 @@ def head() -> Iterator[str]:
     from recsys.cluster import connect
 
     args = {"num_cpus": 1, "include_dashboard": False, **agent_ports()}
-    cluster = Cluster(initialize_head=True, head_node_args=args)
+    cluster = ray_node_started(lambda: Cluster(initialize_head=True, head_node_args=args), "head")
     try:
         connect(cluster.address, log_to_driver=False, announce=False)
         yield cluster.address
