@@ -563,6 +563,10 @@ class DataConfig:
         torchrec_dense_min: a folder made by TorchRec's own preprocessing stores dense features
             as ``log(x - min + 2)`` without recording ``min``; it is read off each day's first
             rows unless declared here (``recsys.data.prepared.torchrec_npy``).
+        refit: train on the training and the validation rows together, the validation rows
+            after the training rows (a chosen configuration trained again on all rows before the
+            test period: ``recsys-export --refit``). Its validation metrics are then measured on
+            rows it trained on; the test split is its only held-out score.
     """
 
     source: Source = "synthetic"
@@ -575,6 +579,7 @@ class DataConfig:
     prefetch: int = 2
     cache_dir: str = ""
     torchrec_dense_min: int | None = None
+    refit: bool = False
 
     def __post_init__(self) -> None:
         check_choices(self, "data")

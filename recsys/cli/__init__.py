@@ -33,7 +33,7 @@ def positive(text: str) -> float:
     return value
 
 
-def add_address(p: argparse.ArgumentParser) -> None:
+def add_address(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The ``--address`` flag of every command that runs on Ray (``ray_address`` reads it)."""
     p.add_argument(
         "--address", help="the Ray to run on: HOST:PORT, auto (the cluster `ray start` runs on "

@@ -3,6 +3,7 @@ serving host that wants them on several GPUs shards the loaded model itself), tr
 checked against FP32 on the test split; logged as an MLflow model.
 
     recsys-export --sweep default --register dlrm-default
+    recsys-export --sweep default --refit --register dlrm-default   # refitted on train + val
     recsys-export --model models:/dlrm-default@champion --dtype int4   # the champion again
     recsys-export --checkpoint runs/debug/step_00000200 --experiment debug
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
-from recsys.cli import positive
+from recsys.cli import add_address, count, positive, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError
 
@@ -55,7 +57,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --sweep: the best trial whose tables fit this budget",
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
-    return p.parse_args(argv)
+    refit = p.add_argument_group(
+        "refit (with --sweep)",
+        "train the best trial's configuration again on the training and validation rows "
+        "together, for the epochs at which its own run peaked, and export that model: its own "
+        "MLflow run in the sweep, its test split its only held-out score (docs/results.md)",
+    )
+    refit.add_argument("--refit", action="store_true", help="refit the best trial, then export it")
+    add_address(refit)
+    refit.add_argument("--num-workers", type=count, default=2, help="the refit's workers")
+    refit.add_argument("--cpus-per-worker", type=positive, default=1.0)
+    refit.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
+    args = p.parse_args(argv)
+    if args.refit and not args.sweep:
+        p.error("--refit refits a sweep's best trial: it needs --sweep NAME")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,7 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     quiet_libraries()
 
     try:
-        if args.sweep:
+        if args.refit:
+            out = args.out or export_dir(args.storage, args.sweep)
+            run_id, report, model_uri = refit(args, out)
+            print(f"refit run {run_id}; MLflow model {model_uri}")
+        elif args.sweep:
             out = args.out or export_dir(args.storage, args.sweep)
             uri = args.tracking_uri or default_tracking_uri(os.getcwd())
             run_id, report, model_uri = export_best(
@@ -94,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                 name = os.path.basename(args.checkpoint.rstrip("/"))
                 out = os.path.abspath(os.path.join("exports", name))
             report = export(cfg, args.checkpoint, out, args.dtype)
-    except (ConfigError, ValueError) as e:
+    except (ConfigError, ConnectionError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     print(f"exported {report.dtype} model: {report.path}")
     print(f"  on the first {report.rows:,} test rows:")
@@ -103,6 +123,27 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  largest probability difference {report.max_prob_diff:.2e}")
     tables, fp32 = report.exported_table_bytes / 2**20, report.fp32_table_bytes / 2**20
     print(f"  tables {tables:.2f} MB (FP32 {fp32:.2f} MB)")
+
+
+def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
+    """``--refit``: on the Ray ``--address`` finds, with the workers asked for."""
+    from recsys.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.storage import resolved
+    from recsys.train.ray_trainer import Resources
+    from recsys.tune.refit import refit_best
+    from recsys.tune.state import default_tracking_uri
+
+    address = ray_address(args.address)
+    connect(address)
+    start_train_coordinator()
+    gpus = 1.0 if args.gpus else 0.0
+    wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, 0.0)
+    uri = args.tracking_uri or default_tracking_uri(os.getcwd())
+    resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
+    return refit_best(
+        uri, args.sweep, resolved(args.storage), resources, out, args.dtype, args.register,
+        args.max_emb_mb,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -140,7 +140,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="at the end, export the best trial for serving (see recsys-export)",
     )
     p.add_argument("--register", help="with --export: register the MLflow model under this name")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--refit", action="store_true",
+        help="with --export: train the best trial again on training + validation rows, for the "
+        "epochs where it peaked, and export that model (as recsys-export --refit)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    if args.refit and not args.export:
+        p.error("--refit exports the refitted model: it needs --export DTYPE")
+    return args
 
 
 def with_confirm(space: Any, top: int | None, seeds: int | None, references: bool = False) -> Any:
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
 
         table = launch(
             space, opts, address=address, export=args.export, register=args.register,
-            restore=restore,
+            refit=args.refit, restore=restore,
         )  # fmt: skip
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None

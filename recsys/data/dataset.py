@@ -120,13 +120,22 @@ def with_data(base: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentCo
 
 
 def train_rows(cfg: ExperimentConfig) -> int:
-    """The rows of ``cfg``'s training split, without reading the data: a prepared folder's from
-    its ``meta.json`` (its shards' row counts), synthetic data's from ``num_samples`` and the
-    split fractions, a TorchRec folder's from its label files' headers; split as
-    ``recsys.data.columns.split`` splits them."""
+    """The rows ``cfg`` trains on, without reading the data: its training split's, and with
+    ``data.refit`` its validation split's too (``split_rows``)."""
+    train, val = split_rows(cfg)
+    return train + val if cfg.data.refit else train
+
+
+def split_rows(cfg: ExperimentConfig) -> tuple[int, int]:
+    """The rows of ``cfg``'s training and validation splits, without reading the data: a prepared
+    folder's from its ``meta.json`` (its shards' row counts), synthetic data's from
+    ``num_samples`` and the split fractions, a TorchRec folder's from its label files' headers;
+    split as ``recsys.data.columns.split`` splits them."""
     data = cfg.data
     if data.source == "prepared":
-        return sum(int(shard["rows"]) for shard in prepared_meta(cfg)["shards"]["train"])
+        shards = prepared_meta(cfg)["shards"]
+        train, val = (sum(int(s["rows"]) for s in shards.get(k, [])) for k in ("train", "val"))
+        return train, val
     if data.source == "synthetic":
         parts = [data.synthetic.num_samples]
     else:
@@ -134,9 +143,10 @@ def train_rows(cfg: ExperimentConfig) -> int:
     if data.split == "files":
         if len(parts) < 3:
             raise ConfigError(f"data.split=files needs >= 3 files, got {len(parts)}")
-        return sum(parts[:-2])
+        return sum(parts[:-2]), parts[-2]
     n = sum(parts)
-    return n - round(n * data.test_fraction) - round(n * data.val_fraction)
+    val = round(n * data.val_fraction)
+    return n - round(n * data.test_fraction) - val, val
 
 
 def _torchrec_day_rows(folders: list[str]) -> list[int]:

@@ -166,7 +166,8 @@ def champion_verdict(tracker: Tracker, sweep: str, run_id: str) -> tuple[bool, d
     verdicts, and ``recsys.champion``: ``yes`` or ``no: <why>``)."""
     parents = tracker.runs(sweep, f"tags.`{Tag.KIND}` = 'sweep:{sweep}'")
     tags = parents[0].data.tags if parents else {}
-    trial = tracker.client.get_run(run_id).data.tags.get(Tag.TRIAL, "")
+    run_tags = tracker.client.get_run(run_id).data.tags  # a refit speaks for its trial
+    trial = run_tags.get(Tag.REFIT_OF) or run_tags.get(Tag.TRIAL, "")
     order = json.loads(tags.get(Tag.CONFIRMED_ORDER, "[]"))
     verdicts = {k: v for k, v in tags.items() if k.startswith(f"{Tag.VERDICT}.")}
     why = []

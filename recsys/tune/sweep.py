@@ -349,11 +349,13 @@ def launch(
     address: str | RaySource | None = None,
     export: str | None = None,
     register: str | None = None,
+    refit: bool = False,
     restore: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Everything ``recsys-sweep`` does: check the request (resume, MLflow, cluster fit) before
     anything launches, connect to Ray, run or resume the sweep, print the best trials and where
-    to look, and export the best one if asked. Returns the trials' rows, best first.
+    to look, and export the best one if asked (``refit``: refitted first, ``recsys.tune.refit``).
+    Returns the trials' rows, best first.
     ``restore``: what ``check_resume`` said of it, where the caller checked (the command line,
     with the options typed); None: checked here."""
     from recsys.cluster import connect, start_train_coordinator, wait_for_fit
@@ -382,9 +384,20 @@ def launch(
 
         quiet_libraries()
         out = export_dir(opts.storage, opts.name)
-        run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
+        if refit:
+            from recsys.train.ray_trainer import Resources
+            from recsys.tune.refit import refit_best
+
+            workers = Resources(opts.num_workers, opts.use_gpu, opts.cpus_per_worker)
+            run_id, report, uri = refit_best(
+                opts.tracking_uri, opts.name, opts.storage, workers, out, export, register
+            )
+            what = f"the best trial refitted (run {run_id})"
+        else:
+            run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
+            what = f"the best trial ({run_id})"
         print(
-            f"exported the best trial ({run_id}) as {export}: {report.path}; test AUC "
+            f"exported {what} as {export}: {report.path}; test AUC "
             f"{report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f}); MLflow model {uri}"
         )
     if (kept := unlogged_dir(opts.storage, opts.name)) and os.path.isdir(kept):

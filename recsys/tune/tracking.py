@@ -44,7 +44,7 @@ class Tag:
 
     SWEEP = "recsys.sweep"  # the sweep a run belongs to
     TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
-    KIND = "recsys.kind"  # "trial", "baseline", "confirm"; "sweep:<name>" on a sweep's parent
+    KIND = "recsys.kind"  # trial, baseline, confirm, refit; "sweep:<name>" on a sweep's parent
     CONFIRMS = "recsys.confirms"  # a seed-check run: the trial whose configuration it re-trains
     CONFIRMED_ORDER = "recsys.confirmed_order"  # on the parent: trial ids by confirmed mean, JSON
     SEPARABLE = "recsys.separable"  # on the parent: "yes" if the top two's lead exceeds the noise
@@ -58,6 +58,8 @@ class Tag:
     # on the parent, + ".<arch>": that arch's chosen reference trial
     CHAMPION = "recsys.champion"  # a registered model version: "yes", or "no: <why>"
     VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
+    REFIT_OF = "recsys.refit_of"  # a refit's run (kind "refit"): the trial it trains again
+    REFIT_ROWS = "recsys.refit_rows"  # ... and the rows it trained on
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
     BEST_CHECKPOINT = "checkpoint.best"
     LAST_CHECKPOINT = "checkpoint.last"

@@ -120,6 +120,40 @@ def test_early_peak_is_ranked_tabled_kept_and_exported_by_its_best_report(
     assert ckpt.endswith(f"step_{peak:08d}")
     exported_run, report, _ = export_best(uri, "peak", str(tmp_path / "export"))
     assert exported_run == run_id and report.rows > 0
+    check_refit(uri, tmp_path, run_id, peak)
+
+
+def check_refit(uri: str, tmp_path, trial_run: str, peak: int) -> None:
+    """``recsys-export --refit``'s work: the best trial trained again on training + validation
+    rows for the epochs of its peak, in an MLflow run of its own, exported from its last step."""
+    from recsys.train.ray_trainer import Resources
+    from recsys.tune.publish import best_trial
+    from recsys.tune.refit import refit_best
+
+    client, lines = MlflowClient(uri), []
+    trial = client.get_run(trial_run)
+    at_peak = [m.value for m in client.get_metric_history(trial_run, "epochs_done")
+               if m.step == peak]  # fmt: skip
+    out = str(tmp_path / "refit-export")
+    run_id, report, model = refit_best(
+        uri, "peak", str(tmp_path / "runs"), Resources(2, False, 1.0), out, log=lines.append
+    )
+    refit = client.get_run(run_id)
+    tags, metrics = refit.data.tags, refit.data.metrics
+    assert tags["recsys.kind"] == "refit" and tags["mlflow.parentRunId"] != trial_run
+    assert tags["recsys.refit_of"] == trial.data.tags["recsys.trial_id"]
+    assert tags["recsys.refit_rows"] == "training + validation: 2,700 rows (2,400 + 300)"
+    assert refit.data.params["data.refit"] == "True"
+    # the epochs of the trial's peak, over 2,700 rows: its last step covers them
+    assert metrics["epochs_done"] == pytest.approx(at_peak[0], abs=2 * 64 / 2700 + 1e-9)
+    assert metrics["test_auc"] > 0.5 and "export_auc" in metrics
+    assert tags["checkpoint.best"] == tags["checkpoint.last"]
+    assert tags["checkpoint.last"].endswith(f"step_{int(metrics['step']):08d}")
+    assert report.path.startswith(out) and model.startswith("models:/")
+    assert [i.dataset.name for i in refit.inputs.dataset_inputs] == ["synthetic"]
+    assert lines[0].startswith(f"refitting trial {tags['recsys.refit_of']} (run {trial_run}) on")
+    assert lines[1].startswith("refitted: test AUC ")
+    assert best_trial(Tracker(uri), "peak")[0] == trial_run  # a refit is never ranked
 
 
 def test_two_objective_optuna_sweep_returns_a_pareto_set_and_never_launches_over_budget(

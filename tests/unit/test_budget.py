@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from recsys.config import ConfigError, ExperimentConfig
+from recsys.data.columns import DataError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
 from tests.helpers import prepared_log
 
@@ -134,15 +135,32 @@ def test_synthetic_train_rows_match_the_split(n, val, test):
         {"data.synthetic.num_samples": n, "data.val_fraction": val, "data.test_fraction": test}
     )
     assert train_rows(cfg) == _loaded_train_rows(cfg)
+    refit = cfg.with_overrides({"data.refit": True})
+    if val == 0:
+        with pytest.raises(DataError, match="data.refit: .* has no validation rows to add"):
+            _loaded_train_rows(refit)
+    else:
+        assert train_rows(refit) == _loaded_train_rows(refit) == n - round(n * test)
 
 
 def test_prepared_train_rows_come_from_meta(tmp_path):
     from recsys.data.dataset import resolve
+    from recsys.data.input.loader import load_splits
 
     folder = prepared_log(tmp_path, {"click": np.arange(1000) % 2})
     cfg = resolve(ExperimentConfig().with_overrides({"data.source": "prepared",
                                                      "data.paths": [folder]}))  # fmt: skip
     assert train_rows(cfg) == _loaded_train_rows(cfg) == 600
+    refit = cfg.with_overrides({"data.refit": True})  # training, then validation rows
+    assert train_rows(refit) == _loaded_train_rows(refit) == 800
+    splits = load_splits(refit.data, refit.model.num_dense, refit.embeddings.num_embeddings)
+    plain = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
+    joined, (before, after) = splits.train.read(590, 610), (plain.train.read(590, 600),
+                                                             plain.val.read(0, 10))  # fmt: skip
+    for name in ("sparse", "labels"):
+        want = np.concatenate([getattr(before, name), getattr(after, name)])
+        assert np.array_equal(getattr(joined, name), want)
+    assert np.array_equal(splits.test.read(0, 200).labels, plain.test.read(0, 200).labels)
     missing = cfg.with_overrides({"data.paths": [str(tmp_path / "nothing")]})
     with pytest.raises(ConfigError, match="not a prepared folder"):
         train_rows(missing)
@@ -166,6 +184,9 @@ def test_torchrec_train_rows_come_from_the_file_headers(tmp_path, split):
     })  # fmt: skip
     expected = {"fraction": 751 - round(75.1) - round(75.1), "files": 500}[split]
     assert train_rows(cfg) == _loaded_train_rows(cfg) == expected
+    refit = cfg.with_overrides({"data.refit": True})
+    plus = {"fraction": round(75.1), "files": 150}[split]
+    assert train_rows(refit) == _loaded_train_rows(refit) == expected + plus
     empty = cfg.with_overrides({"data.paths": [str(tmp_path / "none")]})
     with pytest.raises(ConfigError, match="train.epochs needs the training rows"):
         train_rows(empty)

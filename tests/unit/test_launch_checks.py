@@ -72,6 +72,22 @@ def test_cli_bad_inputs_fail_fast_with_a_message(tmp_path):
     assert r.returncode != 0 and "no sweep named 'missing'" in r.stderr
 
 
+def test_a_refit_needs_a_sweep_to_refit_and_an_export_to_make(capsys):
+    from recsys.cli import export, sweep
+
+    for parse, argv, message in [
+        (export.parse_args, ["--checkpoint", "c", "--refit"], "--refit refits a sweep's best"),
+        (sweep.parse_args, ["--refit"], "--refit exports the refitted model: it needs --export"),
+        (export.parse_args, ["--sweep", "s", "--refit", "--num-workers", "0"], "at least 1"),
+    ]:
+        with pytest.raises(SystemExit):
+            parse(argv)
+        assert message in capsys.readouterr().err
+    args = export.parse_args(["--sweep", "s", "--refit", "--num-workers", "4", "--gpus"])
+    assert (args.refit, args.num_workers, args.gpus, args.address) == (True, 4, True, None)
+    assert sweep.parse_args(["--export", "int8", "--refit"]).refit
+
+
 def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
     r = cli("sweep.py", "--device-memory-gb", "0")
     assert r.returncode != 0 and "--device-memory-gb: '0': must be > 0" in r.stderr

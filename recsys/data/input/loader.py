@@ -38,6 +38,7 @@ from recsys.config import DataConfig, SparseLayout
 from recsys.data.columns import (
     AnyColumns,
     Columns,
+    Concat,
     DataError,
     RaggedColumns,
     RowSource,
@@ -74,10 +75,17 @@ def check_schema(part: torchrec_npy.NpyDay, num_dense: int, num_sparse: int) -> 
 def load_splits(cfg: DataConfig, num_dense: int, table_rows: list[int]) -> Splits:
     """Open and split (views: nothing is read yet); a missing file, an empty file or an empty
     split is a ``DataError``. A prepared folder comes split already
-    (``recsys.data.prepared.folder``)."""
+    (``recsys.data.prepared.folder``). With ``refit`` the training rows are the training and
+    then the validation rows (one view of both, no copy)."""
     if cfg.source == "prepared":
-        return prepared_folder.load_splits(cfg.paths, num_dense, table_rows)
-    return split(load_parts(cfg, num_dense, table_rows), cfg)
+        splits = prepared_folder.load_splits(cfg.paths, num_dense, table_rows)
+    else:
+        splits = split(load_parts(cfg, num_dense, table_rows), cfg)
+    if not cfg.refit:
+        return splits
+    if len(splits.val) == 0:
+        raise DataError(f"data.refit: {splits.val.source} has no validation rows to add")
+    return Splits(Concat([splits.train, splits.val]), splits.val, splits.test)
 
 
 def map_position(position: int, saved_rows: int, rows: int) -> int:

@@ -1,0 +1,171 @@
+"""Refit a sweep's winner before it serves: its configuration trained again on the training and the
+validation rows together (``data.refit``), for as many epochs as its own run had trained when it
+peaked, then exported from that run's last checkpoint.
+
+A model that serves the period after its data learns most from the most recent rows, and a sweep
+holds the most recent ones (validation) out to choose. Once the choice is made, they are training
+rows like any other. The budget is the trial's epochs at its best report (``epochs_done`` at
+``best_step``): epochs, not steps, so it scales with the rows added. There is nothing left to
+validate on, so the refit runs to its budget (no patience) and its test split is its only
+held-out score.
+
+The refit is an MLflow run of its own in the sweep (``recsys.kind = refit``, under the sweep's
+run): its config, its data input (the rows it saw), its test metrics, its export and the served
+model, with ``recsys.refit_of`` naming the trial and ``recsys.refit_rows`` the rows. It is never
+ranked as a trial. Running ``--refit`` again finds that run and its Ray Train run (the storage
+folder ``<storage>/<sweep>/refit-<trial>``), which resumes or, when finished, trains nothing.
+
+    run_id, report, uri = refit_best(tracking_uri, "default", "runs", Resources(2, False, 1.0),
+                                     "runs/default/export")
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from recsys.config import ExperimentConfig
+from recsys.data.dataset import split_rows
+from recsys.export import ExportReport
+from recsys.storage import as_uri
+from recsys.storage import join as storage_join
+from recsys.train.ray_trainer import Resources, make_trainer
+from recsys.tune import inputs
+from recsys.tune.publish import best_trial, crown, export_to_run
+from recsys.tune.tracking import Tag, Tracker, flat_params
+
+EPOCHS_DONE = "epochs_done"
+REFIT = "refit"  # the refit run's recsys.kind
+
+
+@dataclass(frozen=True)
+class Refit:
+    """What a refit trains: the trial it refits, its config, and the rows."""
+
+    trial_run: str
+    trial: str
+    cfg: ExperimentConfig
+    epochs: float
+    train_rows: int
+    val_rows: int
+
+    @property
+    def rows_note(self) -> str:
+        return (
+            f"training + validation: {self.train_rows + self.val_rows:,} rows "
+            f"({self.train_rows:,} + {self.val_rows:,})"
+        )
+
+
+def peak_epochs(tracker: Tracker, run_id: str) -> float:
+    """The epochs trial run ``run_id`` had trained at its best report: its ``epochs_done`` at
+    its ``best_step``."""
+    run = tracker.client.get_run(run_id)
+    if "best_step" not in run.data.metrics:
+        raise ValueError(f"run {run_id} has no best_step: no report of it was scored")
+    best = int(run.data.metrics["best_step"])
+    at = [m.value for m in tracker.client.get_metric_history(run_id, EPOCHS_DONE) if m.step == best]
+    if not at:
+        raise ValueError(f"run {run_id} recorded no {EPOCHS_DONE} at its best step {best}")
+    return float(at[-1])
+
+
+def refit_config(cfg: ExperimentConfig, epochs: float) -> ExperimentConfig:
+    """``cfg`` trained on its training and validation rows for ``epochs`` (of those rows), to
+    the end (no patience)."""
+    if epochs <= 0:
+        raise ValueError(f"a refit needs the epochs of its trial's peak, got {epochs}")
+    return cfg.with_overrides({"data.refit": True, "train.epochs": epochs, "train.patience": 0})
+
+
+def plan_refit(tracker: Tracker, sweep: str, max_emb_bytes: float | None = None) -> Refit:
+    """The refit of ``sweep``'s best trial (``recsys.tune.publish.best_trial``)."""
+    run_id, _, cfg = best_trial(tracker, sweep, max_emb_bytes)
+    trial = tracker.client.get_run(run_id).data.tags.get(Tag.TRIAL, run_id)
+    epochs = peak_epochs(tracker, run_id)
+    train, val = split_rows(cfg)
+    if val == 0:
+        raise ValueError(f"sweep {sweep!r}: its data has no validation rows to refit on")
+    return Refit(run_id, trial, refit_config(cfg, epochs), epochs, train, val)
+
+
+def train_refit(
+    refit: Refit, resources: Resources, storage: str, sweep: str
+) -> tuple[str, dict[str, Any]]:
+    """Train the refit with Ray Train (Ray connected), in ``<storage>/<sweep>/refit-<trial>``;
+    its last checkpoint and last report."""
+    folder = storage_join(storage, sweep)
+    trainer = make_trainer(
+        refit.cfg, resources, name=f"refit-{refit.trial}", storage_path=folder, max_failures=2
+    )
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise ValueError(f"the refit of trial {refit.trial} left no checkpoint")
+    checkpoint = as_uri(result.checkpoint.filesystem, result.checkpoint.path)
+    return checkpoint, dict(result.metrics or {})
+
+
+def refit_best(
+    tracking_uri: str,
+    sweep: str,
+    storage: str,
+    resources: Resources,
+    out_dir: str,
+    dtype: str = "int8",
+    register: str | None = None,
+    max_emb_mb: float | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[str, ExportReport, str]:
+    """Refit ``sweep``'s best trial (Ray connected), record the refit in an MLflow run of its
+    own and export it from its last checkpoint (``register``: as ``export_best`` registers).
+    The refit's run id, the export's report and the MLflow model's URI."""
+    tracker = Tracker(tracking_uri)
+    budget = max_emb_mb * 2**20 if max_emb_mb is not None else None
+    refit = plan_refit(tracker, sweep, budget)
+    log(
+        f"refitting trial {refit.trial} (run {refit.trial_run}) on {refit.rows_note}, "
+        f"{refit.epochs:.3g} epochs (where it peaked)"
+    )
+    run_id = open_refit_run(tracker, sweep, refit)
+    t0 = time.time()
+    checkpoint, metrics = train_refit(refit, resources, storage, sweep)
+    tracker.log_report(run_id, metrics)
+    tracker.log_values(run_id, {"refit_s": time.time() - t0})
+    tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: checkpoint, Tag.LAST_CHECKPOINT: checkpoint})
+    log(test_line(tracker, refit, metrics))
+    report, uri = export_to_run(tracker, run_id, checkpoint, refit.cfg, out_dir, dtype, register)
+    tracker.finish(run_id)
+    if register:
+        uri, line = crown(tracker, register, sweep, run_id)
+        log(f"registered {register}: {line}")
+    return run_id, report, uri
+
+
+def open_refit_run(tracker: Tracker, sweep: str, refit: Refit) -> str:
+    """The refit's MLflow run under the sweep's run (found again by a second ``--refit``): its
+    config (params and ``config.yaml``), the trial it refits, its rows, its data input."""
+    experiment_id = tracker.experiment(sweep)
+    parent = tracker.parent_run(experiment_id, sweep)
+    run_id = tracker.trial_run(
+        experiment_id, parent, sweep, f"{refit.trial}.refit", flat_params(refit.cfg.to_dict()),
+        kind=REFIT, name=f"{refit.trial} refit",
+        tags={Tag.REFIT_OF: refit.trial, Tag.REFIT_ROWS: refit.rows_note},
+    )  # fmt: skip
+    tracker.log_text(run_id, yaml.safe_dump(refit.cfg.to_dict()), "config.yaml")
+    tracker.log_dataset(run_id, lambda: inputs.describe(refit.cfg.data))
+    return run_id
+
+
+def test_line(tracker: Tracker, refit: Refit, metrics: dict[str, Any]) -> str:
+    """The refit's test AUC beside its trial's (that run's last report), where both have one."""
+    if "test_auc" not in metrics:
+        return "refitted (no test split: no held-out score)"
+    line = f"refitted: test AUC {metrics['test_auc']:.4f}"
+    trial = tracker.client.get_run(refit.trial_run).data.metrics.get("test_auc")
+    if trial is not None:
+        line += f" (trial {refit.trial} on its training rows only: {trial:.4f})"
+    return line
