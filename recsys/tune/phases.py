@@ -383,8 +383,9 @@ class Outcome:
         return f"{verdict}: lead {lead:+.4f}, the best's {interval}"
 
     def lines(self) -> str:
-        """The summary below the table: the seed check's verdict, then the baselines."""
-        out = []
+        """The summary below the table: first, where a reference beats the search's best (and so
+        every trial of the search), that it does; the seed check's verdict; the baselines."""
+        out = self.reference_wins()
         metric = self.space.metric
         if self.spreads or self.short:
             out.append(
@@ -395,6 +396,24 @@ class Outcome:
         if self.best is not None and not self.baselines.empty:
             out += self.baseline_lines()
         return "\n".join(out)
+
+    def reference_wins(self) -> list[str]:
+        """The headline where a reference does better than the search's best trial, outside the
+        noise (verdict ``does not beat``): the search found nothing better than a reference."""
+        if self.best is None or self.baselines.empty:
+            return []
+        verdicts, leads = self.verdicts(), self.leads()
+        losses = [a for a, v in verdicts.items() if v == "does not beat"]
+        if not losses:
+            return []
+        value, what = self.best_value()
+        by = ", ".join(f"{a} by {-leads[a]:.4f}" for a in sorted(losses, key=leads.__getitem__))
+        return [
+            f"\nverdict: a reference wins: no trial of the search beats {' or '.join(losses)} "
+            f"(best trial {self.best['trial']}, {what}: {self.space.metric} {value:.4f}; trails "
+            f"{by}); serve the "
+            f"reference, or widen the search"
+        ]
 
     def baseline_lines(self) -> list[str]:
         """The best trial against each reference: its verdict, its lead and what it is judged by

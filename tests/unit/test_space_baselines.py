@@ -168,7 +168,15 @@ def test_each_reference_is_the_best_of_its_trials(tmp_path):
     text = result.lines()
     assert "beats lr (trial b1, best of 2: embedding_lr=0.01, embedding_weight_decay=0.0)" in text
     assert "does NOT beat fm (trial b3, best of 2: embedding_lr=0.1, " in text
+    # a reference beats every trial of the search: said first
+    headline = (
+        "verdict: a reference wins: no trial of the search beats fm (best trial t1, "
+        "its best report: val_auc 0.8000; trails fm by 0.0200); serve the reference, or widen"
+    )
+    assert text.lstrip().startswith(headline), text
     assert len(result.references) == 4
+    won = Outcome(frame(space, rows[:3]), pd.DataFrame(), space)  # lr only, beaten
+    assert "a reference wins" not in won.lines()
 
 
 def test_without_references_the_outcome_is_the_search_alone(tmp_path):
