@@ -65,9 +65,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     refit.add_argument("--refit", action="store_true", help="refit the best trial, then export it")
     add_address(refit)
-    refit.add_argument("--num-workers", type=count, default=2, help="the refit's workers")
-    refit.add_argument("--cpus-per-worker", type=positive, default=1.0)
-    refit.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
+    refit.add_argument(
+        "--num-workers", type=count,
+        help="the refit's workers (default: those of the sweep's trials, from its sweep.json "
+        "under --storage; else 2)",
+    )  # fmt: skip
+    refit.add_argument("--cpus-per-worker", type=positive, help="(default: the trials')")
+    refit.add_argument(
+        "--gpus", action="store_true", default=None,
+        help="one GPU per worker, NCCL (default: as the trials ran)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.refit and not args.sweep:
         p.error("--refit refits a sweep's best trial: it needs --sweep NAME")
@@ -128,20 +135,27 @@ def main(argv: list[str] | None = None) -> None:
 def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     """``--refit``: on the Ray ``--address`` finds, with the workers asked for."""
     from recsys.cluster import connect, start_train_coordinator, wait_for_fit
-    from recsys.storage import resolved
+    from recsys.storage import check_storage, resolved
     from recsys.train.ray_trainer import Resources
-    from recsys.tune.refit import refit_best
+    from recsys.tune.refit import refit_best, saved_workers
     from recsys.tune.state import default_tracking_uri
 
+    storage = resolved(args.storage)
+    check_storage(storage)
+    saved = saved_workers(storage, args.sweep) or Resources(2, False, 1.0)
+    resources = Resources(
+        args.num_workers or saved.num_workers,
+        saved.use_gpu if args.gpus is None else args.gpus,
+        args.cpus_per_worker or saved.cpus_per_worker,
+    )
     address = ray_address(args.address)
     connect(address)
     start_train_coordinator()
-    gpus = 1.0 if args.gpus else 0.0
-    wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, 0.0)
+    gpus = 1.0 if resources.use_gpu else 0.0
+    wait_for_fit(resources.num_workers, resources.cpus_per_worker, gpus, 0.0, 0.0)
     uri = args.tracking_uri or default_tracking_uri(os.getcwd())
-    resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
     return refit_best(
-        uri, args.sweep, resolved(args.storage), resources, out, args.dtype, args.register,
+        uri, args.sweep, storage, resources, out, args.dtype, args.register,
         args.max_emb_mb,
     )  # fmt: skip
 

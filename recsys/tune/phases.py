@@ -403,11 +403,13 @@ class Outcome:
         if self.best is None or self.baselines.empty:
             return []
         verdicts, leads = self.verdicts(), self.leads()
-        losses = [a for a, v in verdicts.items() if v == "does not beat"]
+        losses = [a for a, v in verdicts.items() if v == "does not beat" and leads[a] < 0]
         if not losses:
             return []
         value, what = self.best_value()
         by = ", ".join(f"{a} by {-leads[a]:.4f}" for a in sorted(losses, key=leads.__getitem__))
+        if not self.spreads:
+            by += "; single reports, no seed check"
         return [
             f"\nverdict: a reference wins: no trial of the search beats {' or '.join(losses)} "
             f"(best trial {self.best['trial']}, {what}: {self.space.metric} {value:.4f}; trails "

@@ -21,6 +21,7 @@ folder ``<storage>/<sweep>/refit-<trial>``), which resumes or, when finished, tr
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +30,9 @@ from typing import Any
 import yaml
 
 from recsys.config import ExperimentConfig
-from recsys.data.dataset import split_rows
+from recsys.data.dataset import split_rows, with_budget
 from recsys.export import ExportReport
-from recsys.storage import as_uri
+from recsys.storage import as_uri, exists, read_text
 from recsys.storage import join as storage_join
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import inputs
@@ -74,12 +75,19 @@ def peak_epochs(tracker: Tracker, run_id: str) -> float:
     return float(at[-1])
 
 
-def refit_config(cfg: ExperimentConfig, epochs: float) -> ExperimentConfig:
+def refit_config(cfg: ExperimentConfig, epochs: float, scale: float = 1.0) -> ExperimentConfig:
     """``cfg`` trained on its training and validation rows for ``epochs`` (of those rows), to
-    the end (no patience)."""
+    the end (no patience); its learning-rate schedule's steps (warmup, decay start, decay)
+    stretched by ``scale``, the rows' growth, as its steps are."""
     if epochs <= 0:
         raise ValueError(f"a refit needs the epochs of its trial's peak, got {epochs}")
-    return cfg.with_overrides({"data.refit": True, "train.epochs": epochs, "train.patience": 0})
+    o = cfg.optim
+    return cfg.with_overrides({
+        "data.refit": True, "train.epochs": epochs, "train.patience": 0,
+        "optim.warmup_steps": round(o.warmup_steps * scale),
+        "optim.decay_start_step": round(o.decay_start_step * scale),
+        "optim.decay_steps": round(o.decay_steps * scale),
+    })  # fmt: skip
 
 
 def plan_refit(tracker: Tracker, sweep: str, max_emb_bytes: float | None = None) -> Refit:
@@ -90,7 +98,9 @@ def plan_refit(tracker: Tracker, sweep: str, max_emb_bytes: float | None = None)
     train, val = split_rows(cfg)
     if val == 0:
         raise ValueError(f"sweep {sweep!r}: its data has no validation rows to refit on")
-    return Refit(run_id, trial, refit_config(cfg, epochs), epochs, train, val)
+    return Refit(
+        run_id, trial, refit_config(cfg, epochs, (train + val) / train), epochs, train, val
+    )
 
 
 def train_refit(
@@ -98,7 +108,10 @@ def train_refit(
 ) -> tuple[str, dict[str, Any]]:
     """Train the refit with Ray Train (Ray connected), in ``<storage>/<sweep>/refit-<trial>``;
     its last checkpoint and last report."""
+    from recsys.shared_storage import check_nodes_see, run_paths
+
     folder = storage_join(storage, sweep)
+    check_nodes_see(run_paths(folder, refit.cfg.data))  # one node's own disk: refused
     trainer = make_trainer(
         refit.cfg, resources, name=f"refit-{refit.trial}", storage_path=folder, max_failures=2
     )
@@ -130,14 +143,21 @@ def refit_best(
         f"refitting trial {refit.trial} (run {refit.trial_run}) on {refit.rows_note}, "
         f"{refit.epochs:.3g} epochs (where it peaked)"
     )
-    run_id = open_refit_run(tracker, sweep, refit)
-    t0 = time.time()
-    checkpoint, metrics = train_refit(refit, resources, storage, sweep)
-    tracker.log_report(run_id, metrics)
-    tracker.log_values(run_id, {"refit_s": time.time() - t0})
-    tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: checkpoint, Tag.LAST_CHECKPOINT: checkpoint})
-    log(test_line(tracker, refit, metrics))
-    report, uri = export_to_run(tracker, run_id, checkpoint, refit.cfg, out_dir, dtype, register)
+    run_id = open_refit_run(tracker, sweep, refit, resources.num_workers)
+    try:
+        t0, before = time.time(), tracker.last_step(run_id)
+        checkpoint, metrics = train_refit(refit, resources, storage, sweep)
+        if int(metrics.get("step", 0)) > before:  # trained now (a finished refit trains nothing)
+            tracker.log_report(run_id, held_out(metrics))
+            tracker.log_values(run_id, {"refit_s": time.time() - t0})
+        tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: checkpoint, Tag.LAST_CHECKPOINT: checkpoint})
+        log(test_line(tracker, refit, run_id))
+        report, uri = export_to_run(
+            tracker, run_id, checkpoint, refit.cfg, out_dir, dtype, register
+        )
+    except BaseException:
+        tracker.finish(run_id, "FAILED")
+        raise
     tracker.finish(run_id)
     if register:
         uri, line = crown(tracker, register, sweep, run_id)
@@ -145,13 +165,22 @@ def refit_best(
     return run_id, report, uri
 
 
-def open_refit_run(tracker: Tracker, sweep: str, refit: Refit) -> str:
-    """The refit's MLflow run under the sweep's run (found again by a second ``--refit``): its
-    config (params and ``config.yaml``), the trial it refits, its rows, its data input."""
-    experiment_id = tracker.experiment(sweep)
-    parent = tracker.parent_run(experiment_id, sweep)
+def held_out(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A refit's report without its validation scores (``val_*``, ``best_*``: measured on rows
+    it trained on, they would read as held-out scores beside the trials')."""
+    return {k: v for k, v in metrics.items() if not k.startswith(("val_", "best_", "ckpt_"))}
+
+
+def open_refit_run(tracker: Tracker, sweep: str, refit: Refit, workers: int) -> str:
+    """The refit's MLflow run beside its trial, under the sweep's run (found again by a second
+    ``--refit``): its config (params with the steps its ``workers`` train, and
+    ``config.yaml``), the trial it refits, its rows, its data input."""
+    trial = tracker.client.get_run(refit.trial_run)
+    experiment_id = trial.info.experiment_id
+    parent = trial.data.tags.get(Tag.PARENT) or refit.trial_run
+    shown = with_budget(refit.cfg, refit.train_rows + refit.val_rows, workers)
     run_id = tracker.trial_run(
-        experiment_id, parent, sweep, f"{refit.trial}.refit", flat_params(refit.cfg.to_dict()),
+        experiment_id, parent, sweep, f"{refit.trial}.refit", flat_params(shown.to_dict()),
         kind=REFIT, name=f"{refit.trial} refit",
         tags={Tag.REFIT_OF: refit.trial, Tag.REFIT_ROWS: refit.rows_note},
     )  # fmt: skip
@@ -160,12 +189,25 @@ def open_refit_run(tracker: Tracker, sweep: str, refit: Refit) -> str:
     return run_id
 
 
-def test_line(tracker: Tracker, refit: Refit, metrics: dict[str, Any]) -> str:
-    """The refit's test AUC beside its trial's (that run's last report), where both have one."""
-    if "test_auc" not in metrics:
-        return "refitted (no test split: no held-out score)"
-    line = f"refitted: test AUC {metrics['test_auc']:.4f}"
+def test_line(tracker: Tracker, refit: Refit, run_id: str) -> str:
+    """The refit's test AUC (as its run holds it) beside its trial's (that run's last report)."""
+    mine = tracker.client.get_run(run_id).data.metrics.get("test_auc")
+    if mine is None:
+        return "refitted (its data has no test rows: no held-out score)"
+    line = f"refitted: test AUC {mine:.4f}"
     trial = tracker.client.get_run(refit.trial_run).data.metrics.get("test_auc")
     if trial is not None:
         line += f" (trial {refit.trial} on its training rows only: {trial:.4f})"
     return line
+
+
+def saved_workers(storage: str, sweep: str) -> Resources | None:
+    """The workers ``sweep``'s trials ran on (its ``sweep.json``), or None without one."""
+    path = storage_join(storage, sweep, "sweep.json")
+    if not exists(path):
+        return None
+    options = json.loads(read_text(path)).get("options", {})
+    return Resources(
+        int(options.get("num_workers", 2)), bool(options.get("use_gpu", False)),
+        float(options.get("cpus_per_worker", 1.0)),
+    )  # fmt: skip

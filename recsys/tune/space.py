@@ -370,6 +370,10 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     if not space:
         raise ConfigError(f"{path}: space is empty")
     dims = [_dimension(path, k, v, valid) for k, v in space.items()]
+    if base.data.refit or any(d.key == "data.refit" for d in dims):
+        where = "space.data.refit" if "data.refit" in space else "data.refit"
+        raise _fail(path, where, "a sweep chooses by its validation rows, which a refit trains "
+                    "on: refit its winner instead (recsys-export --refit)")  # fmt: skip
     _check_builds(path, base, dims)
     _check_read(path, base, dims, overrides)
     objectives = _objectives(path, raw)

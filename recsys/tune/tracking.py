@@ -245,7 +245,8 @@ def sweep_view(
     columns += [f"params.`{p}`" for p in params]
     kind = f"tags.`{Tag.KIND}`"
     return {
-        "searchFilter": f"{kind} != 'sweep:{sweep}' and {kind} != 'confirm'",
+        # not the seed checks' runs, nor a refit (scored on rows it trained on)
+        "searchFilter": f"{kind} != 'sweep:{sweep}' and {kind} != 'confirm' and {kind} != 'refit'",
         "orderByKey": f"metrics.`{first}`",
         "orderByAsc": ascending,
         "startTime": "ALL",

@@ -49,12 +49,13 @@ def cluster():
         c.shutdown()
 
 
-def add_node(cluster, cpus: int, ip: str):
-    """A node of ``cpus`` CPUs at ``ip``, its agents on ports the test chose
-    (``tests.servers.agent_ports``)."""
+def add_node(cluster, cpus: int, ip: str, **args):
+    """A node of ``cpus`` CPUs at ``ip`` (``args``: more of ``Cluster.add_node``'s), its agents
+    on ports the test chose (``tests.servers.agent_ports``); started again where its raylet
+    missed Ray's fixed registration wait (``tests.servers.ray_node_started``)."""
 
     def start():
-        return cluster.add_node(num_cpus=cpus, node_ip_address=ip, **agent_ports())
+        return cluster.add_node(num_cpus=cpus, node_ip_address=ip, **args, **agent_ports())
 
     return ray_node_started(start, f"node {ip}")
 

@@ -140,13 +140,17 @@ def check_refit(uri: str, tmp_path, trial_run: str, peak: int) -> None:
     )
     refit = client.get_run(run_id)
     tags, metrics = refit.data.tags, refit.data.metrics
-    assert tags["recsys.kind"] == "refit" and tags["mlflow.parentRunId"] != trial_run
+    sweep_run = trial.data.tags["mlflow.parentRunId"]
+    assert tags["recsys.kind"] == "refit" and tags["mlflow.parentRunId"] == sweep_run
+    assert client.get_run(sweep_run).info.status == "FINISHED"  # left as the sweep left it
+    assert refit.info.status == "FINISHED"
     assert tags["recsys.refit_of"] == trial.data.tags["recsys.trial_id"]
     assert tags["recsys.refit_rows"] == "training + validation: 2,700 rows (2,400 + 300)"
     assert refit.data.params["data.refit"] == "True"
     # the epochs of the trial's peak, over 2,700 rows: its last step covers them
     assert metrics["epochs_done"] == pytest.approx(at_peak[0], abs=2 * 64 / 2700 + 1e-9)
     assert metrics["test_auc"] > 0.5 and "export_auc" in metrics
+    assert not [k for k in metrics if k.startswith(("val_", "best_"))]  # on rows it trained on
     assert tags["checkpoint.best"] == tags["checkpoint.last"]
     assert tags["checkpoint.last"].endswith(f"step_{int(metrics['step']):08d}")
     assert report.path.startswith(out) and model.startswith("models:/")
@@ -154,6 +158,12 @@ def check_refit(uri: str, tmp_path, trial_run: str, peak: int) -> None:
     assert lines[0].startswith(f"refitting trial {tags['recsys.refit_of']} (run {trial_run}) on")
     assert lines[1].startswith("refitted: test AUC ")
     assert best_trial(Tracker(uri), "peak")[0] == trial_run  # a refit is never ranked
+    # again: the same run, its training finished (nothing trained), exported again
+    again, _, _ = refit_best(
+        uri, "peak", str(tmp_path / "runs"), Resources(2, False, 1.0), out, log=lines.append
+    )
+    assert again == run_id and lines[3] == lines[1]  # the same test AUC, from its run
+    assert client.get_run(run_id).data.metrics["step"] == metrics["step"]
 
 
 def test_two_objective_optuna_sweep_returns_a_pareto_set_and_never_launches_over_budget(

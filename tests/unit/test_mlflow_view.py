@@ -56,6 +56,8 @@ def sweep_store(uri: str, name: str) -> tuple[Tracker, str, str]:
                           tags={Tag.CONFIRMS: "t_1"})  # fmt: skip
         t.log_values(run, {"best_val_auc": 0.73})
     t.log_values(runs["t_1"], {"confirmed_mean_val_auc": 0.73})
+    refit = t.trial_run(exp, parent, name, "t_1.refit", {}, kind="refit")  # its own rows: 0.99
+    t.log_values(refit, {"best_val_auc": 0.99})
     return t, exp, parent
 
 
@@ -75,7 +77,9 @@ def test_show_sweep_marks_the_experiment_saves_its_view_and_describes_its_run(ur
     view = json.loads(saved["state"])
     # the trials and baselines, best first: the filter is one MLflow's search accepts
     kind = "tags.`recsys.kind`"
-    assert view["searchFilter"] == f"{kind} != 'sweep:s' and {kind} != 'confirm'"
+    assert view["searchFilter"] == (
+        f"{kind} != 'sweep:s' and {kind} != 'confirm' and {kind} != 'refit'"
+    )
     shown = client.search_runs([exp], view["searchFilter"], order_by=["metrics.best_val_auc DESC"])
     assert [r.info.run_name for r in shown] == ["t_1", "t_2", "t_0", "b_0"]
     assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`best_val_auc`", False)

@@ -79,6 +79,26 @@ def test_a_folder_prepared_into_the_store_reads_as_the_local_one_per_rank(raw, t
         assert 0 < len(shards) < 3, names
 
 
+def test_a_refits_workers_cache_their_rows_of_training_and_validation_rows(raw, tmp_path, s3):
+    """With ``data.refit`` a worker trains on its part of the training rows followed by the
+    validation rows: its cache holds those rows (and the validation rows it evaluates)."""
+    from recsys.data.columns import shard_range
+    from recsys.data.input.loader import load_splits as load_data
+
+    _, uri = prepared_both(raw, tmp_path, s3)
+    meta = read_meta(uri)
+    for rank in range(2):
+        cfg = ExperimentConfig.from_dict({"data": {
+            "source": "prepared", "paths": [uri], "cache_dir": str(tmp_path / f"c{rank}"),
+            "refit": True}})  # fmt: skip
+        mine = localised(cfg, rank, 2, log=lambda s: None)
+        splits = load_data(mine.data, len(meta["schema"]["dense"]), meta["table_sizes"])
+        start, stop = shard_range(len(splits.train), rank, 2)  # what its TrainStream reads
+        assert len(splits.train.read(start, stop).labels) == stop - start
+        start, stop = shard_range(len(splits.val), rank, 2)  # what it evaluates
+        assert len(splits.val.read(start, stop).labels) == stop - start
+
+
 def test_a_prepared_folder_in_the_store_is_refused_whole_or_replaced(raw, tmp_path, s3):
     _, uri = prepared_both(raw, tmp_path, s3)
     schema = DatasetSchema.load(SCHEMA)

@@ -66,6 +66,11 @@ def test_default_space_is_small_and_smoke_is_smaller():
             "space:\n  embeddings.dim: {choice: [8, 12]}\n",
             "% 8",
         ),
+        (
+            "overrides: {data.refit: true}\nspace:\n  optim.lr: {uniform: [0.1, 1]}\n",
+            r"s.yaml: data.refit: a sweep chooses by its validation rows, which a refit trains",
+        ),
+        ("space:\n  data.refit: {choice: [false, true]}\n", "space.data.refit: a sweep chooses"),
     ],
 )
 def test_bad_spaces_are_refused(tmp_path, body, match):

@@ -171,7 +171,8 @@ def test_each_reference_is_the_best_of_its_trials(tmp_path):
     # a reference beats every trial of the search: said first
     headline = (
         "verdict: a reference wins: no trial of the search beats fm (best trial t1, "
-        "its best report: val_auc 0.8000; trails fm by 0.0200); serve the reference, or widen"
+        "its best report: val_auc 0.8000; trails fm by 0.0200; single reports, no seed check); "
+        "serve the reference, or widen"
     )
     assert text.lstrip().startswith(headline), text
     assert len(result.references) == 4

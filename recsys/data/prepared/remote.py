@@ -35,16 +35,27 @@ def default_cache_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "recsys-data-cache")
 
 
-def rank_ranges(meta: dict[str, Any], rank: int, world_size: int) -> dict[str, tuple[int, int]]:
+def rank_ranges(
+    meta: dict[str, Any], rank: int, world_size: int, refit: bool = False
+) -> dict[str, tuple[int, int]]:
     """The rows ``[start, stop)`` of each split that worker ``rank`` reads: its ``shard_range``
-    (training and evaluation alike); a worker with no rows of a split reads its row 0."""
+    (training and evaluation alike); a worker with no rows of a split reads its row 0. With
+    ``refit`` (``data.refit``) it trains on its ``shard_range`` of the training rows followed
+    by the validation rows: its part of each split, the validation rows it evaluates included."""
     from recsys.data.columns import shard_range
 
+    rows = {split: sum(s["rows"] for s in meta["shards"][split]) for split in SPLITS}
     out = {}
-    for split in SPLITS:
-        n = sum(s["rows"] for s in meta["shards"][split])
+    for split, n in rows.items():
         start, stop = shard_range(n, rank, world_size)
         out[split] = (start, stop) if stop > start else (0, min(n, 1))
+    if refit:
+        start, stop = shard_range(rows["train"] + rows["val"], rank, world_size)
+        train = (min(start, rows["train"]), min(stop, rows["train"]))
+        val = (max(start - rows["train"], 0), max(stop - rows["train"], 0))
+        out["train"] = train if train[1] > train[0] else (0, min(rows["train"], 1))
+        if val[1] > val[0]:
+            out["val"] = (min(val[0], out["val"][0]), max(val[1], out["val"][1]))
     return out
 
 
@@ -169,7 +180,7 @@ def localised(cfg: Any, rank: int, world_size: int, log: Callable[[str], None] =
         return cfg
     uri = cfg.data.paths[0]
     read = read_meta_text(uri)
-    ranges = rank_ranges(read[1], rank, world_size)
+    ranges = rank_ranges(read[1], rank, world_size, cfg.data.refit)
     folder = cache_prepared(uri, ranges, cfg.data.cache_dir, log=log, read=read)
     return cfg.with_overrides({"data.paths": [folder]})
 
