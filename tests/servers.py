@@ -320,7 +320,13 @@ AGENT_PORTS = {  # RayParams' name: ray start's flag
 
 
 def agent_ports() -> dict[str, int]:
-    return {name: free_port() for name in AGENT_PORTS}
+    """A free port for each of a node's agents, all different (two ``free_port`` calls may
+    return the same port: the first is released before the second asks)."""
+    ports: list[int] = []
+    while len(ports) < len(AGENT_PORTS):
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    return dict(zip(AGENT_PORTS, ports, strict=True))
 
 
 def ray_node_started(start: Callable[[], T], what: str, tries: int = 3) -> T:
