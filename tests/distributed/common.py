@@ -506,21 +506,22 @@ def export_config(arch="dlrm"):
     )
 
 
-def own_data_cfg(folder):
-    """The own-data demo config, trained 30 steps with one checkpoint and one evaluation."""
+def own_data_cfg(folder, model=None):
+    """The own-data demo config, trained 30 steps with one checkpoint and one evaluation;
+    ``model``: dotted ``model.*`` overrides (another architecture or task sharing)."""
     return own_data_config(folder).with_overrides(
-        {"train.steps": 30, "train.checkpoint_every": 30, "train.eval_every": 30}
+        {"train.steps": 30, "train.checkpoint_every": 30, "train.eval_every": 30, **(model or {})}
     )
 
 
-def own_data_rank(rank, world, folder, root):
-    """One rank of training `own_data_cfg(folder)`, reporting under `root`."""
+def own_data_rank(rank, world, folder, root, model=None):
+    """One rank of training `own_data_cfg(folder, model)`, reporting under `root`."""
     from recsys.distributed.env import current
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
     reporter = LocalReporter(root, rank)
-    Trainer(own_data_cfg(folder), current(False), reporter, log=lambda s: None).train()
+    Trainer(own_data_cfg(folder, model), current(False), reporter, log=lambda s: None).train()
 
 
 def raw_test_rows(folder):

@@ -1,7 +1,9 @@
 """A model trained on a user's own data, exported, scores raw rows (the schema's columns, lists
 for multi-hot) as the trained model scores the same rows prepared: the serving batch is the
 training batch, INT8 scores are within the export's tolerance of FP32 on every task, and the
-MLflow model gives the same scores in a fresh process."""
+MLflow model gives the same scores in a fresh process. For DLRM, FinalMLP (two tasks through
+its bilinear heads) and DLRM with PLE experts (two levels, a tower per task), each trained on
+2 gloo ranks with a QR table and a column-wise one."""
 
 from __future__ import annotations
 
@@ -22,15 +24,25 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 INT8_MAX_PROB_DIFF = 0.02
 
 
-def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_path):
+MODELS = {
+    "dlrm": {},
+    "finalmlp": {"model.arch": "finalmlp", "model.finalmlp.stream1": [16, 8],
+                 "model.finalmlp.stream2": [16], "model.finalmlp.heads": 2},
+    "ple": {"model.tasks": "ple", "model.experts.count": 2, "model.experts.levels": 2,
+            "model.experts.mlp": [8], "model.experts.tower": [8]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_path, name):
     from recsys.data.input.loader import load_splits, to_batch
     from recsys.export import export, load_fp32, raw_layout
     from recsys.serving import TabularScorer, load_fitted, tabular_batch
     from recsys.tune.publish import log_served_model
     from recsys.tune.tracking import Tracker
 
-    c = cfg(demo_prepared)
-    run_ranks(_train, demo_prepared, str(tmp_path / "ckpt"))
+    c = cfg(demo_prepared, MODELS[name])
+    run_ranks(_train, demo_prepared, str(tmp_path / "ckpt"), MODELS[name])
     ckpt = str(tmp_path / "ckpt" / "step_00000030")
     out = str(tmp_path / "out")
     export(c, ckpt, out, "int8")
@@ -58,8 +70,8 @@ def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_
     tracker = Tracker(uri)
     run_id = tracker.client.create_run(tracker.experiment("e")).info.run_id
     example = serving_example(os.path.join(out, "prepared"))
-    log_served_model(tracker, run_id, out, example, registered_name="own-dlrm")
+    log_served_model(tracker, run_id, out, example, registered_name=f"own-{name}")
     rows = raw.drop(columns=["click", "like"]).head(50)
     rows.loc[3, "age"] = None  # a missing value in a column the example has none in
-    fresh = served_in_a_fresh_process(uri, "models:/own-dlrm/1", rows, tmp_path)
+    fresh = served_in_a_fresh_process(uri, f"models:/own-{name}/1", rows, tmp_path)
     np.testing.assert_allclose(fresh.to_numpy(), scorer.predict(None, rows).to_numpy(), atol=1e-6)
