@@ -21,7 +21,6 @@ folder ``<storage>/<sweep>/refit-<trial>``), which resumes or, when finished, tr
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +31,12 @@ import yaml
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import split_rows, with_budget
 from recsys.export import ExportReport
-from recsys.storage import as_uri, exists, read_text
+from recsys.storage import as_uri
 from recsys.storage import join as storage_join
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import inputs
 from recsys.tune.publish import best_trial, crown, export_to_run
+from recsys.tune.state import read_saved
 from recsys.tune.tracking import Tag, Tracker, flat_params
 
 EPOCHS_DONE = "epochs_done"
@@ -203,10 +203,10 @@ def test_line(tracker: Tracker, refit: Refit, run_id: str) -> str:
 
 def saved_workers(storage: str, sweep: str) -> Resources | None:
     """The workers ``sweep``'s trials ran on (its ``sweep.json``), or None without one."""
-    path = storage_join(storage, sweep, "sweep.json")
-    if not exists(path):
+    saved = read_saved(storage, sweep)
+    if saved is None:
         return None
-    options = json.loads(read_text(path)).get("options", {})
+    options = saved.get("options", {})
     return Resources(
         int(options.get("num_workers", 2)), bool(options.get("use_gpu", False)),
         float(options.get("cpus_per_worker", 1.0)),

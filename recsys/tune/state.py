@@ -88,7 +88,12 @@ GROWTHS = "growths"  # sweep.json: the options of each --more, in order
 
 def saved_state(opts: SweepOptions) -> dict[str, Any] | None:
     """The sweep's ``sweep.json`` (None if there is none)."""
-    state = storage.join(sweep_dir(opts), "sweep.json")
+    return read_saved(opts.storage, opts.name)
+
+
+def read_saved(storage_path: str, name: str) -> dict[str, Any] | None:
+    """``<storage_path>/<name>/sweep.json`` (None if there is none)."""
+    state = storage.join(storage_path, name, "sweep.json")
     return json.loads(storage.read_text(state)) if storage.exists(state) else None
 
 

@@ -54,6 +54,19 @@ def test_a_resume_on_another_worker_count_is_announced(tmp_path):
     assert "started with 2 CPU workers per trial, it resumes with 8 GPU" in worker_change(more)
 
 
+def test_a_refit_runs_on_the_workers_its_sweeps_trials_ran_on(tmp_path):
+    """``recsys-export --sweep NAME --refit`` without ``--num-workers``: the sweep's own."""
+    from recsys.train.ray_trainer import Resources
+    from recsys.tune.refit import saved_workers
+
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x",
+                        num_workers=3, cpus_per_worker=0.5)  # fmt: skip
+    assert saved_workers(str(tmp_path), "s") is None  # no sweep of that name yet
+    save_state(space, opts)
+    assert saved_workers(str(tmp_path), "s") == Resources(3, False, 0.5)
+
+
 def cli(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "experiments", script), *args],
