@@ -93,8 +93,13 @@ def saved_state(opts: SweepOptions) -> dict[str, Any] | None:
 
 def read_saved(storage_path: str, name: str) -> dict[str, Any] | None:
     """``<storage_path>/<name>/sweep.json`` (None if there is none)."""
-    state = storage.join(storage_path, name, "sweep.json")
+    state = state_file(storage_path, name)
     return json.loads(storage.read_text(state)) if storage.exists(state) else None
+
+
+def state_file(storage_path: str, name: str) -> str:
+    """Where sweep ``name`` keeps its ``sweep.json``."""
+    return storage.join(storage_path, name, "sweep.json")
 
 
 def check_resume(
@@ -181,7 +186,7 @@ def start_growth(opts: SweepOptions) -> int:
     saved.setdefault(GROWTHS, []).append({k: getattr(opts, k) for k in RESTORED})
     saved.pop("finished", None)
     saved.pop("errored", None)
-    storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), json.dumps(saved, indent=2))
+    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
     return len(saved[GROWTHS])
 
 
@@ -200,7 +205,7 @@ def mark_finished(opts: SweepOptions, trials: int, errored: int = 0) -> None:
     failed = f", {errored} errored (--resume retries them)" if errored else ""
     saved["finished"] = f"{trials} trials{failed}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
     saved["errored"] = errored
-    storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), json.dumps(saved, indent=2))
+    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
 
 
 def archive(opts: SweepOptions) -> str:
@@ -229,7 +234,7 @@ def archive(opts: SweepOptions) -> str:
 def worker_change(opts: SweepOptions) -> str:
     """On a resume, a notice if the trials now get another number of workers (or device) than the
     sweep started with: their checkpoints are resharded ('' if nothing changed)."""
-    started = json.loads(storage.read_text(storage.join(sweep_dir(opts), "sweep.json")))
+    started = json.loads(storage.read_text(state_file(opts.storage, opts.name)))
     started = started.get("options", {})
     was = (started.get("num_workers"), bool(started.get("use_gpu")))
     if was == (opts.num_workers, opts.use_gpu):
@@ -250,4 +255,4 @@ def save_state(space: SearchSpace, opts: SweepOptions) -> None:
         "options": asdict(opts),
     }
     text = json.dumps(state, indent=2, default=str)
-    storage.write_text(storage.join(sweep_dir(opts), "sweep.json"), text)
+    storage.write_text(state_file(opts.storage, opts.name), text)
