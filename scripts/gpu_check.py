@@ -4,6 +4,7 @@ the CUDA stack and runs FBGEMM's CUDA kernels through ``python -m recsys.env_che
     ./run.sh gpu-check            # every item; exit status 1 if any failed
     ./run.sh gpu-check resume     # only the items whose name contains "resume"
     python scripts/gpu_check.py --list   # every item and the GPUs it needs (any machine)
+    ./run.sh gpu-check --logs DIR  # also keep each item's whole output in DIR/NN-<item>.log
 
 Every item names the GPUs it needs. Items that need more GPUs than the machine has are not run
 (``SKIP``), and the verdict is then ``INCOMPLETE``, never ``passed``: one GPU runs one rank (NCCL
@@ -15,6 +16,7 @@ Exit status: 0 every item passed, 1 an item failed (or no GPU), 3 incomplete (no
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,10 +65,11 @@ def verdict(results: list[tuple[str, int]], gpus: int) -> tuple[str, int]:
     return f"gpu-check: passed: {counts}", 0
 
 
-def run_pytest(node: str) -> tuple[str, str]:
+def run_pytest(node: str, log: str | None) -> tuple[str, str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", node]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     text = out.stdout + out.stderr
+    keep(log, text)
     last = [line for line in text.splitlines() if line.strip()][-1:] or ["(no output)"]
     if out.returncode == 0 and " passed" in last[0] and "skipped" not in last[0]:
         return "PASS", last[0]
@@ -77,7 +80,14 @@ def run_pytest(node: str) -> tuple[str, str]:
     return "FAIL", (failed or last)[-1][:300]
 
 
-def smoke_sweep(gpus: int) -> tuple[str, str]:
+def keep(log: str | None, text: str) -> None:
+    """Write an item's whole output to ``log`` (``--logs``), if asked."""
+    if log is not None:
+        with open(log, "w") as f:
+            f.write(text)
+
+
+def smoke_sweep(gpus: int, log: str | None) -> tuple[str, str]:
     workers = min(2, gpus)
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
@@ -87,9 +97,15 @@ def smoke_sweep(gpus: int) -> tuple[str, str]:
             "--tracking-uri", f"sqlite:///{tmp}/mlflow.db",
         ]  # fmt: skip
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    keep(log, out.stdout + out.stderr)
     ok = out.returncode == 0 and "best trials" in out.stdout
     tail = (out.stdout + out.stderr).strip().splitlines()[-1:] or [""]
     return ("PASS" if ok else "FAIL"), f"{workers} worker(s) per trial; {tail[0][:300]}"
+
+
+def slug(name: str) -> str:
+    """A file name's worth of an item's name: ``NCCL sharded == ...`` -> ``nccl-sharded-...``."""
+    return "-".join(re.findall(r"[a-z0-9]+", name.lower()))[:60]
 
 
 def listing() -> str:
@@ -108,18 +124,24 @@ def main(argv: list[str]) -> int:
         print(listing())
         print("gpu-check: torch sees no GPU; nothing was run", file=sys.stderr)
         return 1
+    logs = None
+    if "--logs" in argv:
+        i = argv.index("--logs")
+        logs, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
+        os.makedirs(logs, exist_ok=True)
     wanted = [a.lower() for a in argv]
     results: list[tuple[str, int]] = []
-    for name, need, what in ITEMS:
+    for n, (name, need, what) in enumerate(ITEMS):
         if wanted and not any(w in name.lower() for w in wanted):
             continue
         t0 = time.time()
+        log = None if logs is None else os.path.join(logs, f"{n:02d}-{slug(name)}.log")
         if need > gpus:
             status, detail = "SKIP", f"needs {need} GPUs, this machine has {gpus}"
         elif what == "smoke":
-            status, detail = smoke_sweep(gpus)
+            status, detail = smoke_sweep(gpus, log)
         else:
-            status, detail = run_pytest(what)
+            status, detail = run_pytest(what, log)
         results.append((status, need))
         print(f"{status}  {name} ({need} GPU)  [{time.time() - t0:.0f}s]  {detail}", flush=True)
     line, code = verdict(results, gpus)

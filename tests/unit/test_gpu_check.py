@@ -50,3 +50,9 @@ def test_every_item_names_a_test_that_exists():
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "no tests ran" not in out.stdout and "ERROR" not in out.stdout
+
+
+def test_each_item_keeps_its_output_under_a_name_of_its_own():
+    names = [gpu_check.slug(name) for name, _, _ in gpu_check.ITEMS]
+    assert len(set(names)) == len(names)
+    assert all(n and all(c.isalnum() or c == "-" for c in n) for n in names), names
