@@ -191,6 +191,8 @@ def load(
         optimizer.load_state_dict(state["optim"])
     if hasattr(optimizer, "set_optimizer_step"):  # FBGEMM's step counter (Adam's bias correction)
         optimizer.set_optimizer_step(int(extra["step"]))
+        for tbe in step_counter_modules(model):  # its kernels read iter_cpu: synced from iter
+            tbe.iter_cpu = torch.zeros(1, dtype=torch.int64)  # at the next forward, if 0
     if rank < saved:
         set_rng_states(extra, device)
     else:
@@ -208,6 +210,28 @@ def load(
         samples_seen=int(extra.get("samples_seen", 0)),
         remapped=tuple(r.describe() for r in remaps),
     )
+
+
+def step_counter_modules(model: nn.Module) -> list[nn.Module]:
+    """Every FBGEMM training TBE in ``model``: the modules with an optimizer step counter
+    (``iter``, what ``set_optimizer_step`` sets and checkpoints hold, and ``iter_cpu``, what its
+    kernels read). TorchRec's sharded modules keep their lookups, and so their TBEs, in a plain
+    list (``_lookups``) that ``nn.Module.modules`` does not enter: this walks into it."""
+    found: list[nn.Module] = []
+    seen: set[int] = set()
+    todo: list[nn.Module] = [model]
+    while todo:
+        for m in todo.pop().modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            lookups = getattr(m, "_lookups", None)
+            if isinstance(lookups, (list, tuple)):
+                todo += [x for x in lookups if isinstance(x, nn.Module)]
+            it, it_cpu = getattr(m, "iter", None), getattr(m, "iter_cpu", None)
+            if isinstance(it, torch.Tensor) and isinstance(it_cpu, torch.Tensor):
+                found.append(m)
+    return found
 
 
 def load_state(folder: str, state: dict[str, Any]) -> list[rowwise_state.Remap]:

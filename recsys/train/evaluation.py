@@ -19,6 +19,7 @@ from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig
 from recsys.data import RowSource
 from recsys.data.input.loader import eval_batches
 from recsys.distributed import collectives
+from recsys.distributed.checkpoint import step_counter_modules
 from recsys.distributed.env import WorkerEnv
 from recsys.train.metrics import MetricState, bits_for
 
@@ -59,10 +60,9 @@ def step_counters_kept(model: nn.Module) -> Iterator[None]:
     from ``iter`` only while it is 0), both advanced by every forward, in eval mode too
     (``fbgemm_gpu/split_table_batched_embeddings_ops_training.py``, ``forward``)."""
     saved: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
-    for m in model.modules():
-        it, it_cpu = getattr(m, "iter", None), getattr(m, "iter_cpu", None)
-        if isinstance(it, torch.Tensor) and isinstance(it_cpu, torch.Tensor):
-            saved.append((m, it.detach().clone(), it_cpu.detach().clone()))
+    for m in step_counter_modules(model):
+        it, it_cpu = getattr(m, "iter"), getattr(m, "iter_cpu")  # noqa: B009 (buffers)
+        saved.append((m, it.detach().clone(), it_cpu.detach().clone()))
     try:
         yield
     finally:

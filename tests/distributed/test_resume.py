@@ -57,3 +57,36 @@ def test_pipelined_steps_equal_plain_steps(tmp_path):
     """One rank: TrainPipelineSparseDist trains the same model as plain steps (the 1-GPU check in
     ``tests/gpu`` runs this with NCCL and CUDA streams)."""
     check_pipeline_equals_plain(tmp_path, atol=1e-6)
+
+
+def counters_rank(rank, world, root, steps):
+    """The step counters ``(iter, iter_cpu)`` of every FBGEMM TBE of a trainer's model once
+    restored from ``root`` and once trained to ``steps`` (evaluating every 3 steps)."""
+    from recsys.distributed.checkpoint import step_counter_modules
+    from recsys.distributed.env import current
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
+    from tests.distributed.common import tiny_config
+
+    cfg = tiny_config(**{"train.steps": steps, "train.eval_every": 3,
+                         "train.checkpoint_every": 3})  # fmt: skip
+    trainer = Trainer(cfg, current(use_gpu=False), LocalReporter(root, rank), log=lambda s: None)
+    tbes = step_counter_modules(trainer.stepper.model)
+    restored = [(int(m.iter.item()), int(m.iter_cpu.item())) for m in tbes]
+    trainer.train()
+    return restored, [(int(m.iter.item()), int(m.iter_cpu.item())) for m in tbes]
+
+
+def test_every_tbes_step_counter_counts_training_steps_only_and_resumes(tmp_path):
+    """Embedding Adam's bias correction reads FBGEMM's step counter, which every forward
+    advances, evaluation's too: evaluation puts it back, and a resume sets it to the saved step
+    (``iter``; ``iter_cpu``, what the kernels read, 0 so that it syncs from ``iter``). The TBEs
+    sit in TorchRec's plain-list ``_lookups``, out of ``model.modules()``'s reach: found there.
+    (CPU tables train with row-wise Adagrad, which ignores the counter, but advance it alike.)"""
+    root = str(tmp_path / "run")
+    (first,) = run_ranks(counters_rank, root, RESUME_STEPS, world_size=1)
+    assert first[0] and all(c == (0, 0) for c in first[0])  # found; a fresh start
+    assert all(c == (RESUME_STEPS, RESUME_STEPS) for c in first[1]), first  # evaluated twice
+    (resumed,) = run_ranks(counters_rank, root, 2 * RESUME_STEPS, world_size=1)
+    assert all(c == (RESUME_STEPS, 0) for c in resumed[0]), resumed
+    assert all(c == (2 * RESUME_STEPS, 2 * RESUME_STEPS) for c in resumed[1]), resumed
