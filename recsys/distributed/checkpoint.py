@@ -191,8 +191,8 @@ def load(
         optimizer.load_state_dict(state["optim"])
     if hasattr(optimizer, "set_optimizer_step"):  # FBGEMM's step counter (Adam's bias correction)
         optimizer.set_optimizer_step(int(extra["step"]))
-        for tbe in step_counter_modules(model):  # its kernels read iter_cpu: synced from iter
-            tbe.iter_cpu = torch.zeros(1, dtype=torch.int64)  # at the next forward, if 0
+        for tbe in step_counter_modules(model):  # what its kernels read, set alike
+            tbe.iter_cpu = getattr(tbe, "iter").detach().cpu().clone()  # noqa: B009 (a buffer)
     if rank < saved:
         set_rng_states(extra, device)
     else:

@@ -59,10 +59,24 @@ def test_pipelined_steps_equal_plain_steps(tmp_path):
     check_pipeline_equals_plain(tmp_path, atol=1e-6)
 
 
+def fused_tbes(optimizer) -> set[int]:
+    """The TBEs behind the fused embedding optimizers in ``optimizer`` (TorchRec's path for
+    ``set_optimizer_step``), as ids."""
+    found, todo = set(), [optimizer]
+    while todo:
+        opt = todo.pop()
+        if hasattr(opt, "_emb_module"):
+            found.add(id(opt._emb_module))
+        todo += [o for _, o in getattr(opt, "optimizers", [])]
+    return found
+
+
 def counters_rank(rank, world, root, steps):
     """The step counters ``(iter, iter_cpu)`` of every FBGEMM TBE of a trainer's model once
-    restored from ``root`` and once trained to ``steps`` (evaluating every 3 steps)."""
-    from recsys.distributed.checkpoint import step_counter_modules
+    restored from ``root``, once trained to ``steps`` (evaluating every 3 steps), and once the
+    first checkpoint is loaded into the trained model; whether they are every fused
+    optimizer's TBEs."""
+    from recsys.distributed import checkpoint
     from recsys.distributed.env import current
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
@@ -70,23 +84,34 @@ def counters_rank(rank, world, root, steps):
 
     cfg = tiny_config(**{"train.steps": steps, "train.eval_every": 3,
                          "train.checkpoint_every": 3})  # fmt: skip
-    trainer = Trainer(cfg, current(use_gpu=False), LocalReporter(root, rank), log=lambda s: None)
-    tbes = step_counter_modules(trainer.stepper.model)
-    restored = [(int(m.iter.item()), int(m.iter_cpu.item())) for m in tbes]
+    env, reporter = current(use_gpu=False), LocalReporter(root, rank)
+    trainer = Trainer(cfg, env, reporter, log=lambda s: None)
+    model, optimizer = trainer.stepper.model, trainer.stepper.optimizer
+    tbes = checkpoint.step_counter_modules(model)
+
+    def counters():
+        return [(int(m.iter.item()), int(m.iter_cpu.item())) for m in tbes]
+
+    restored = counters()
     trainer.train()
-    return restored, [(int(m.iter.item()), int(m.iter_cpu.item())) for m in tbes]
+    trained = counters()
+    checkpoint.load(reporter.completed()[0], model, optimizer, rank)
+    every = {id(m) for m in tbes} == fused_tbes(optimizer)
+    return restored, trained, counters(), every
 
 
 def test_every_tbes_step_counter_counts_training_steps_only_and_resumes(tmp_path):
     """Embedding Adam's bias correction reads FBGEMM's step counter, which every forward
-    advances, evaluation's too: evaluation puts it back, and a resume sets it to the saved step
-    (``iter``; ``iter_cpu``, what the kernels read, 0 so that it syncs from ``iter``). The TBEs
-    sit in TorchRec's plain-list ``_lookups``, out of ``model.modules()``'s reach: found there.
-    (CPU tables train with row-wise Adagrad, which ignores the counter, but advance it alike.)"""
+    advances, evaluation's too: evaluation puts it back, and a load sets it to the saved step
+    (``iter`` and ``iter_cpu``, what the kernels read), also in a model that has run. The TBEs
+    sit in TorchRec's plain-list ``_lookups``, out of ``model.modules()``'s reach: found there,
+    every fused optimizer's. (CPU tables train with row-wise Adagrad, which ignores the counter
+    but advances it alike.)"""
     root = str(tmp_path / "run")
-    (first,) = run_ranks(counters_rank, root, RESUME_STEPS, world_size=1)
-    assert first[0] and all(c == (0, 0) for c in first[0])  # found; a fresh start
-    assert all(c == (RESUME_STEPS, RESUME_STEPS) for c in first[1]), first  # evaluated twice
-    (resumed,) = run_ranks(counters_rank, root, 2 * RESUME_STEPS, world_size=1)
-    assert all(c == (RESUME_STEPS, 0) for c in resumed[0]), resumed
-    assert all(c == (2 * RESUME_STEPS, 2 * RESUME_STEPS) for c in resumed[1]), resumed
+    restored, trained, reloaded, every = run_ranks(counters_rank, root, 6, world_size=1)[0]
+    assert restored and every and all(c == (0, 0) for c in restored)  # a fresh start
+    assert all(c == (6, 6) for c in trained), trained  # evaluated twice, counted 6
+    assert all(c == (3, 3) for c in reloaded), reloaded  # the step-3 checkpoint's
+    restored, trained, _, _ = run_ranks(counters_rank, root, 9, world_size=1)[0]
+    assert all(c == (6, 6) for c in restored), restored
+    assert all(c == (9, 9) for c in trained), trained
