@@ -613,3 +613,29 @@ def test_the_served_signature_takes_weights_as_python_floats_or_float32(tmp_path
     assert _enforce_schema(rows, schema)["dwell"].tolist() == [[1.0, 0.9], []]
     rows["dwell"] = [np.array([1.0, 0.9], np.float32), np.zeros(0, np.float32)]
     _enforce_schema(rows, schema)
+
+
+def test_a_csv_logs_lists_are_lists_in_the_served_example(tmp_path):
+    """A CSV file's lists are text joined by the separator; the served model's input example
+    (``examples.parquet``, its signature) holds them as lists, and serving maps them as the
+    Parquet file's lists (was: each text split into characters, weights refused)."""
+    import pyarrow.csv
+
+    from recsys.serving import load_fitted, tabular_batch
+    from recsys.tune.publish import serving_example
+
+    def joined(rows):
+        return ["" if v is None else "|".join("" if x is None else str(x) for x in v) for v in rows]
+
+    data = {**weighted_log(), "history": joined(HISTORY), "dwell": joined(DWELL)}
+    pyarrow.csv.write_csv(pa.table(data), tmp_path / "log.csv")
+    out = str(tmp_path / "csv")
+    schema = DatasetSchema.from_dict({**WEIGHTED, "format": "csv"})
+    prepare(schema, [str(tmp_path / "log.csv")], out, workers=0, log=lambda s: None)
+    example = serving_example(out)
+    assert list(example["history"][0]) == ["a", "b", "c"] and len(example["history"][2]) == 0
+    assert example["dwell"][0] == [0.5, 1.5, 9.0]
+    fitted = load_fitted(out)
+    kjt = tabular_batch(example, fitted, fitted.table_sizes()).sparse_features
+    assert kjt["history"].lengths().tolist() == [2, 1, 0, 0, 2]  # cut by max_len 2
+    assert kjt["history"].weights().tolist() == [0.5, 1.5, 2.0, 3.0, 0.25]

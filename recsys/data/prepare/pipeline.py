@@ -105,7 +105,7 @@ from recsys.data.prepare.sources import (
 from recsys.data.prepare.tasks import Executor, tree_merge
 from recsys.data.prepared.meta import FORMAT, is_prepared, write_meta
 from recsys.data.prepared.remote import upload_folder
-from recsys.data.schema import DatasetSchema
+from recsys.data.schema import DatasetSchema, SparseColumn
 from recsys.shared_storage import check_nodes_see
 
 HIST_BINS = 1 << 16
@@ -467,10 +467,11 @@ def write_vocabs(folder: str, fitted: Fitted) -> dict[str, str]:
 
 def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> None:
     """A few raw input rows' features (``examples.parquet``): the served model's input example
-    (dense values as numbers, ids as the file holds them), from the first piece with rows."""
+    (dense values as numbers, ids as the file holds them, a CSV file's lists as lists), from the
+    first piece with rows."""
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare.encode import numeric
+    from recsys.data.prepare.encode import as_list, is_text, numeric
 
     cols = schema.serving_columns()
     batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))
@@ -478,7 +479,25 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
     for name in schema.dense:
         i = table.column_names.index(name)
         table = table.set_column(i, name, pa.array(numeric(table.column(name))[0]))
+    for name, spec in list_columns(schema).items():  # CSV text lists: as the lists they write
+        i = table.column_names.index(name)
+        if is_text(table.column(name).type):
+            flat, lengths = as_list(table.column(name), spec)
+            offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+            table = table.set_column(i, name, pa.ListArray.from_arrays(offsets, flat))
     pq.write_table(table, os.path.join(folder, "examples.parquet"))
+
+
+def list_columns(schema: DatasetSchema) -> dict[str, SparseColumn]:
+    """Every column that holds lists, with the spec that splits its CSV text: the multi-hot
+    id columns and their weights."""
+    out: dict[str, SparseColumn] = {}
+    for name, spec in schema.sparse.items():
+        if spec.multi_hot and spec.derive is None:
+            out[name] = schema.id_spec(name)
+            if spec.weights is not None:
+                out.setdefault(spec.weights, schema.id_spec(name))
+    return out
 
 
 def good(table: pa.Table, schema: DatasetSchema) -> pa.Table:
