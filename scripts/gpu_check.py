@@ -117,6 +117,9 @@ def main(argv: list[str]) -> int:
     if argv == ["--list"]:  # what a GPU host would run (no torch needed)
         print(listing())
         return 0
+    if "--logs" in argv and argv.index("--logs") + 1 == len(argv):
+        print("gpu-check: --logs needs a folder (--logs DIR)", file=sys.stderr)
+        return 2
     import torch
 
     gpus = torch.cuda.device_count()

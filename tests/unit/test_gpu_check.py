@@ -56,3 +56,9 @@ def test_each_item_keeps_its_output_under_a_name_of_its_own():
     names = [gpu_check.slug(name) for name, _, _ in gpu_check.ITEMS]
     assert len(set(names)) == len(names)
     assert all(n and all(c.isalnum() or c == "-" for c in n) for n in names), names
+
+
+def test_logs_without_a_folder_is_refused_before_anything_runs():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "--logs"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2 and "--logs needs a folder" in out.stderr

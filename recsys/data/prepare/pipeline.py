@@ -496,7 +496,7 @@ def list_columns(schema: DatasetSchema) -> dict[str, SparseColumn]:
         if spec.multi_hot and spec.derive is None:
             out[name] = schema.id_spec(name)
             if spec.weights is not None:
-                out.setdefault(spec.weights, schema.id_spec(name))
+                out.setdefault(spec.weights, out[name])
     return out
 
 
