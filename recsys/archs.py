@@ -44,6 +44,9 @@ class Arch:
         check: its own check of an ``ExperimentConfig`` (a ``ConfigError`` naming the key).
         reference_grid: a reference model a sweep can train (``baselines``): its default grid
             (dotted key -> values); ``None``: not a reference.
+        dense_reference: the default grid (``grid``) and fixed keys (``overrides``) of the
+            reference where its tables are small enough to train dense (``recsys.tune.space``:
+            every row decayed at every step, as a plain recipe's L2).
     """
 
     name: str
@@ -54,6 +57,7 @@ class Arch:
     whole_rows: bool = False
     check: Callable[[Any], None] | None = None
     reference_grid: dict[str, list[Any]] | None = field(default=None)
+    dense_reference: dict[str, dict[str, Any]] | None = field(default=None)
 
 
 ARCHS: dict[str, Arch] = {}
@@ -129,6 +133,9 @@ register(Arch(
     whole_rows=True,
     reference_grid={"optim.embedding_lr": [0.01, 0.03],
                     "optim.embedding_weight_decay": [0.0, 1.0e-3]},
+    dense_reference={"grid": {"optim.lr": [0.01, 0.03],
+                              "optim.weight_decay": [1.0e-4, 1.0e-3, 3.0e-3, 1.0e-2]},
+                     "overrides": {"optim.dense_optimizer": "adagrad"}},
 ))  # fmt: skip
 register(Arch(
     name="fm",
@@ -138,4 +145,7 @@ register(Arch(
     whole_rows=True,
     reference_grid={"optim.embedding_lr": [0.03, 0.1],
                     "optim.embedding_weight_decay": [0.0, 1.0e-3]},
+    dense_reference={"grid": {"optim.lr": [1.0e-3, 3.0e-3, 1.0e-2],
+                              "optim.weight_decay": [0.0, 1.0e-5]},
+                     "overrides": {"optim.dense_optimizer": "adam"}},
 ))  # fmt: skip

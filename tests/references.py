@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def planted_prepared(folder: Path, rows: int, val: float = 0.2, test: float = 0.2) -> str:
     """A planted log of ``rows`` rows (seed 0) prepared without Ray into ``folder/prepared``."""
@@ -24,6 +26,42 @@ def planted_prepared(folder: Path, rows: int, val: float = 0.2, test: float = 0.
     schema = DatasetSchema.from_dict(planted.schema_dict(val, test))
     out = str(folder / "prepared")
     prepare(schema, [str(raw)], out, workers=0, log=lambda s: None)
+    return out
+
+
+def long_tail_prepared(folder: Path, rows: int = 10_000, seed: int = 0) -> str:
+    """A Criteo-shaped log with a long tail of rare ids and few rows, prepared without Ray into
+    ``folder/prepared`` (80/10/10 by order): 26 categorical fields whose ids are Zipf-distributed
+    (exponent 1.2 to 1.95: most ids are seen once), each id with its own effect on the click's
+    logit (larger for the first 8 fields), and 13 counts (log1p), 4 of which move the logit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recsys.data.prepare.pipeline import prepare
+    from recsys.data.schema import DatasetSchema
+
+    rng = np.random.default_rng(seed)
+    cols, logit = {}, np.full(rows, -1.2)
+    for f in range(26):
+        ids = np.minimum(rng.zipf(1.2 + 0.03 * f, rows), 50_000)
+        effect = rng.normal(0, 0.6 if f < 8 else 0.15, 50_001)
+        logit += effect[ids]
+        cols[f"C{f + 1}"] = ids
+    for i in range(13):
+        counts = rng.poisson(rng.gamma(1.0, 5.0, rows))
+        logit += (0.3 if i < 4 else 0.0) * np.log1p(counts) * (1 if i % 2 else -1)
+        cols[f"I{i + 1}"] = counts
+    cols["click"] = (rng.uniform(size=rows) < 1 / (1 + np.exp(-logit))).astype(np.int64)
+    (folder / "raw").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), folder / "raw" / "log.parquet")
+    schema = DatasetSchema.from_dict({
+        "labels": ["click"],
+        "dense": {f"I{i + 1}": {"transform": "log1p"} for i in range(13)},
+        "sparse": {f"C{f + 1}": {} for f in range(26)},
+        "split": {"by": "order", "val_fraction": 0.1, "test_fraction": 0.1},
+    })  # fmt: skip
+    out = str(folder / "prepared")
+    prepare(schema, [str(folder / "raw")], out, workers=0, log=lambda s: None)
     return out
 
 

@@ -11,7 +11,7 @@ state, so a resumed check re-trains exactly those.
   config, each point trained with a budget in epochs and patience), FIFO: no scheduler stops a
   reference early. The best of an arch's trials by the space's metric is its reference: the one
   the summary, the table and ``lead_over_<arch>`` compare with (``Outcome``), described as
-  ``best of N: embedding_lr=..., ...`` on the parent run (``recsys.reference.<arch>``) and on its
+  ``best of N: lr=..., weight_decay=...`` on the parent run (``recsys.reference.<arch>``) and on its
   own run (``recsys.reference``); every reference trial is in ``references.csv``.
 - **Seed check**: the ``top`` best finished search trials (stopped early by patience or ASHA
   count too), each re-trained with ``seeds`` new seeds (``train.seed`` + 1 .. + N: init, data
@@ -70,7 +70,8 @@ def common_params(points: list[dict[str, Any]]) -> dict[str, Any]:
 def baseline_header(space: SearchSpace) -> str:
     """The console's line as the baselines phase starts: each reference and its trials."""
     refs = [space.references[a] for a in space.baselines]
-    parts = ", ".join(f"{r.arch} ({r.trials} trial{'s' if r.trials > 1 else ''})" for r in refs)
+    parts = ", ".join(f"{r.arch} ({r.trials} trial{'s' if r.trials > 1 else ''}, {r.rule})"
+                      for r in refs)  # fmt: skip
     return f"baselines: {parts}; each reference is the best of its trials by {space.metric}"
 
 

@@ -22,17 +22,19 @@ A space file::
 ``baselines`` and ``confirm`` are the sweep's later phases (``recsys.tune.phases``); ``smoke`` may
 set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
 
-A reference model is a fair bar only when it is trained as well as the winner, so each one listed
-is searched by rules (``REFERENCE_RULES``, and its grid registered in ``recsys.archs``): a grid
-of a few learning rates and weight decays on the base config, each point trained with a budget
-in epochs and patience; the best by the space's metric is the reference. A mapping sets an
-arch's grid and fixed keys::
+A reference model is a fair bar only when it is trained as well as a plain recipe of its kind,
+so each one listed is searched by rules: a grid of a few learning rates and weight decays on the
+base config, each point trained with a budget in epochs and patience; the best by the space's
+metric is the reference. Small tables (at most ``DENSE_REFERENCE_MAX_VALUES`` values) train
+dense (``DENSE_REFERENCE_RULES`` and the arch's ``dense_reference`` recipe: every row decayed at
+every step), larger ones with FBGEMM's fused optimizer (``REFERENCE_RULES``, the arch's
+``reference_grid``). A mapping sets an arch's grid, fixed keys and ``rule``::
 
     baselines:
       lr:                            # its grid replaced (here 3 x 2 = 6 trials; at most 8)
-        grid: {optim.embedding_lr: [0.003, 0.01, 0.03], optim.embedding_weight_decay: [0, 1.0e-4]}
+        grid: {optim.lr: [0.01, 0.03, 0.1], optim.weight_decay: [1.0e-3, 1.0e-2]}
         overrides: {train.epochs: 20} # over the rules' fixed keys
-      fm: {}                         # the default rules
+      fm: {rule: fused}              # auto (by size, the default), dense or fused
 
 Under ``--smoke-test`` each reference is one trial (the first value of each grid key) trained with
 the smoke variant's budget (the rules' and the arch's budget keys, ``BUDGET_KEYS``, left out).
@@ -96,9 +98,22 @@ REFERENCE_RULES: dict[str, Any] = {
     "train.reports_per_epoch": 2,
     "train.patience": 3,
 }
+# A reference whose tables hold at most this many values trains them dense instead (every
+# worker keeps a replica and all-reduces its whole gradient each step): the dense optimizer
+# decays every row at every step, as a plain recipe's L2 does, where FBGEMM's fused optimizer
+# decays a row only at the steps that read it (a rare id almost never). On a long tail of rare
+# ids that is what keeps LR and FM level with scikit-learn's LR and a plain FM.
+DENSE_REFERENCE_MAX_VALUES = 2**24
+DENSE_REFERENCE_RULES: dict[str, Any] = {
+    "embeddings.dtype": "fp32",
+    "sharding.default.sharding_types": ["data_parallel"],
+    "sharding.default.compute_kernels": ["dense"],
+    "sharding.tables": {},
+}
 BUDGET_KEYS = ("train.epochs", "train.steps", "train.batch_size", "train.reports_per_epoch",
                "train.patience", "train.eval_every", "train.checkpoint_every")  # fmt: skip
-REFERENCE_SECTIONS = ("grid", "overrides")
+REFERENCE_SECTIONS = ("grid", "overrides", "rule")
+REFERENCE_RULE_NAMES = ("auto", "dense", "fused")  # auto: dense where the tables are small
 VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
 
 
@@ -184,6 +199,7 @@ class Reference:
     arch: str
     grid: dict[str, list[Any]]
     overrides: dict[str, Any]
+    rule: str = "fused"  # how its tables train: "dense" or "fused" (DENSE_REFERENCE_RULES)
 
     @property
     def trials(self) -> int:
@@ -200,7 +216,7 @@ class Reference:
         ]
 
     def describe(self, params: dict[str, Any]) -> str:
-        """The grid's values of a trial: ``embedding_lr=0.01, embedding_weight_decay=0``."""
+        """The grid's values of a trial: ``lr=0.03, weight_decay=0.01``."""
         return ", ".join(f"{k.rsplit('.', 1)[-1]}={params.get(k)!r}" for k in self.grid)
 
 
@@ -431,15 +447,46 @@ def _baselines(
                 f"{where}: {arch!r} is not a reference model; one of "
                 f"{list(archs.references())}{nearest(str(arch), archs.references())}"
             )
-        ref = _reference(f"{where}.{arch}", arch, spec, smoke)
+        ref = _reference(f"{where}.{arch}", arch, spec, smoke, base)
         _check_reference(where, ref, base)
         out[arch] = ref
     return out
 
 
-def _reference(where: str, arch: str, spec: Any, smoke: bool) -> Reference:
-    """One arch's grid and fixed keys from its entry (``None``: the default rules); under
-    ``smoke``, one trial (each grid key's first value) without the budget keys."""
+def _trains_dense(base: ExperimentConfig, arch: str, overrides: dict[str, Any]) -> bool:
+    """Whether reference ``arch``'s tables over ``base`` with its entry's ``overrides`` hold at
+    most ``DENSE_REFERENCE_MAX_VALUES`` values (every worker can keep a replica)."""
+    from recsys.config import model_tables
+    from recsys.models.embeddings import table_specs
+
+    try:
+        cfg = base.with_overrides({**reference_params(base, arch), **overrides})
+    except ConfigError:
+        return False  # (_check_reference names why)
+    tables = model_tables(cfg.model, cfg.embeddings, len(cfg.loss.tasks))
+    return sum(s.rows * s.dim for s in table_specs(tables)) <= DENSE_REFERENCE_MAX_VALUES
+
+
+def _rule(where: str, arch: str, spec: dict[str, Any], base: ExperimentConfig) -> str:
+    """``dense`` or ``fused``: the entry's ``rule``, or by the tables' size (``auto``)."""
+    rule = spec.get("rule", "auto")
+    if rule not in REFERENCE_RULE_NAMES:
+        raise ConfigError(f"{where}.rule: {rule!r}, one of {list(REFERENCE_RULE_NAMES)}"
+                          f"{nearest(str(rule), REFERENCE_RULE_NAMES)}")  # fmt: skip
+    recipe = archs.get(arch).dense_reference
+    if rule == "dense" and recipe is None:
+        raise ConfigError(f"{where}.rule: dense: {arch} has no dense recipe (recsys.archs)")
+    if rule == "auto":
+        dense = recipe is not None and _trains_dense(base, arch, spec.get("overrides") or {})
+        return "dense" if dense else "fused"
+    return str(rule)
+
+
+def _reference(where: str, arch: str, spec: Any, smoke: bool, base: ExperimentConfig) -> Reference:
+    """One arch's grid and fixed keys from its entry (``None``: the default rules): its
+    ``rule``'s (``dense``: the arch's dense recipe over ``DENSE_REFERENCE_RULES``; ``fused``:
+    ``REFERENCE_RULES``), then the entry's; under ``smoke``, one trial (each grid key's first
+    value) without the budget keys."""
     spec = {} if spec is None else spec
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected {{grid: ..., overrides: ...}} or {{}}, got {spec!r}")
@@ -447,8 +494,11 @@ def _reference(where: str, arch: str, spec: Any, smoke: bool) -> Reference:
         if key not in REFERENCE_SECTIONS:
             why = f"unknown {key!r}{nearest(str(key), REFERENCE_SECTIONS)}"
             raise ConfigError(f"{where}: {why} (one of {list(REFERENCE_SECTIONS)})")
+    rule = _rule(where, arch, spec, base)
     valid = ExperimentConfig.all_keys()
-    grid: dict[str, Any] = spec.get("grid", archs.get(arch).reference_grid or {})
+    recipe = archs.get(arch).dense_reference if rule == "dense" else None
+    default = recipe["grid"] if recipe else archs.get(arch).reference_grid
+    grid: dict[str, Any] = spec.get("grid", default or {})
     overrides = spec.get("overrides") or {}
     for section, keys in (("grid", grid), ("overrides", overrides)):
         if not isinstance(keys, dict) or (section == "grid" and not keys):
@@ -464,14 +514,22 @@ def _reference(where: str, arch: str, spec: Any, smoke: bool) -> Reference:
                 raise ConfigError(f"{where}.{section}: model.arch is the reference's own ({arch})")
             if unread([arch], key):
                 raise ConfigError(f"{where}.{section}: {arch} does not read {key} (recsys.archs)")
+            if recipe and key.startswith("optim.embedding_"):
+                raise ConfigError(
+                    f"{where}.{section}: {key} does nothing here: this reference trains its "
+                    f"tables dense (rule: dense; by default where they hold at most "
+                    f"{DENSE_REFERENCE_MAX_VALUES} values) with optim.lr, optim.weight_decay and "
+                    f"optim.dense_optimizer; search those, or set rule: fused"
+                )
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.grid.{key}: a non-empty list of values, got {values!r}")
-    fixed = {**REFERENCE_RULES, **overrides}
+    rules = {**REFERENCE_RULES, **DENSE_REFERENCE_RULES, **recipe["overrides"]} if recipe else {}
+    fixed = {**(rules or REFERENCE_RULES), **overrides}
     if smoke:
         grid = {k: v[:1] for k, v in grid.items()}
         fixed = {k: v for k, v in fixed.items() if k not in BUDGET_KEYS}
-    ref = Reference(arch, {k: list(v) for k, v in grid.items()}, fixed)
+    ref = Reference(arch, {k: list(v) for k, v in grid.items()}, fixed, rule)
     if ref.trials > MAX_REFERENCE_TRIALS:
         sizes = " x ".join(str(len(v)) for v in grid.values())
         raise ConfigError(

@@ -34,6 +34,7 @@ space:
   optim.lr: {choice: [0.05]}
 baselines:
   lr:
+    rule: fused                  # FBGEMM's fused optimizer, though the tables are small
     grid: {optim.embedding_lr: [0.003, 0.03]}
     overrides: {train.epochs: 2, train.batch_size: 128, train.patience: 1}
 """

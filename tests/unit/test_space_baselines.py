@@ -30,23 +30,50 @@ def load(tmp_path, body: str, smoke: bool = False) -> spaces.SearchSpace:
     return spaces.load(space_file(tmp_path, BUDGET + SEARCH + body), smoke=smoke)
 
 
-def test_a_list_takes_the_default_rules(tmp_path):
-    space = load(tmp_path, "baselines: [lr, fm]\n")
+# tables of 8 x 3M rows: more values than a reference trains dense (DENSE_REFERENCE_MAX_VALUES)
+BIG = "overrides: {embeddings.num_embeddings: [3000000, 3000000, 3000000, 3000000, 3000000, " \
+      "3000000, 3000000, 3000000]}\n"  # fmt: skip
+
+
+def rules(arch: str, dense: bool) -> tuple[dict, dict]:
+    """The default grid and fixed keys of reference ``arch``: its dense recipe or fused one."""
+    if dense:
+        recipe = archs.get(arch).dense_reference
+        fixed = {**spaces.REFERENCE_RULES, **spaces.DENSE_REFERENCE_RULES, **recipe["overrides"]}
+        return recipe["grid"], fixed
+    return archs.get(arch).reference_grid, spaces.REFERENCE_RULES
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["small-tables", "big-tables"])
+def test_a_list_takes_the_default_rules(tmp_path, dense):
+    """The default space's tables (8 x 1000 rows) are small: its references train them dense
+    (every row decayed at every step, Adam for the FM); tables of 24M rows keep FBGEMM's fused
+    optimizer and its grid."""
+    body = "baselines: [lr, fm]\n"
+    space = (
+        load(tmp_path, body) if dense else spaces.load(space_file(tmp_path, BIG + SEARCH + body))
+    )
     assert space.baselines == ["lr", "fm"]
     points = baseline_points(space)
-    grids = {a: archs.get(a).reference_grid for a in archs.references()}
-    assert len(points) == sum(math.prod(len(v) for v in grids[a].values()) for a in ("lr", "fm"))
+    expect = {a: rules(a, dense) for a in ("lr", "fm")}
+    assert len(points) == sum(math.prod(len(v) for v in g.values()) for g, _ in expect.values())
     for point in points:
         arch = point["model.arch"]
-        assert {k: point[k] for k in spaces.REFERENCE_RULES} == spaces.REFERENCE_RULES
-        for key, values in grids[arch].items():
+        grid, fixed = expect[arch]
+        assert {k: point[k] for k in fixed} == fixed
+        for key, values in grid.items():
             assert point[key] in values
-        cfg = space.config_for(point)  # every trial builds, trained by epochs with patience
-        assert cfg.model.arch == arch and cfg.train.epochs > 0 and cfg.train.patience > 0
+        if dense:  # building the big tables' configs is the fused case's cost alone
+            cfg = space.config_for(point)  # every trial builds, trained by epochs with patience
+            assert cfg.model.arch == arch and cfg.train.epochs > 0 and cfg.train.patience > 0
+            assert cfg.sharding.default.compute_kernels == ["dense"]
     for arch in ("lr", "fm"):  # each grid point once
-        mine = [tuple(p[k] for k in grids[arch]) for p in points if p["model.arch"] == arch]
+        grid = expect[arch][0]
+        mine = [tuple(p[k] for k in grid) for p in points if p["model.arch"] == arch]
         assert len(set(mine)) == len(mine) <= spaces.MAX_REFERENCE_TRIALS
-    assert baseline_header(space).startswith("baselines: lr (4 trials), fm (4 trials)")
+    trials = ("lr (8 trials, dense), fm (6 trials, dense)" if dense
+              else "lr (4 trials, fused), fm (4 trials, fused)")  # fmt: skip
+    assert baseline_header(space).startswith(f"baselines: {trials}")
 
 
 def test_the_smoke_variant_trains_each_reference_once_with_its_own_budget(tmp_path):
@@ -56,7 +83,7 @@ def test_the_smoke_variant_trains_each_reference_once_with_its_own_budget(tmp_pa
     assert [p["model.arch"] for p in points] == ["lr", "fm"]
     for point in points:
         assert not set(point) & set(spaces.BUDGET_KEYS)  # the smoke budget governs
-        grid = archs.get(point["model.arch"]).reference_grid
+        grid, _ = rules(point["model.arch"], dense=True)
         assert all(point[k] == v[0] for k, v in grid.items())  # each key's first value
         cfg = space.config_for(point)
         assert cfg.train.steps == 7 and cfg.train.epochs == 0
@@ -66,6 +93,7 @@ def test_a_mapping_sets_an_archs_grid_and_fixed_keys(tmp_path):
     body = (
         "baselines:\n"
         "  fm:\n"
+        "    rule: fused\n"
         "    grid: {optim.embedding_lr: [0.02, 0.05, 0.1], embeddings.dim: [8, 16]}\n"
         "    overrides: {train.epochs: 3, train.patience: 1}\n"
         "  lr: {}\n"
@@ -78,9 +106,20 @@ def test_a_mapping_sets_an_archs_grid_and_fixed_keys(tmp_path):
         (lr, d) for lr in (0.02, 0.05, 0.1) for d in (8, 16)
     }
     assert all(p["train.epochs"] == 3 and p["train.patience"] == 1 for p in fm)
-    assert space.references["lr"].grid == archs.get("lr").reference_grid  # {}: the defaults
+    assert space.references["lr"].grid == rules("lr", dense=True)[0]  # {}: the defaults (dense)
+    assert "sharding.default.compute_kernels" not in fm[0]  # rule: fused, though small
+    assert (space.references["fm"].rule, space.references["lr"].rule) == ("fused", "dense")
     cfg = space.config_for(fm[0])
     assert cfg.tables.dim == fm[0]["embeddings.dim"] + 4  # the FM's factors and its linear part
+
+
+def test_the_rule_follows_the_tables_the_entry_makes(tmp_path):
+    """An entry's own overrides size its tables: 8 x 3M rows there make the fused rule."""
+    rows = ", ".join(["3000000"] * 8)
+    body = f"baselines:\n  lr: {{overrides: {{embeddings.num_embeddings: [{rows}]}}}}\n  fm: {{}}\n"
+    space = load(tmp_path, body)
+    assert (space.references["lr"].rule, space.references["fm"].rule) == ("fused", "dense")
+    assert space.references["lr"].grid == archs.get("lr").reference_grid
 
 
 @pytest.mark.parametrize(
@@ -95,20 +134,29 @@ def test_a_mapping_sets_an_archs_grid_and_fixed_keys(tmp_path):
             "baselines: {fm: {overrides: {train.epoch: 3}}}\n",
             r"baselines.fm.overrides: unknown config key 'train.epoch'.*train.epochs",
         ),
-        ("baselines: {lr: {grid: {optim.embedding_lr: []}}}\n", r"grid.optim.embedding_lr: a non"),
-        ("baselines: {lr: {grid: {optim.embedding_lr: 0.1}}}\n", r"grid.optim.embedding_lr: a non"),
+        ("baselines: {lr: {grid: {optim.lr: []}}}\n", r"grid.optim.lr: a non"),
+        ("baselines: {lr: {grid: {optim.lr: 0.1}}}\n", r"grid.optim.lr: a non"),
         ("baselines: {lr: {grid: {}}}\n", r"baselines.lr.grid: a non-empty mapping"),
         ("baselines: {lr: {grid: {model.arch: [fm]}}}\n", r"model.arch is the reference's own"),
         ("baselines: {xgb: {}}\n", r"'xgb' is not a reference model"),
         ("baselines: {lr: [0.1]}\n", r"baselines.lr: expected \{grid: ..., overrides: ...\}"),
         (
-            "baselines:\n  lr: {grid: {optim.embedding_lr: [1, 2, 3], optim.lr: [1, 2, 3]}}\n",
+            "baselines:\n  lr: {grid: {optim.weight_decay: [1, 2, 3], optim.lr: [1, 2, 3]}}\n",
             r"baselines.lr.grid: 3 x 3 = 9 trials; a reference's grid has at most 8",
         ),
         (
-            "baselines: {fm: {grid: {optim.embedding_lr: [0.1, -1.0]}}}\n",
+            "baselines: {fm: {rule: fused, grid: {optim.embedding_lr: [0.1, -1.0]}}}\n",
             r"baselines.fm: the trial with \{'optim.embedding_lr': -1.0\} cannot build: "
             r"optim.embedding_lr=-1.0",
+        ),
+        (
+            "baselines: {lr: {grid: {optim.embedding_lr: [0.01, 0.03]}}}\n",
+            r"baselines.lr.grid: optim.embedding_lr does nothing here: .*dense.*rule: fused",
+        ),
+        ("baselines: {lr: {rule: sparse}}\n", r"baselines.lr.rule: 'sparse', one of \['auto'"),
+        (
+            "baselines: {lr: {overrides: {optim.embedding_weight_decay: 0.1}}}\n",
+            r"baselines.lr.overrides: optim.embedding_weight_decay does nothing here",
         ),
         (
             "baselines: {lr: {overrides: {train.reports_per_epoch: 0}}}\n",
@@ -128,9 +176,11 @@ def test_the_rules_every_trial_shares_go_in_the_phase_base(tmp_path):
     grid in each trial's params (its console line and ``recsys.searched`` tag)."""
     points = baseline_points(load(tmp_path, "baselines: [lr, fm]\n"))
     common = common_params(points)
-    assert "model.arch" not in common and set(spaces.REFERENCE_RULES) <= set(common)
+    assert "model.arch" not in common and set(spaces.DENSE_REFERENCE_RULES) <= set(common)
     rest = [{k: v for k, v in p.items() if k not in common} for p in points]
-    assert all(set(r) <= {"model.arch", *archs.get(r["model.arch"]).reference_grid} for r in rest)
+    for r in rest:  # the arch, its grid, and its recipe's own keys (the FM's Adam) differ
+        own = archs.get(r["model.arch"]).dense_reference
+        assert set(r) <= {"model.arch", *own["grid"], *own["overrides"]}
     assert [{**common, **r} for r in rest] == points  # nothing lost
     assert common_params([]) == {}
 
@@ -147,10 +197,10 @@ def frame(space, rows):
 
 def test_each_reference_is_the_best_of_its_trials(tmp_path):
     space = load(tmp_path, "baselines: [lr, fm]\n")
-    lr_a = {"model.arch": "lr", "optim.embedding_lr": 0.01, "optim.embedding_weight_decay": 0.0}
-    lr_b = {**lr_a, "optim.embedding_lr": 0.03}
-    fm_a = {"model.arch": "fm", "optim.embedding_lr": 0.1, "optim.embedding_weight_decay": 1e-3}
-    fm_b = {**fm_a, "optim.embedding_weight_decay": 0.0}
+    lr_a = {"model.arch": "lr", "optim.lr": 0.01, "optim.weight_decay": 0.001}
+    lr_b = {**lr_a, "optim.lr": 0.03}
+    fm_a = {"model.arch": "fm", "optim.lr": 0.003, "optim.weight_decay": 1e-5}
+    fm_b = {**fm_a, "optim.weight_decay": 0.0}
     rows = [
         ("t1", "trial", "dlrm", 0.80, {"optim.lr": 0.02}),
         ("b1", "baseline", "lr", 0.70, lr_a),
@@ -162,12 +212,12 @@ def test_each_reference_is_the_best_of_its_trials(tmp_path):
     assert list(kept["trial"]) == ["b3", "t1", "b1"]  # ranked; one reference per arch
     assert len(every) == 4 and list(every.loc[every["chosen"], "trial"]) == ["b3", "b1"]
     lr_row = kept[kept["trial"] == "b1"].iloc[0]
-    assert lr_row[REFERENCE] == "best of 2: embedding_lr=0.01, embedding_weight_decay=0.0"
+    assert lr_row[REFERENCE] == "best of 2: lr=0.01, weight_decay=0.001"
     result = Outcome(frame(space, rows), pd.DataFrame(), space)
     assert result.leads() == pytest.approx({"lr": 0.10, "fm": -0.02})
     text = result.lines()
-    assert "beats lr (trial b1, best of 2: embedding_lr=0.01, embedding_weight_decay=0.0)" in text
-    assert "does NOT beat fm (trial b3, best of 2: embedding_lr=0.1, " in text
+    assert "beats lr (trial b1, best of 2: lr=0.01, weight_decay=0.001)" in text
+    assert "does NOT beat fm (trial b3, best of 2: lr=0.003, " in text
     # a reference beats every trial of the search: said first
     headline = (
         "verdict: a reference wins: no trial of the search beats fm (best trial t1, "
@@ -227,8 +277,8 @@ def test_seed_checked_references_are_judged_interval_with_interval(tmp_path):
     assert space.confirm.references
     rows = [
         ("t1", "trial", "dlrm", 0.8139, {"optim.lr": 0.02}),
-        ("b1", "baseline", "lr", 0.8140, {"model.arch": "lr", "optim.embedding_lr": 0.01}),
-        ("b2", "baseline", "lr", 0.8000, {"model.arch": "lr", "optim.embedding_lr": 0.03}),
+        ("b1", "baseline", "lr", 0.8140, {"model.arch": "lr", "optim.lr": 0.01}),
+        ("b2", "baseline", "lr", 0.8000, {"model.arch": "lr", "optim.lr": 0.03}),
         ("b3", "baseline", "fm", 0.8120, {"model.arch": "fm"}),
     ]
     points = reference_points(frame(space, [r for r in rows if r[1] == "baseline"]), space)
@@ -236,7 +286,7 @@ def test_seed_checked_references_are_judged_interval_with_interval(tmp_path):
         ("b1", "lr", 1), ("b1", "lr", 2), ("b1", "lr", 3),
         ("b3", "fm", 1), ("b3", "fm", 2), ("b3", "fm", 3),
     ]  # fmt: skip
-    assert points[0]["optim.embedding_lr"] == 0.01  # the reference's own params, and its rules
+    assert points[0]["optim.lr"] == 0.01  # the reference's own params, and its rules
     assert points[0]["model.arch"] == "lr" and "train.epochs" in points[0]
     runs = {"t1": [0.8130, 0.8133, 0.8136], "b1": [0.8099, 0.8100, 0.8101],
             "b3": [0.8090, 0.8128, 0.8166]}  # fmt: skip
@@ -254,6 +304,6 @@ def test_seed_checked_references_are_judged_interval_with_interval(tmp_path):
         f"beats: lead +0.0033, 95% CI [{sep.low:+.4f}, {sep.high:+.4f}] (both checked)"
     )
     text = result.lines()
-    assert "beats lr (trial b1, best of 2: embedding_lr=0.01, " in text
+    assert "beats lr (trial b1, best of 2: lr=0.01, " in text
     assert "val_auc confirmed mean 0.8100 of 3 seeds: lead +0.0033, 95% CI [+0" in text
     assert "ties fm (trial b3" in text and "of the difference" in text
