@@ -46,7 +46,7 @@ class Arch:
             (dotted key -> values); ``None``: not a reference.
         dense_reference: the default grid (``grid``) and fixed keys (``overrides``) of the
             reference where its tables are small enough to train dense (``recsys.tune.space``:
-            every row decayed at every step, as a plain recipe's L2).
+            every row decayed at every step by the dense optimizer's ``weight_decay``).
     """
 
     name: str
@@ -122,9 +122,11 @@ register(Arch(
     reads=("model.finalmlp", "model.finalmlp.stream1", "model.finalmlp.stream2",
            "model.finalmlp.heads", "model.finalmlp.gate", "model.dropout", "model.norm"),
 ))  # fmt: skip
-# Each reference's default grid (a space's ``baselines.<arch>.grid`` replaces it): two learning
-# rates, without and with weight decay. LR's tables are LINEAR_WIDTH columns whose sum is the
-# weight: it learns at four times ``embedding_lr``, hence its smaller rates.
+# Each reference's default grids (a space's ``baselines.<arch>.grid`` replaces its rule's): under
+# FBGEMM's fused rule two learning rates, without and with weight decay; under the dense rule
+# (small tables, ``dense_reference``) the dense optimizer's rates and decays over decades. LR's
+# tables are LINEAR_WIDTH columns whose sum is the weight: it learns at four times its table
+# learning rate, hence its smaller rates.
 register(Arch(
     name="lr",
     builder="recsys.models.reference:LogisticRegression",

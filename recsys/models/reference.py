@@ -13,7 +13,9 @@ equal gradients, so it is one weight learning at four times the table's learning
 
 Neither has an MLP, so ``model.dropout`` and ``model.norm`` do not apply to them (ignored, as
 DLRM's other fields); their regularisation is weight decay: ``optim.embedding_weight_decay`` on
-the tables (the fused FBGEMM optimizer, as DLRM's) and ``optim.weight_decay`` on the dense terms.
+tables that FBGEMM's fused optimizer trains (as DLRM's) and ``optim.weight_decay`` on the dense
+terms, and on the tables too where they train dense (a sweep's references over small tables:
+``recsys.tune.space``).
 
 Without dense features (``model.num_dense == 0``) both have no dense terms: LR's dense linear
 layer is a bias alone (``bias``), FM has no dense factors. The ``[B, 0]`` dense input is ignored.

@@ -25,10 +25,13 @@ set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
 A reference model is a fair bar only when it is trained as well as a plain recipe of its kind,
 so each one listed is searched by rules: a grid of a few learning rates and weight decays on the
 base config, each point trained with a budget in epochs and patience; the best by the space's
-metric is the reference. Small tables (at most ``DENSE_REFERENCE_MAX_VALUES`` values) train
-dense (``DENSE_REFERENCE_RULES`` and the arch's ``dense_reference`` recipe: every row decayed at
-every step), larger ones with FBGEMM's fused optimizer (``REFERENCE_RULES``, the arch's
-``reference_grid``). A mapping sets an arch's grid, fixed keys and ``rule``::
+metric is the reference. A reference whose tables hold at most ``DENSE_REFERENCE_MAX_VALUES``
+values in all, at every point of its grid, trains them dense (``DENSE_REFERENCE_RULES`` and the
+arch's ``dense_reference`` recipe: fp32 replicas, every row decayed at every step); larger ones
+train with FBGEMM's fused optimizer (``REFERENCE_RULES``, the arch's ``reference_grid``). A
+mapping sets an arch's grid, fixed keys and ``rule``; keys the rule sets or does not read are
+refused (``optim.embedding_*``, ``embeddings.dtype``, ``sharding.*`` under the dense rule; a grid
+of ``optim.lr`` / ``optim.weight_decay`` alone under the fused one)::
 
     baselines:
       lr:                            # its grid replaced (here 3 x 2 = 6 trials; at most 8)
@@ -100,12 +103,15 @@ REFERENCE_RULES: dict[str, Any] = {
 }
 # A reference whose tables hold at most this many values trains them dense instead (every
 # worker keeps a replica and all-reduces its whole gradient each step): the dense optimizer
-# decays every row at every step, as a plain recipe's L2 does, where FBGEMM's fused optimizer
-# decays a row only at the steps that read it (a rare id almost never). On a long tail of rare
-# ids that is what keeps LR and FM level with scikit-learn's LR and a plain FM.
+# decays every row at every step (``optim.weight_decay``, as a plain PyTorch optimizer's does),
+# where FBGEMM's fused optimizer decays a row only at the steps that read it (a rare id almost
+# never). On a long tail of rare ids that is what keeps LR and FM level with scikit-learn's LR and
+# a plain FM. The fused optimizer's decay is set to 0 (no table uses it; the base's value would
+# be refused on CPU workers with fp32 tables, ``check_fused_decay``).
 DENSE_REFERENCE_MAX_VALUES = 2**24
 DENSE_REFERENCE_RULES: dict[str, Any] = {
     "embeddings.dtype": "fp32",
+    "optim.embedding_weight_decay": 0.0,
     "sharding.default.sharding_types": ["data_parallel"],
     "sharding.default.compute_kernels": ["dense"],
     "sharding.tables": {},
@@ -114,6 +120,8 @@ BUDGET_KEYS = ("train.epochs", "train.steps", "train.batch_size", "train.reports
                "train.patience", "train.eval_every", "train.checkpoint_every")  # fmt: skip
 REFERENCE_SECTIONS = ("grid", "overrides", "rule")
 REFERENCE_RULE_NAMES = ("auto", "dense", "fused")  # auto: dense where the tables are small
+# keys that reach only the dense optimizer: a fused-rule reference's tables do not read them
+DENSE_ONLY_KEYS = frozenset({"optim.lr", "optim.weight_decay", "optim.dense_optimizer"})
 VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
 
 
@@ -453,18 +461,27 @@ def _baselines(
     return out
 
 
-def _trains_dense(base: ExperimentConfig, arch: str, overrides: dict[str, Any]) -> bool:
+def _trains_dense(base: ExperimentConfig, arch: str, spec: dict[str, Any]) -> bool:
     """Whether reference ``arch``'s tables over ``base`` with its entry's ``overrides`` hold at
-    most ``DENSE_REFERENCE_MAX_VALUES`` values (every worker can keep a replica)."""
+    most ``DENSE_REFERENCE_MAX_VALUES`` values (every worker can keep a replica) at every point
+    of the entry's ``grid`` (a grid may size the tables: ``embeddings.dim``, ``qr.*``)."""
     from recsys.config import model_tables
     from recsys.models.embeddings import table_specs
 
-    try:
-        cfg = base.with_overrides({**reference_params(base, arch), **overrides})
-    except ConfigError:
-        return False  # (_check_reference names why)
-    tables = model_tables(cfg.model, cfg.embeddings, len(cfg.loss.tasks))
-    return sum(s.rows * s.dim for s in table_specs(tables)) <= DENSE_REFERENCE_MAX_VALUES
+    overrides, grid = spec.get("overrides") or {}, spec.get("grid") or {}
+    if not isinstance(overrides, dict) or not isinstance(grid, dict):
+        return False  # (_reference names why)
+    lists = [v if isinstance(v, list) and v else [None] for v in grid.values()]
+    for values in itertools.product(*lists):
+        point = {k: v for k, v in zip(grid, values, strict=True) if v is not None}
+        try:
+            cfg = base.with_overrides({**reference_params(base, arch), **overrides, **point})
+        except ConfigError:
+            return False  # (_check_reference names why)
+        tables = model_tables(cfg.model, cfg.embeddings, len(cfg.loss.tasks))
+        if sum(s.rows * s.dim for s in table_specs(tables)) > DENSE_REFERENCE_MAX_VALUES:
+            return False
+    return True
 
 
 def _rule(where: str, arch: str, spec: dict[str, Any], base: ExperimentConfig) -> str:
@@ -477,7 +494,7 @@ def _rule(where: str, arch: str, spec: dict[str, Any], base: ExperimentConfig) -
     if rule == "dense" and recipe is None:
         raise ConfigError(f"{where}.rule: dense: {arch} has no dense recipe (recsys.archs)")
     if rule == "auto":
-        dense = recipe is not None and _trains_dense(base, arch, spec.get("overrides") or {})
+        dense = recipe is not None and _trains_dense(base, arch, spec)
         return "dense" if dense else "fused"
     return str(rule)
 
@@ -514,16 +531,17 @@ def _reference(where: str, arch: str, spec: Any, smoke: bool, base: ExperimentCo
                 raise ConfigError(f"{where}.{section}: model.arch is the reference's own ({arch})")
             if unread([arch], key):
                 raise ConfigError(f"{where}.{section}: {arch} does not read {key} (recsys.archs)")
-            if recipe and key.startswith("optim.embedding_"):
-                raise ConfigError(
-                    f"{where}.{section}: {key} does nothing here: this reference trains its "
-                    f"tables dense (rule: dense; by default where they hold at most "
-                    f"{DENSE_REFERENCE_MAX_VALUES} values) with optim.lr, optim.weight_decay and "
-                    f"optim.dense_optimizer; search those, or set rule: fused"
-                )
+            _check_rule_key(f"{where}.{section}", key, rule)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.grid.{key}: a non-empty list of values, got {values!r}")
+    if rule == "fused" and grid and set(grid) <= DENSE_ONLY_KEYS:
+        raise ConfigError(
+            f"{where}.grid: {sorted(grid)} under the fused rule (rule: fused, or auto where the "
+            f"tables hold more than {DENSE_REFERENCE_MAX_VALUES} values) tunes only the weights "
+            f"outside the tables: the tables train with optim.embedding_lr and "
+            f"optim.embedding_weight_decay; search those, or set rule: dense"
+        )
     rules = {**REFERENCE_RULES, **DENSE_REFERENCE_RULES, **recipe["overrides"]} if recipe else {}
     fixed = {**(rules or REFERENCE_RULES), **overrides}
     if smoke:
@@ -537,6 +555,25 @@ def _reference(where: str, arch: str, spec: Any, smoke: bool, base: ExperimentCo
             f"{MAX_REFERENCE_TRIALS} (a few values of its learning rate and weight decay)"
         )
     return ref
+
+
+def _check_rule_key(where: str, key: str, rule: str) -> None:
+    """Refuse an entry key that the dense rule sets or that does nothing under it (``where``:
+    the entry's section), naming the rule."""
+    if rule != "dense":
+        return
+    dense = (f"this reference trains its tables dense (rule: dense; by default where they hold "
+             f"at most {DENSE_REFERENCE_MAX_VALUES} values)")  # fmt: skip
+    if key.startswith("optim.embedding_"):
+        raise ConfigError(
+            f"{where}: {key} does nothing here: {dense} with optim.lr, optim.weight_decay and "
+            f"optim.dense_optimizer; search those, or set rule: fused"
+        )
+    if key == "embeddings.dtype" or key.startswith("sharding."):
+        raise ConfigError(
+            f"{where}: {key} is the dense rule's own: {dense} as fp32 replicas on every worker "
+            f"(data_parallel); set rule: fused to choose the tables' precision or placement"
+        )
 
 
 def _check_reference(where: str, ref: Reference, base: ExperimentConfig) -> None:

@@ -120,6 +120,25 @@ def test_the_rule_follows_the_tables_the_entry_makes(tmp_path):
     space = load(tmp_path, body)
     assert (space.references["lr"].rule, space.references["fm"].rule) == ("fused", "dense")
     assert space.references["lr"].grid == archs.get("lr").reference_grid
+    big, small = ", ".join(["3000000"] * 8), ", ".join(["1000"] * 8)  # a grid point sizes too
+    body = f"baselines:\n  lr: {{grid: {{embeddings.num_embeddings: [[{small}], [{big}]]}}}}\n"
+    assert load(tmp_path, body).references["lr"].rule == "fused"
+
+
+def test_a_dense_reference_ignores_the_bases_fused_decay(tmp_path):
+    """The base's fused embedding decay (fp16 tables, as on CPU workers) is not the dense
+    rule's: its fp32 replicas would be refused on CPU with it (``check_fused_decay``)."""
+    from recsys.distributed.sharding import check_fused_decay
+
+    base = (
+        "overrides: {train.steps: 40, optim.embedding_weight_decay: 1.0e-4, "
+        "embeddings.dtype: fp16}\n"
+    )
+    space = spaces.load(space_file(tmp_path, base + SEARCH + "baselines: [lr]\n"))
+    for point in baseline_points(space):
+        cfg = space.config_for(point)
+        assert cfg.embeddings.dtype == "fp32" and cfg.optim.embedding_weight_decay == 0.0
+        check_fused_decay(cfg.optim, "cpu", half=False)
 
 
 @pytest.mark.parametrize(
@@ -163,6 +182,20 @@ def test_the_rule_follows_the_tables_the_entry_makes(tmp_path):
             r"baselines.lr: the trial with .* cannot build: train.reports_per_epoch=0",
         ),
         ("smoke: {baselines: {lr: {grid: {optim.lr: []}}}}\n", r"grid.optim.lr: a non-empty"),
+        ("baselines: {lr: {overrides: [1]}}\n", r"baselines.lr.overrides: a mapping of config"),
+        (
+            "baselines: {lr: {overrides: {embeddings.dtype: fp16}}}\n",
+            r"baselines.lr.overrides: embeddings.dtype is the dense rule's own.*rule: fused",
+        ),
+        (
+            "baselines: {fm: {grid: {sharding.default.sharding_types: [[table_wise]]}}}\n",
+            r"baselines.fm.grid: sharding.default.sharding_types is the dense rule's own",
+        ),
+        (
+            "baselines: {lr: {rule: fused, grid: {optim.lr: [0.01, 0.1]}}}\n",
+            r"baselines.lr.grid: \['optim.lr'\] under the fused rule .* tunes only the weights "
+            r"outside the tables.*rule: dense",
+        ),
     ],
 )
 def test_a_bad_reference_is_named_with_its_key(tmp_path, body, match):
