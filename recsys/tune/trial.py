@@ -17,6 +17,7 @@ Ray Train persisted.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -206,11 +207,24 @@ def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
     return len(missing)
 
 
+# Ray Train's checkpoint manager, which announces at INFO each run snapshot it reads, with advice
+# for starting a new training job (``RunConfig(name)``): not the case of reading a finished run
+RAY_SNAPSHOT_LOGGER = "ray.train.v2._internal.execution.checkpoint.checkpoint_manager"
+
+
 def train_result(train_run: str) -> Any:
     """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
-    or object store URI."""
+    or object store URI; Ray's INFO note that it found the run's snapshot is left out (each
+    trial that ASHA stops is read so, and the note would print once per trial), its warnings
+    are not."""
     path, fs = storage.ray_storage(train_run)
-    return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
+    log = logging.getLogger(RAY_SNAPSHOT_LOGGER)
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
+    finally:
+        log.setLevel(level)
 
 
 def sharding_plan(checkpoint: Any) -> str | None:

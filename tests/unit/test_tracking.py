@@ -362,3 +362,28 @@ def test_a_local_artifact_root_without_space_is_refused_before_launch(tmp_path, 
     root = tmp_path / "mlartifacts" / "s"
     with pytest.raises(ConnectionError, match=f"artifact root {root} has 10 MiB free"):
         t.check_artifact_space("s")
+
+
+def test_reading_a_finished_train_run_leaves_out_rays_snapshot_note(monkeypatch, caplog):
+    """Ray's checkpoint manager says at INFO that it found the run's snapshot, with advice for a
+    new training job; reading a finished trial's result (each trial ASHA stops) leaves that out,
+    keeps Ray's warnings, and restores the logger's level."""
+    import logging
+    from types import SimpleNamespace
+
+    from recsys.tune import trial
+
+    log = logging.getLogger(trial.RAY_SNAPSHOT_LOGGER)
+
+    def from_path(path):
+        log.info("A run snapshot was found in storage folder at: %s", path)
+        log.warning("a warning about %s", path)
+        return SimpleNamespace(best_checkpoints=[])
+
+    monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=from_path))
+    monkeypatch.setattr(logging.getLogger("ray"), "propagate", True)  # (caplog: the root)
+    before = log.level
+    with caplog.at_level(logging.INFO):
+        trial.train_result("/tmp/nowhere/trial_1")
+    messages = [r.getMessage() for r in caplog.records if r.name == trial.RAY_SNAPSHOT_LOGGER]
+    assert messages == ["a warning about /tmp/nowhere/trial_1"] and log.level == before
