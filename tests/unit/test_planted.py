@@ -79,3 +79,40 @@ def test_the_command_line_writes_the_log_and_its_schema(tmp_path, capsys):
     assert "wrote 500 rows" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="rows=3"):
         planted_cli.main(["--out", str(tmp_path / "x"), "--rows", "3"])
+
+
+def test_two_tasks_share_some_terms_and_conflict_on_one():
+    """With 2 tasks each row has a like drawn with its known ``p_like``: calibrated, its logit
+    the click's shared terms, ``taste`` with the opposite sign and the items' own quality; the
+    click columns are the one-task log's of the same seed."""
+    one, two = planted.Planted(seed=2), planted.Planted(seed=2, shape=planted.Shape(tasks=2))
+    a, b = one.draw(100_000, np.random.default_rng(7)), two.draw(100_000, np.random.default_rng(7))
+    for key in ("user", "item", "logit", "click"):
+        np.testing.assert_array_equal(a[key], b[key])
+    p, y = b["p_like"], b["like"]
+    assert abs(y.mean() - two.shape.like_rate) < 0.01 and two.labels == ["click", "like"]
+    edges = np.quantile(p, np.linspace(0, 1, 11))
+    for lo, hi in itertools.pairwise(edges):
+        sel = (p >= lo) & (p < hi)
+        assert abs(y[sel].mean() - p[sel].mean()) < 0.015
+    parts = two.parts(b)
+    like = two.like_parts(b, parts)
+    np.testing.assert_allclose(two.like_bias + sum(like.values()), b["like_logit"])
+    np.testing.assert_array_equal(like["taste"], -parts["taste"])  # the conflict
+    np.testing.assert_array_equal(like["screen"], parts["screen"])  # shared
+    assert auc(y, p) > 0.75
+    # the click's oracle scores the like worse than the like's own: the tasks differ
+    assert auc(y, b["logit"]) < auc(y, p) - 0.1
+
+
+def test_two_tasks_write_both_labels_and_their_schema(tmp_path, capsys):
+    planted_cli.main(["--out", str(tmp_path), "--rows", "3000", "--tasks", "2"])
+    table = pq.read_table(tmp_path / planted.FILE)
+    assert table.column_names == [*planted.FIELDS, "click", "p_click", "like", "p_like"]
+    with open(tmp_path / planted.SCHEMA_FILE) as f:
+        schema = yaml.safe_load(f)
+    assert schema["labels"] == ["click", "like"] and "p_like" not in schema["sparse"]
+    frame = table.to_pandas()
+    assert planted.oracle_auc(frame, "like") == pytest.approx(auc(frame["like"], frame["p_like"]))
+    with pytest.raises(ValueError, match="tasks=3"):
+        planted.Shape(tasks=3)

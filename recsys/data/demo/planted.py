@@ -27,6 +27,18 @@ so a linear model (LR) learns the main effects only, a factorization machine or 
 pairs. The latent group of a user is not a column: it is learnt through the user's id, from the
 rows of that user. The bias ``b`` is set so that about ``positive_rate`` of rows click.
 
+With ``Shape(tasks=2)`` every row also has a second label, ``like``, drawn with its own known
+``p_like`` from a logit that shares some of the click's terms and conflicts on others::
+
+    like_logit = b' + user[u] + item[i] + country[c] + hour[h] + device[d]   # shared
+                 + screen[device, category]                                # shared
+                 - taste[segment(u), category(i)]                          # conflicting
+                 + quality[i]                                              # its own
+
+(what a segment clicks most it likes least: a model of both tasks has to keep ``taste`` apart
+for each), the playground of multi-task experts (MMoE, PLE) against a shared bottom. The click
+columns are the same as the one-task log's of the same seed.
+
 Rows are in time order (``split.by: order``: the last ``test_fraction`` of the rows are the test
 split); the same seed gives the same file.
 """
@@ -43,6 +55,7 @@ FILE = "log.parquet"
 SCHEMA_FILE = "schema.yaml"
 FIELDS = ("user", "item", "category", "segment", "country", "hour", "device")
 TRUTH = "p_click"
+TRUTHS = {"click": TRUTH, "like": "p_like"}  # each label's true probability (tasks=2: both)
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,9 @@ class Shape:
             terms (``taste``; ``screen`` and ``daypart`` are 0.8 and 0.5 of it) and of the
             user-item affinity.
         positive_rate: the share of clicks the bias aims at.
+        tasks: 1 (``click``) or 2 (``click`` and ``like``, module docstring).
+        quality / like_rate: with 2 tasks, the standard deviation of the items' own ``quality``
+            (the like's alone) and the share of likes its bias aims at.
     """
 
     users: int = 3000
@@ -74,6 +90,13 @@ class Shape:
     latent: float = 0.5
     affinity: float = 0.2
     positive_rate: float = 0.3
+    tasks: int = 1
+    quality: float = 0.8
+    like_rate: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.tasks not in (1, 2):
+            raise ValueError(f"tasks={self.tasks!r}: 1 (click) or 2 (click and like)")
 
 
 def _zipf_ids(rng: np.random.Generator, order: np.ndarray, size: int, alpha: float) -> np.ndarray:
@@ -112,9 +135,13 @@ class Planted:
                 ("device", s.devices),
             )
         }  # by popularity
-        self.bias = 0.0
+        # the like's own terms from a stream of their own: the click's are the one-task log's
+        self.quality = np.random.default_rng([seed, 3]).normal(0, s.quality, s.items)
+        self.bias = self.like_bias = 0.0
         pilot = self.draw(20_000, np.random.default_rng([seed, 1]))
         self.bias = self._solve_bias(pilot["logit"], s.positive_rate)
+        if s.tasks == 2:
+            self.like_bias = self._solve_bias(pilot["like_logit"], s.like_rate)
 
     @staticmethod
     def _solve_bias(logit: np.ndarray, rate: float) -> float:
@@ -140,8 +167,20 @@ class Planted:
             "affinity": (self.p[u] * self.q[i]).sum(1) * s.affinity / np.sqrt(s.rank),
         }
 
+    def like_parts(self, r: dict[str, np.ndarray], parts: dict[str, np.ndarray]
+                   ) -> dict[str, np.ndarray]:  # fmt: skip
+        """The like's logit terms for rows ``r`` given the click's ``parts``: shared, conflicting
+        (``taste`` with the opposite sign) and its own (``quality``)."""
+        return {
+            "main": parts["main"],
+            "screen": parts["screen"],
+            "taste": -parts["taste"],
+            "quality": self.quality[r["item"]],
+        }
+
     def draw(self, rows: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """``rows`` rows: each field's ids, the planted ``logit``, ``p_click`` and ``click``."""
+        """``rows`` rows: each field's ids, the planted ``logit``, ``p_click`` and ``click``
+        (and with 2 tasks ``like_logit``, ``p_like`` and ``like``, drawn after the clicks)."""
         s = self.shape
         r = {
             "user": _zipf_ids(rng, self.order["user"], rows, s.zipf),
@@ -152,14 +191,25 @@ class Planted:
         }
         r["category"] = self.category_of[r["item"]]
         r["segment"] = self.segment_of[r["user"]]
-        r["logit"] = self.bias + np.sum(list(self.parts(r).values()), axis=0)
+        parts = self.parts(r)
+        r["logit"] = self.bias + np.sum(list(parts.values()), axis=0)
         r[TRUTH] = 1 / (1 + np.exp(-r["logit"]))
         r["click"] = (rng.random(rows) < r[TRUTH]).astype(np.int8)
+        if s.tasks == 2:
+            r["like_logit"] = self.like_bias + np.sum(list(self.like_parts(r, parts).values()), 0)
+            r[TRUTHS["like"]] = 1 / (1 + np.exp(-r["like_logit"]))
+            r["like"] = (rng.random(rows) < r[TRUTHS["like"]]).astype(np.int8)
         return r
+
+    @property
+    def labels(self) -> list[str]:
+        """The log's labels: ``click`` (and ``like`` with 2 tasks)."""
+        return list(TRUTHS)[: self.shape.tasks]
 
     def table(self, rows: int) -> Any:
         """``rows`` rows as an Arrow table: the id columns (``user`` as ``u<k>`` strings, the
-        others integers), ``click`` and ``p_click``."""
+        others integers), each label and its true probability (``click``, ``p_click``, then
+        ``like``, ``p_like`` with 2 tasks)."""
         import pyarrow as pa
 
         r = self.draw(rows, np.random.default_rng([self.seed, 2]))
@@ -167,15 +217,20 @@ class Planted:
         columns = {f: pa.array(r[f].astype(np.int64)) for f in FIELDS}
         columns["user"] = pa.array(names[r["user"]])
         columns["item"] = pa.array(r["item"].astype(np.int64) + 100_000)
-        return pa.table({**columns, "click": pa.array(r["click"]), TRUTH: pa.array(r[TRUTH])})
+        for label in self.labels:
+            columns[label], columns[TRUTHS[label]] = pa.array(r[label]), pa.array(r[TRUTHS[label]])
+        return pa.table(columns)
 
 
-def schema_dict(val_fraction: float = 0.1, test_fraction: float = 0.1) -> dict[str, Any]:
-    """The log's schema (``recsys.data.schema``): the six id fields, one label, no numeric
-    column, split in row order (so the test rows are the file's last rows)."""
+def schema_dict(
+    val_fraction: float = 0.1, test_fraction: float = 0.1, tasks: int = 1
+) -> dict[str, Any]:
+    """The log's schema (``recsys.data.schema``): the id fields, its labels (``click``, and
+    ``like`` with 2 tasks), no numeric column, split in row order (so the test rows are the
+    file's last rows)."""
     return {
         "format": "parquet",
-        "labels": ["click"],
+        "labels": list(TRUTHS)[:tasks],
         "split": {"by": "order", "val_fraction": val_fraction, "test_fraction": test_fraction},
         "dense": {},
         "sparse": {f: {} for f in FIELDS},
@@ -197,7 +252,7 @@ def write(
     path = os.path.join(out, FILE)
     pq.write_table(Planted(seed, shape).table(rows), path)
     with open(os.path.join(out, SCHEMA_FILE), "w") as f:
-        yaml.safe_dump(schema_dict(val_fraction, test_fraction), f, sort_keys=False)
+        yaml.safe_dump(schema_dict(val_fraction, test_fraction, shape.tasks), f, sort_keys=False)
     return path
 
 
@@ -212,8 +267,10 @@ def test_rows(path: str, meta: dict[str, Any]) -> Any:
     return pq.read_table(path).slice(bounds[1]).to_pandas()
 
 
-def oracle_auc(frame: Any) -> float:
-    """The Bayes-optimal AUC of these rows: their true ``p_click`` against ``click``."""
+def oracle_auc(frame: Any, label: str = "click") -> float:
+    """The Bayes-optimal AUC of these rows for ``label``: its true probability (``p_click``,
+    ``p_like``) against it."""
     from recsys.metrics import auc
 
-    return auc(np.asarray(frame["click"], np.float64), np.asarray(frame[TRUTH], np.float64))
+    truth = np.asarray(frame[TRUTHS[label]], np.float64)
+    return auc(np.asarray(frame[label], np.float64), truth)
