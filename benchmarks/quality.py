@@ -19,6 +19,10 @@ validation score fell after the peak before it stopped) are reported.
 Goals: the sweep's best at least the plain MLP's test AUC and at least 90% of the way from 0.5 to
 the oracle's; the LR reference within 0.005 of scikit-learn's, the FM reference within 0.005 of
 the plain FM (not worse by more).
+
+A third part, ``two-tasks`` (``benchmarks.experts``), trains one DLRM with a shared bottom, MMoE
+and PLE on the planted log's two-task variant over 3 seeds: goal, MMoE or PLE beats the shared
+bottom on each task.
 """
 
 from __future__ import annotations
@@ -425,6 +429,12 @@ def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
     parts = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in logs:
+            if name == "two-tasks":  # experts against a shared bottom (benchmarks.experts)
+                from benchmarks import experts
+
+                seeds, epochs = ([0], 0.5) if smoke else ([0, 1, 2], 8.0)
+                parts.append(experts.run(rows, seeds, epochs))
+                continue
             log = planted_log(tmp, rows) if name == "planted" else demo_log(tmp, demo_rows)
             parts.append(run_log(log, tmp, samples, workers, concurrent, smoke))
     minutes = (time.perf_counter() - t0) / 60

@@ -204,3 +204,16 @@ def test_revision_names_staged_and_renamed_files(checkout: tuple[Path, list[str]
     rev = revision(str(repo))
     assert rev.commit == git(repo, "rev-parse", "--short", "HEAD")
     assert rev.changed == ("moved.py",)
+
+
+def test_the_experts_interval_is_students_t_of_paired_differences() -> None:
+    """``benchmarks.experts.interval``: the 95% interval of the mean of the seeds' paired
+    differences (Student's t, n - 1 degrees of freedom); none from one seed."""
+    import math
+
+    from benchmarks.experts import interval
+
+    lo, hi = interval([0.01, 0.02, 0.03])
+    half = 4.302652729911275 * 0.01 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
+    assert math.isclose(lo, 0.02 - half) and math.isclose(hi, 0.02 + half)
+    assert all(math.isnan(v) for v in interval([0.01]))

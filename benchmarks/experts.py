@@ -1,0 +1,160 @@
+"""Multi-task experts against a shared bottom, on the planted two-task log
+(``recsys.data.demo.planted``, ``Shape(tasks=2)``: a like that shares the click's main and screen
+terms, conflicts on taste and has the items' own quality; both true probabilities known).
+
+The same DLRM (the shipped ``clicklogs`` space's base and budget: epochs with patience, each run
+scored by its best ``val_auc/mean`` report) is trained with ``model.tasks: shared | mmoe | ple``
+by the product's trainer (one process, no Ray), each over the same seeds; its best checkpoint
+scores the prepared test rows per task. An independent plain-PyTorch shared bottom
+(``benchmarks.independent``: embeddings concatenated, one MLP, a logit per task, Adam, early
+stopping) checks the product's shared bottom on the same split, and the oracle bounds both.
+
+Goal: MMoE or PLE beats the shared bottom on each task (mean test AUC over the seeds; the
+seeds' paired differences with their 95% interval, as the sweep's seed check reads them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks import independent as ind
+from benchmarks.common import init_world1, table
+
+KINDS = ("shared", "mmoe", "ple")
+LABELS = ("click", "like")
+# one DLRM for every kind: the clicklogs space's base and budget with these choices
+FIXED = {
+    "model.arch": "dlrm",
+    "model.interaction": "dot",
+    "embeddings.dim": 16,
+    "optim.lr": 0.03,
+    "optim.embedding_lr": 0.05,
+    "model.dropout": 0.1,
+}
+
+
+def prepare_log(tmp: str, rows: int) -> tuple[str, Any]:
+    """The two-task planted log of ``rows`` rows prepared (split by order 80/10/10): its folder
+    and its raw test rows (with ``p_click`` and ``p_like``)."""
+    from recsys.data.demo import planted
+    from recsys.data.prepare.pipeline import prepare
+    from recsys.data.schema import DatasetSchema
+
+    raw = os.path.join(tmp, "two_tasks_raw")
+    path = planted.write(raw, rows, shape=planted.Shape(tasks=2))
+    out = os.path.join(tmp, "two_tasks")
+    schema = DatasetSchema.from_dict(planted.schema_dict(tasks=2))
+    meta = prepare(schema, [raw], out, workers=0, log=lambda s: None)
+    return out, planted.test_rows(path, meta)
+
+
+def base_config(prepared: str, epochs: float) -> Any:
+    """The shipped ``clicklogs`` space's base over ``prepared`` with ``FIXED`` (and ``epochs``,
+    its patience kept)."""
+    from recsys.tune import space as spaces
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    space = spaces.load(os.path.join(root, "search_spaces", "clicklogs.yaml"), data=prepared)
+    return space.base.with_overrides(
+        {**FIXED, "train.epochs": epochs, "train.quiet": True, "data.prefetch": 0}
+    )
+
+
+def train_one(cfg: Any, root: str) -> tuple[float, list[float], int]:
+    """Train ``cfg``; its best report's ``val_auc/mean``, that checkpoint's test AUC per task,
+    and the step it was at."""
+    import torch
+
+    from recsys.data.input.loader import load_splits, to_batch
+    from recsys.distributed.env import current
+    from recsys.export import load_fp32, raw_layout
+    from recsys.train.reporting import LocalReporter
+    from recsys.train.trainer import Trainer
+
+    reporter = LocalReporter(root, 0)
+    trainer = Trainer(cfg, current(use_gpu=False), reporter, log=lambda s: None)
+    trainer.train()
+    scored = [(r["val_auc/mean"], r["step"]) for r in reporter.reports if "val_auc/mean" in r]
+    val, step = max(scored, key=lambda vs: (vs[0], -vs[1]))
+    model = load_fp32(trainer.cfg, reporter.checkpoint_dir(step))
+    test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test
+    cols = test.read(0, len(test))
+    with torch.no_grad():
+        b = to_batch(cols, raw_layout(trainer.cfg))
+        logits = model(b.dense_features, b.sparse_features).float().numpy()
+    return val, ind.aucs(np.asarray(cols.labels, np.float64), logits), step
+
+
+def interval(diffs: list[float]) -> tuple[float, float]:
+    """The 95% interval (Student's t) of the mean of paired differences."""
+    from scipy import stats
+
+    n = len(diffs)
+    if n < 2:
+        return math.nan, math.nan
+    half = stats.t.ppf(0.975, n - 1) * float(np.std(diffs, ddof=1)) / math.sqrt(n)
+    return float(np.mean(diffs)) - half, float(np.mean(diffs)) + half
+
+
+def run(rows: int, seeds: list[int], epochs: float) -> str:
+    import torch
+
+    from recsys.data.demo import planted
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    init_world1()
+    t0 = time.perf_counter()
+    runs: dict[str, list[list[float]]] = {k: [] for k in KINDS}
+    vals: dict[str, list[float]] = {k: [] for k in KINDS}
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared, test = prepare_log(tmp, rows)
+        base = base_config(prepared, epochs)
+        for seed in seeds:
+            for kind in KINDS:
+                cfg = base.with_overrides({"model.tasks": kind, "train.seed": seed})
+                val, aucs, step = train_one(cfg, os.path.join(tmp, f"{kind}_{seed}"))
+                runs[kind].append(aucs)
+                vals[kind].append(val)
+                print(f"seed {seed} {kind}: val {val:.4f}, test {aucs} (step {step})", flush=True)
+        data = ind.arrays(base, [t.label_column for t in base.loss.tasks])
+        mlp = [ind.plain_mlp(data, base, 16, (256, 128), d, lr=1e-3, max_epochs=40, patience=3)
+               for d in (0.1, 0.3)]  # fmt: skip
+        plain = max(mlp, key=lambda f: f.mean("val"))
+    oracle = [planted.oracle_auc(test, label) for label in LABELS]
+    body = [
+        [kind, f"{np.mean(vals[kind]):.4f}",
+         *(f"{np.mean([r[t] for r in runs[kind]]):.4f}" for t in range(2)),
+         " / ".join(f"{r[0]:.4f}, {r[1]:.4f}" for r in runs[kind])]
+        for kind in KINDS
+    ]  # fmt: skip
+    body.append(["plain-PyTorch shared bottom (independent)", f"{plain.mean('val'):.4f}",
+                 f"{plain.test_auc[0]:.4f}", f"{plain.test_auc[1]:.4f}", plain.chosen])  # fmt: skip
+    body.append(["oracle (true p_click, p_like)", "-", f"{oracle[0]:.4f}", f"{oracle[1]:.4f}",
+                 "Bayes-optimal"])  # fmt: skip
+    goals = []
+    for kind in ("mmoe", "ple"):
+        cells = []
+        wins = True
+        for t, label in enumerate(LABELS):
+            diffs = [a[t] - b[t] for a, b in zip(runs[kind], runs["shared"], strict=True)]
+            lo, hi = interval(diffs)
+            cells.append(f"{label} {np.mean(diffs):+.4f} (95% CI [{lo:+.4f}, {hi:+.4f}])")
+            wins = wins and float(np.mean(diffs)) > 0
+        goals.append([f"{kind} beats the shared bottom on each task (mean test AUC)",
+                      "; ".join(cells), "met" if wins else "missed"])  # fmt: skip
+    n = {k: len(v) for k, v in data.items()}
+    head = (
+        f"Two-task planted log: {n['train']:,} training, {n['val']:,} validation, "
+        f"{n['test']:,} test rows; DLRM ({', '.join(f'{k}={v}' for k, v in FIXED.items())}, "
+        f"the `clicklogs` space's base, {epochs:g} epochs with its patience), seeds {seeds}; "
+        f"{(time.perf_counter() - t0) / 60:.1f} min in all.\n\n"
+    )
+    header = ["model.tasks", "best val_auc/mean", "test AUC click", "test AUC like",
+              "per seed (click, like)"]  # fmt: skip
+    return head + table(header, body) + "\n\n" + table(["goal", "figure", "verdict"], goals)
