@@ -92,14 +92,14 @@ def train_one(cfg: Any, root: str) -> tuple[float, list[float], int]:
 
 
 def interval(diffs: list[float]) -> tuple[float, float]:
-    """The 95% interval (Student's t) of the mean of paired differences."""
-    from scipy import stats
+    """The 95% interval (Student's t) of the mean of paired differences, as the seed check
+    computes one (``recsys.tune.confirm.spread``); none from one seed."""
+    from recsys.tune.confirm import spread
 
-    n = len(diffs)
-    if n < 2:
+    if len(diffs) < 2:
         return math.nan, math.nan
-    half = stats.t.ppf(0.975, n - 1) * float(np.std(diffs, ddof=1)) / math.sqrt(n)
-    return float(np.mean(diffs)) - half, float(np.mean(diffs)) + half
+    s = spread("", diffs)
+    return s.low, s.high
 
 
 def run(rows: int, seeds: list[int], epochs: float) -> str:

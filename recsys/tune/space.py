@@ -465,21 +465,18 @@ def _trains_dense(base: ExperimentConfig, arch: str, spec: dict[str, Any]) -> bo
     """Whether reference ``arch``'s tables over ``base`` with its entry's ``overrides`` hold at
     most ``DENSE_REFERENCE_MAX_VALUES`` values (every worker can keep a replica) at every point
     of the entry's ``grid`` (a grid may size the tables: ``embeddings.dim``, ``qr.*``)."""
-    from recsys.config import model_tables
-    from recsys.models.embeddings import table_specs
+    from recsys.models.accounting import table_stats
 
     overrides, grid = spec.get("overrides") or {}, spec.get("grid") or {}
     if not isinstance(overrides, dict) or not isinstance(grid, dict):
         return False  # (_reference names why)
-    lists = [v if isinstance(v, list) and v else [None] for v in grid.values()]
-    for values in itertools.product(*lists):
-        point = {k: v for k, v in zip(grid, values, strict=True) if v is not None}
+    sized = {k: v for k, v in grid.items() if isinstance(v, list) and v}  # (the rest: named later)
+    for point in Reference(arch, sized, overrides).points(base):
         try:
-            cfg = base.with_overrides({**reference_params(base, arch), **overrides, **point})
+            cfg = base.with_overrides(point)
         except ConfigError:
             return False  # (_check_reference names why)
-        tables = model_tables(cfg.model, cfg.embeddings, len(cfg.loss.tasks))
-        if sum(s.rows * s.dim for s in table_specs(tables)) > DENSE_REFERENCE_MAX_VALUES:
+        if sum(t.params for t in table_stats(cfg.tables)) > DENSE_REFERENCE_MAX_VALUES:
             return False
     return True
 
