@@ -34,6 +34,7 @@ TaskSharing = Literal["shared", "mmoe", "ple"]
 MLPNorm = Literal["none", "batch", "layer"]
 QROperation = Literal["mult", "add", "concat"]
 Pooling = Literal["sum", "mean"]
+SequencePooling = Literal["sum", "attention", "transformer"]
 EmbeddingDType = Literal["fp32", "fp16", "bf16"]
 LossKind = Literal["bce", "wbce", "mse"]
 Source = Literal["synthetic", "prepared", "torchrec"]
@@ -119,6 +120,14 @@ class EmbeddingConfig:
             with weights ``1 / length``). A QR feature's quotient and remainder lookups are each
             weighted (``mult``: ``(sum_j w_j q_j) * (sum_j w_j r_j)``). Sharded training, the
             reference models and the exported model take the weights alike.
+        sequences: features read as sequences, ``{feature: max_len}`` (a prepared data set's
+            schema sets it: ``sparse.<col>.sequence``): each of the ``max_len`` positions is a
+            KJT key of its own, ``feature@0`` the most recent item, ``feature@1`` the one before,
+            ..., a bag of one id or, past a row's history, of none, all reading the feature's
+            table (its own or, shared, its owner's): the lookups stay unpooled over positions,
+            and the model pools them (``model.sequence``).
+        sequence_targets: ``{sequence: target}``: the one-hot feature of the same table that
+            ``attention`` and ``transformer`` pooling compare the sequence with.
         qr: quotient-remainder options.
         dtype: storage type of the tables (``fp32``, ``fp16`` or ``bf16``), set where the tables
             are defined (``EmbeddingBagConfig.data_type``), never by casting a sharded model.
@@ -134,6 +143,8 @@ class EmbeddingConfig:
     feature_names: list[str] | None = None
     shared: dict[str, str] = field(default_factory=dict)
     weighted: list[str] = field(default_factory=list)
+    sequences: dict[str, int] = field(default_factory=dict)
+    sequence_targets: dict[str, str] = field(default_factory=dict)
     qr: QRConfig = field(default_factory=QRConfig)
     dtype: EmbeddingDType = "fp32"
 
@@ -161,6 +172,7 @@ class EmbeddingConfig:
             check(name in self.names(), "embeddings.feature_pooling", name, "not a feature name")
         self._check_shared()
         self._check_weighted()
+        self._check_sequences()
         if self.qr.operation == "concat" and self.qr.enabled:
             for i, d in enumerate(self.table_dims()):
                 if self.qr.applies_to(n[i]):
@@ -215,6 +227,28 @@ class EmbeddingConfig:
                 )
                 check(False, key, value, why)
 
+    def _check_sequences(self) -> None:
+        """Sequences name features, not weighted, each at least one position long; a target
+        is a feature of the same table."""
+        names = self.names()
+        for f, length in self.sequences.items():
+            key = f"embeddings.sequences.{f}"
+            check(f in names, key, length, f"{f!r} is not a feature name{nearest(f, names)}")
+            check(length >= 1, key, length, "a sequence keeps >= 1 position")
+            check(f not in self.weighted, "embeddings.weighted", self.weighted,
+                  f"{f!r} is a sequence: its positions are not weighted")  # fmt: skip
+        for f, target in self.sequence_targets.items():
+            key = f"embeddings.sequence_targets.{f}"
+            check(
+                f in self.sequences, key, target, f"{f!r} is not a sequence (embeddings.sequences)"
+            )
+            check(target in names and target not in self.sequences, key, target,
+                  f"not a one-hot feature name{nearest(target, names)}")  # fmt: skip
+            table, theirs = self.shared.get(f, f), self.shared.get(target, target)
+            check(table == theirs, key, target,
+                  f"{f!r} reads the table of {table!r}, {target!r} that of {theirs!r}: a "
+                  "target is compared with the items of its own table")  # fmt: skip
+
     @property
     def num_features(self) -> int:
         return len(self.num_embeddings)
@@ -241,26 +275,51 @@ class EmbeddingConfig:
         """How raw ids become the model's input keys (the data path builds batches with it)."""
         qr = {f: self.qr.collisions for f, r in zip(self.names(), self.num_embeddings, strict=True)
               if self.qr.applies_to(r)}  # fmt: skip
-        return SparseLayout(self.names(), list(self.num_embeddings), qr)
+        return SparseLayout(self.names(), list(self.num_embeddings), qr, dict(self.sequences))
 
 
 @dataclass(frozen=True)
 class SparseLayout:
-    """The sparse input the model reads: one KJT key per feature, ids taken ``mod rows`` of its
-    table, then each QR feature's ids split into quotient ``id // c`` (under its own key) and
-    remainder ``id % c`` (under ``feature + QR_SUFFIX``, after all feature keys).
+    """The sparse input the model reads: one KJT key per feature (a sequence: one per position,
+    ``position_keys``), ids taken ``mod rows`` of its table, then each QR feature's ids split
+    into quotient ``id // c`` (under its own keys) and remainder ``id % c`` (under ``key +
+    QR_SUFFIX``, after all feature keys).
 
     Attributes:
         names: the F feature names. rows: table rows per feature (before QR).
         qr: ``{feature: collisions}`` of the QR-split features.
+        sequences: ``{feature: max_len}`` of the sequences (``EmbeddingConfig.sequences``).
     """
 
     names: list[str]
     rows: list[int]
     qr: dict[str, int] = field(default_factory=dict)
+    sequences: dict[str, int] = field(default_factory=dict)
+
+    def feature_keys(self, feature: str) -> list[str]:
+        """``feature``'s KJT keys before the QR split: its name, or a sequence's positions."""
+        if feature not in self.sequences:
+            return [feature]
+        return position_keys(feature, self.sequences[feature])
+
+    def id_keys(self) -> list[str]:
+        """Every feature's keys, in feature order (the keys of raw ids: serving's input)."""
+        return [k for f in self.names for k in self.feature_keys(f)]
+
+    def split(self) -> dict[str, int]:
+        """``{key: collisions}`` of the keys whose ids are QR-split (``qr_split_kjt``)."""
+        return {k: self.qr[f] for f in self.names if f in self.qr for k in self.feature_keys(f)}
 
     def keys(self) -> list[str]:
-        return [*self.names, *(f + QR_SUFFIX for f in self.names if f in self.qr)]
+        return [*self.id_keys(), *(k + QR_SUFFIX for k in self.split())]
+
+
+POSITION = "@"  # a sequence's position keys: ``history@0`` (the most recent item), ...
+
+
+def position_keys(feature: str, max_len: int) -> list[str]:
+    """A sequence's KJT keys, most recent position first."""
+    return [f"{feature}{POSITION}{j}" for j in range(max_len)]
 
 
 def md_dims(rows: list[int], dim: int, alpha: float, min_dim: int = 4) -> list[int]:
@@ -352,6 +411,42 @@ class FinalMLPConfig:
 
 
 @dataclass
+class SequenceConfig:
+    """How DLRM and FinalMLP pool each sequence (``embeddings.sequences``: ``L`` positions of
+    ``[B, d]`` lookups, a mask of the positions a row has) into one ``[B, d]`` feature, which
+    the interaction then reads as any other (``recsys.models.sequence``). The reference models
+    sum the positions always (a multi-hot bag).
+
+    - ``sum``: the positions' sum (a multi-hot bag of the history).
+    - ``attention``: DIN's target attention (Zhou et al., KDD 2018): an MLP over each item
+      ``e_j``, the target ``t`` (``embeddings.sequence_targets``), ``e_j - t`` and ``e_j * t``
+      scores item ``j``, and the output is ``sum_j a_j e_j`` over the row's items, the weights
+      not normalised by a softmax (as the paper: their sum keeps the history's intensity).
+    - ``transformer``: BST's (Chen et al., 2019) one self-attention layer over the items and the
+      target, each with a learnt position embedding (``transformer``: ``TransformerEncoderLayer``,
+      post-norm, feed-forward ``4 d``), the row's missing positions masked; the output is the
+      target's output vector.
+
+    Attributes:
+        pooling: ``sum``, ``attention`` or ``transformer``; the last two need every sequence's
+            target.
+        attention_mlp: the hidden widths of DIN's scoring MLP (a ``Linear`` to one score
+            follows; PReLU activations, as the paper's).
+        heads: the transformer's attention heads (each sequence's dim must divide by it).
+    """
+
+    pooling: SequencePooling = "attention"
+    attention_mlp: list[int] = field(default_factory=lambda: [36])
+    heads: int = 1
+
+    def __post_init__(self) -> None:
+        check_choices(self, "model.sequence")
+        for i, w in enumerate(self.attention_mlp):
+            check(w >= 1, f"model.sequence.attention_mlp[{i}]", w, "layer widths must be >= 1")
+        check(self.heads >= 1, "model.sequence.heads", self.heads, "must be >= 1")
+
+
+@dataclass
 class ModelConfig:
     """The model: DLRM, or a reference model (``recsys.models.reference``).
 
@@ -404,6 +499,8 @@ class ModelConfig:
             then a logit per task: a shared bottom), ``mmoe`` or ``ple`` (experts, a gate and a
             tower per task, in place of the top MLP: ``experts``).
         experts: the experts of ``tasks: mmoe | ple`` (``ExpertsConfig``).
+        sequence: how DLRM and FinalMLP pool the sequences (``SequenceConfig``); no sequence:
+            unused.
     """
 
     arch: str = "dlrm"
@@ -419,6 +516,7 @@ class ModelConfig:
     finalmlp: FinalMLPConfig = field(default_factory=FinalMLPConfig)
     tasks: TaskSharing = "shared"
     experts: ExpertsConfig = field(default_factory=ExpertsConfig)
+    sequence: SequenceConfig = field(default_factory=SequenceConfig)
 
     def __post_init__(self) -> None:
         check_choices(self, "model")
@@ -877,6 +975,29 @@ class ExperimentConfig:
         if arch.check is not None:
             arch.check(self)
         self._check_shared_sharding()
+        if arch.table_width is None:  # the references sum a sequence's positions
+            self._check_sequence_pooling()
+
+    def _check_sequence_pooling(self) -> None:
+        """``attention`` and ``transformer`` need each sequence's target; the transformer's
+        heads divide each sequence's width."""
+        emb, seq = self.embeddings, self.model.sequence
+        if not emb.sequences or seq.pooling == "sum":
+            return
+        for f in emb.sequences:
+            why = (
+                f"{seq.pooling} pooling compares sequence {f!r} with its target; it has none: "
+                f"name one in the schema (sparse.{f}.sequence.target, which sets "
+                "embeddings.sequence_targets) or pool it by sum"
+            )
+            check(f in emb.sequence_targets, "model.sequence.pooling", seq.pooling, why)
+        if seq.pooling != "transformer":
+            return
+        dims = dict(zip(emb.names(), emb.table_dims(), strict=True))
+        for f in emb.sequences:
+            for d in {dims[f], emb.dim}:
+                check(d % seq.heads == 0, "model.sequence.heads", seq.heads,
+                      f"sequence {f!r} is {d} wide: the heads must divide it")  # fmt: skip
 
     def _check_shared_sharding(self) -> None:
         """A constraint on a sharer's table (``sharding.tables.t_history``) names a table that is

@@ -56,6 +56,7 @@ from recsys.distributed.checkpoint import load_model_unsharded
 from recsys.metrics import binary_metrics, sigmoid
 from recsys.models import ModelAndLoss, build_model
 from recsys.models.dlrm import WithRawIds
+from recsys.models.sequence import LEAF_MODULES
 from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR
 
 DTYPES = {"int8": torch.qint8, "int4": torch.quint4x2, "fp16": torch.half}
@@ -113,12 +114,14 @@ def load_fp32(cfg: ExperimentConfig, checkpoint_dir: str) -> nn.Module:
     wrapper = ModelAndLoss(build_model(cfg.model, fp32, len(cfg.loss.tasks)), cfg.loss)
     model = load_model_unsharded(checkpoint_dir, wrapper).model
     assert isinstance(model, nn.Module)
-    return WithRawIds(model, cfg.embeddings.layout().qr).eval()
+    return WithRawIds(model, cfg.embeddings.layout().split()).eval()
 
 
 def raw_layout(cfg: ExperimentConfig) -> SparseLayout:
-    """The serving input: raw ids (mod table rows), not split; the model splits them."""
-    return SparseLayout(cfg.embeddings.names(), list(cfg.embeddings.num_embeddings))
+    """The serving input: raw ids (mod table rows; a sequence's by position), not split; the
+    model splits them."""
+    emb = cfg.embeddings
+    return SparseLayout(emb.names(), list(emb.num_embeddings), sequences=dict(emb.sequences))
 
 
 SAMPLE_ROWS = 65_536  # test rows scored by the FP32 and the exported model to compare them
@@ -191,7 +194,7 @@ def sample_inputs(
     inputs = {path: _Inputs(ebc) for path, ebc in found}
     for path, stand_in in inputs.items():
         _swap(model, path, stand_in)
-    raw = WithRawIds(model, cfg.embeddings.layout().qr)
+    raw = WithRawIds(model, cfg.embeddings.layout().split())
     with torch.no_grad():
         for i in range(0, len(rows), CHUNK_ROWS):
             b = to_batch(rows.read(i, i + CHUNK_ROWS), raw_layout(cfg))
@@ -354,7 +357,7 @@ def script(model: nn.Module, sample: tuple[torch.Tensor, Any]) -> torch.jit.Scri
 
     with torch.no_grad():
         model(*sample)
-    return torch.jit.script(symbolic_trace(model))
+    return torch.jit.script(symbolic_trace(model, leaf_modules=LEAF_MODULES))
 
 
 def quantize_and_script(
@@ -415,7 +418,7 @@ def _export(
     tables = convert_tables(model, dtype, checkpoint_reader(checkpoint_dir), inputs)
     del inputs
     fp32_bytes = tables.fp32_bytes + dense_bytes(model)
-    qr = cfg.embeddings.layout().qr
+    qr = cfg.embeddings.layout().split()
     reference = swap_in(copy.deepcopy(model), tables.pooled)  # tables on meta: not copied
     a = _scores(WithRawIds(reference, qr), cfg, rows, list(tables.pooled.values()))
     del reference, tables.pooled

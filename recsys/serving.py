@@ -119,28 +119,29 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
     ``ValueError`` naming column and row."""
     import pyarrow as pa
 
-    from recsys.data.prepare.encode import column_problem, weights_problem
+    from recsys.data.prepare.encode import column_problem, parallel_problem
 
     schema = fitted.schema
     needed = schema.serving_columns()
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise ValueError(f"input lacks the schema's columns {missing} (needs {needed})")
-    ids, weights = schema.roles()["sparse"], schema.roles()["weights"]
+    roles = schema.roles()
+    ids, numbers = roles["sparse"], roles["weights"] + roles["orders"]
     cols = {}
     for name in needed:
         if name in ids:
             cols[name] = _ids(frame[name].tolist(), fitted.id_types[name],
                               schema.sparse[name].multi_hot, name)  # fmt: skip
-        elif name in weights:
-            cols[name] = _weights(frame[name].tolist(), name)
+        elif name in numbers:
+            cols[name] = _numbers(frame[name].tolist(), name)
         elif name in schema.dense:
             cols[name] = pa.array(frame[name].tolist(), from_pandas=True)
         else:  # a timestamp column: pandas' datetimes keep their unit and time zone
             cols[name] = _timestamps(frame[name], name)
     table = pa.table(cols)
     problems = [(name, column_problem(name, table.column(name), schema)) for name in needed]
-    problems += list(weights_problem(table, schema).items())
+    problems += list(parallel_problem(table, schema).items())
     for name, (bad, why) in problems:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
@@ -149,8 +150,9 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
     return table
 
 
-def _weights(values: list[Any], name: str) -> Any:
-    """A weight column's lists as Arrow lists of float64 (a null list stays null)."""
+def _numbers(values: list[Any], name: str) -> Any:
+    """A number list column's lists (weights, a sequence's times) as Arrow lists of float64 (a
+    null list stays null)."""
     import pyarrow as pa
 
     def one(v: Any) -> Any:
@@ -161,7 +163,7 @@ def _weights(values: list[Any], name: str) -> Any:
                  [one(x) for x in v] for v in values]  # fmt: skip
         return pa.array(lists, pa.list_(pa.float64()))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"column {name!r}: weights must be lists of numbers: {e}") from None
+        raise ValueError(f"column {name!r}: must hold lists of numbers: {e}") from None
 
 
 EPOCH_GUARD = pd.Timestamp("1971-01-01")
@@ -230,4 +232,5 @@ def tabular_batch(frame: pd.DataFrame, fitted: Any, table_rows: list[int]) -> An
     weights = tuple(enc.weights.get(f) for f in names) if enc.weights else None
     cols = RaggedColumns(enc.dense, tuple(enc.ids[f] for f in names), lengths,
                          np.zeros((n, 1), np.float32), weights=weights)  # fmt: skip
-    return to_batch(cols, SparseLayout(names, list(table_rows)))
+    sequences = {n: s.max_len for n, s in fitted.schema.sequences.items()}
+    return to_batch(cols, SparseLayout(names, list(table_rows), sequences=sequences))

@@ -150,6 +150,31 @@ def write_criteo(path: str, rows: int = 4000, seed: int = 0, compress: bool = Fa
     return data
 
 
+def sequence_schema(max_len: int = 8) -> Any:
+    """The demo's schema with ``history`` read as a sequence (its ``max_len`` most recent items
+    by ``history_ts``, attended to from ``item_id``) in place of a weighted list."""
+    import yaml
+
+    from recsys.data.schema import DatasetSchema
+
+    with open(SCHEMA) as f:
+        raw = yaml.safe_load(f)
+    sequence = {"max_len": max_len, "order_by": "history_ts", "target": "item_id"}
+    raw["sparse"]["history"] = {"multi_hot": True, "table": "item_id", "sequence": sequence}
+    return DatasetSchema.from_dict(raw)
+
+
+@pytest.fixture(scope="session")
+def sequence_prepared(demo_prepared: str) -> str:
+    """``demo_prepared``'s raw files prepared with ``sequence_schema`` (once per session)."""
+    from recsys.data.prepare.pipeline import prepare
+
+    root = os.path.dirname(demo_prepared)
+    out = os.path.join(root, "sequence")
+    prepare(sequence_schema(), [os.path.join(root, "raw")], out, workers=0, log=lambda s: None)
+    return out
+
+
 @pytest.fixture(scope="session")
 def criteo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Generated Criteo text prepared with ``schemas/criteo_kaggle.yaml`` (once per session,

@@ -6,7 +6,9 @@ config itself reads no file: ``recsys.config`` is pure).
   pooling (a table's: every feature reading a shared table pools as its multi-hot readers do,
   ``pooling_by_table``), the tables features share (``embeddings.shared``, from the folder's
   ``shared``: absent in older folders, none), the weighted lists (``embeddings.weighted``: the
-  sparse columns whose schema names a ``weights`` column; none in older folders),
+  sparse columns whose schema names a ``weights`` column; none in older folders), the
+  sequences and their targets (``embeddings.sequences``, ``embeddings.sequence_targets``: the
+  columns with a ``sequence``),
   ``model.num_dense`` and the tasks (the labels, in order). Table sizes
   the config already gives for this data's features are kept (a sweep may size its own tables);
   a feature that shares a table must then be given its owner's (``EmbeddingConfig`` refuses
@@ -76,12 +78,17 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
     emb = cfg.embeddings
     same = emb.feature_names == names and len(emb.num_embeddings) == len(names)
     shared = dict(meta.get("shared") or {})
+    sequences = {n: s for n, s in schema["sparse"].items() if s.get("sequence")}
     return {
         "embeddings.num_embeddings": list(emb.num_embeddings) if same else meta["table_sizes"],
         "embeddings.feature_names": names,
         "embeddings.feature_pooling": pooling_by_table(schema["sparse"], shared),
         "embeddings.shared": shared,
         "embeddings.weighted": [n for n, s in schema["sparse"].items() if s.get("weights")],
+        "embeddings.sequences": {n: s["sequence"]["max_len"] for n, s in sequences.items()},
+        "embeddings.sequence_targets": {
+            n: s["sequence"]["target"] for n, s in sequences.items() if s["sequence"]["target"]
+        },
         "loss.tasks": [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])],
         "model.num_dense": len(schema["dense"]),
     }

@@ -23,6 +23,9 @@ Example (every key is documented on the dataclasses below)::
       country: {hash_buckets: 64}   # no vocabulary: hashed into 64 rows
       history: {multi_hot: true, max_len: 50, table: item_id}   # a list column, truncated to
                                     # 50, counted; its ids share item_id's table (vocabulary)
+      recent: {multi_hot: true, table: item_id,          # a user's history as a sequence: the
+               sequence: {max_len: 20, order_by: recent_ts, target: item_id}}   # 20 latest
+                                    # items by recent_ts, attended to from item_id (model.sequence)
       tags:    {multi_hot: true, pooling: mean}
       event_hour:    {derive: hour, source: event_ts, time_zone: Europe/Berlin}   # 0-23 there
       event_weekday: {derive: weekday, source: event_ts}         # in UTC; Monday is 0
@@ -54,7 +57,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from recsys.config import BadRowPolicy, Pooling
-from recsys.configlib import ConfigError, check, check_choices, from_dict, to_dict
+from recsys.configlib import ConfigError, check, check_choices, from_dict, nearest, to_dict
 
 Format = Literal["parquet", "csv"]
 Transform = Literal["log1p", "standardize", "none"]
@@ -81,6 +84,34 @@ class DenseColumn:
 
     def __post_init__(self) -> None:
         check_choices(self, "dense.<column>")
+
+
+@dataclass
+class Sequence:
+    """A list column read as a **sequence** (``SparseColumn.sequence``): its items in order, the
+    most recent ``max_len`` kept, each position looked up on its own (not pooled into one bag)
+    and pooled by the model (``model.sequence.pooling``: a sum, target attention or a
+    transformer over the positions, ``recsys.models.sequence``).
+
+    Attributes:
+        max_len: positions kept: each row keeps its ``max_len`` most recent items (the last ones
+            in the list's order); the cut rows and ids are counted in ``meta.json``.
+        order_by: a list column of numbers as long as the id list (epoch seconds, or any number
+            that orders the items; CSV: joined by ``separator``), each item's time: a row's items
+            are ordered by it (ties keep the list's order) before the cut. None: the list is
+            oldest first as written. A missing time beside an item, a length that differs, a
+            value that is not a finite number are bad values.
+        target: a one-hot column of the same table (the candidate item of the row), which
+            ``attention`` and ``transformer`` pooling compare the history with. None: only
+            ``sum`` pooling applies.
+    """
+
+    max_len: int = 20
+    order_by: str | None = None
+    target: str | None = None
+
+    def __post_init__(self) -> None:
+        check(self.max_len >= 1, f"{COLUMN}.sequence.max_len", self.max_len, "must be >= 1")
 
 
 @dataclass
@@ -152,6 +183,10 @@ class SparseColumn:
             a finite number are bad values. A model with weighted lists pools every table by
             ``sum`` (TorchRec's weighted lookup); a list's mean is the weighted sum with
             weights ``1 / length``.
+        sequence: a list column read as a sequence (``Sequence``: the most recent ``max_len``
+            items, each position its own lookup, ``order_by`` and ``target``); needs
+            ``multi_hot: true`` and none of ``max_len``, ``weights`` or ``pooling: mean`` (the
+            model pools it: ``model.sequence``).
         derive: a time feature: ``hour``, ``weekday`` or ``age`` (above); its other keys are
             ``source``, ``since``, ``time_zone``, ``unit`` and ``buckets`` only.
         source: ``derive``: the timestamp column the feature is computed from.
@@ -176,6 +211,7 @@ class SparseColumn:
     identity: bool = False
     table: str | None = None
     weights: str | None = None
+    sequence: Sequence | None = None
     derive: Derive | None = None
     source: str | None = None
     since: str | None = None
@@ -218,6 +254,17 @@ class SparseColumn:
                   "weighs the ids of a list: only with multi_hot: true")  # fmt: skip
             check(self.pooling == "sum", f"{p}.weights", self.weights,
                   f"a weighted list pools by sum, not {p}.pooling={self.pooling}")  # fmt: skip
+        if self.sequence is not None:
+            self._check_sequence()
+
+    def _check_sequence(self) -> None:
+        p = f"{COLUMN}.sequence"
+        check(self.multi_hot, p, to_dict(self.sequence), "a sequence is a list: multi_hot: true")
+        for key, why in (("max_len", "sequence.max_len cuts a sequence (its most recent items)"),
+                         ("weights", "a sequence's positions are pooled by the model, unweighted"),
+                         ("pooling", "model.sequence.pooling pools a sequence")):  # fmt: skip
+            if getattr(self, key) != _DEFAULTS[key]:
+                check(False, f"{COLUMN}.{key}", getattr(self, key), f"not with sequence: {why}")
 
     def _check_derived(self) -> None:
         p, derive = COLUMN, self.derive
@@ -268,7 +315,16 @@ def zone(name: str | None) -> tzinfo:
 COLUMN = "sparse.<column>"  # a column's keys in messages (from_dict names the column)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SparseColumn)}
 VOCABULARY_KEYS = ("min_count", "max_size", "oov_buckets", "hash_buckets", "hex", "identity")
-ID_KEYS = (*VOCABULARY_KEYS, "multi_hot", "max_len", "pooling", "separator", "table", "weights")
+ID_KEYS = (
+    *VOCABULARY_KEYS,
+    "multi_hot",
+    "max_len",
+    "pooling",
+    "separator",
+    "table",
+    "weights",
+    "sequence",
+)
 DERIVE_KEYS = ("source", "since", "time_zone", "unit", "buckets")
 DERIVED_ROWS = {"hour": 24, "weekday": 7}  # values; the table adds the missing row
 UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
@@ -403,6 +459,7 @@ class DatasetSchema:
             check(name not in seen, f"sparse.{name}", name, f"{why} ({seen.get(name)})")
         self._check_pooling()
         self._check_weighted()
+        self._check_sequences()
         if self.format == "csv" and not self.csv.header:
             absent = [c for c in self.columns() if c not in self.csv.columns]
             check(not absent, "csv.columns", absent, "lacks columns the schema uses")
@@ -430,6 +487,7 @@ class DatasetSchema:
                 else "a derived feature" if other is not None and other.derive
                 else "a multi-hot column" if other is not None and other.multi_hot
                 else "a weight column" if column in self.roles()["weights"]
+                else "a sequence's order column" if column in self.roles()["orders"]
                 else None
             )  # fmt: skip
             check(what is None, f"sparse.{name}.{key}", column, f"is {what}, not a timestamp")
@@ -476,6 +534,28 @@ class DatasetSchema:
                   f"with a weighted list (sparse.{weighted[0]}.weights) every table pools by "
                   "sum; a list's mean is its weighted sum with weights 1 / length")  # fmt: skip
 
+    def _check_sequences(self) -> None:
+        """A sequence's target is a one-hot id column of the sequence's table."""
+        for name, seq in self.sequences.items():
+            if seq.target is None:
+                continue
+            key, target = f"sparse.{name}.sequence.target", seq.target
+            check(target in self.sparse and target != name, key, target,
+                  f"not another sparse column{nearest(target, list(self.sparse))}")  # fmt: skip
+            spec = self.sparse[target]
+            check(spec.derive is None and not spec.multi_hot, key, target,
+                  "the target is the row's candidate: a one-hot id column")  # fmt: skip
+            table, theirs = self.table_of(name), self.table_of(target)
+            check(table == theirs, key, target,
+                  f"the target must share the sequence's table ({table}) to be compared with "
+                  f"its items; sparse.{target} has {theirs}'s: set table: on one of them",
+                  )  # fmt: skip
+
+    @property
+    def sequences(self) -> dict[str, Sequence]:
+        """The sequence columns (``sequence``), by name."""
+        return {n: c.sequence for n, c in self.sparse.items() if c.sequence is not None}
+
     @property
     def weighted(self) -> list[str]:
         """The weighted list columns (``weights``)."""
@@ -490,14 +570,15 @@ class DatasetSchema:
 
     def roles(self) -> dict[str, list[str]]:
         """Column names by role (``labels``, ``time``, ``dense``, ``sparse``: the columns with
-        ids; ``weights``: the weighted lists' weights; ``timestamps``: the derived features'
-        other columns)."""
+        ids; ``weights``: the weighted lists' weights; ``orders``: the sequences' ``order_by``
+        lists; ``timestamps``: the derived features' other columns)."""
         roles = {
             "labels": list(self.labels),
             "time": [self.time] if self.time else [],
             "dense": list(self.dense),
             "sparse": [n for n, c in self.sparse.items() if c.derive is None],
             "weights": [c.weights for c in self.sparse.values() if c.weights is not None],
+            "orders": [s.order_by for s in self.sequences.values() if s.order_by is not None],
         }
         taken = {c for names in roles.values() for c in names}
         roles["timestamps"] = [c for c in self.timestamps() if c not in taken]
@@ -518,7 +599,8 @@ class DatasetSchema:
 
     def serving_columns(self) -> list[str]:
         """The raw columns serving maps: dense, ids, and the derived features' timestamps."""
-        names = [*self.dense, *self.roles()["sparse"], *self.roles()["weights"]]
+        roles = self.roles()
+        names = [*self.dense, *roles["sparse"], *roles["weights"], *roles["orders"]]
         return names + [c for c in self.timestamps() if c not in names]
 
     @property

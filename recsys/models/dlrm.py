@@ -72,6 +72,8 @@ class DLRM(nn.Module):
             project_to=dim if project else None,
             device=embedding_device,
             init_seed=init_seed,
+            sequence=model.sequence,
+            dropout=model.dropout,
         )
         self.interaction = make_interaction(
             model.interaction,

@@ -46,7 +46,8 @@ from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, Poo
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from recsys.config import QR_SUFFIX, EmbeddingConfig
+from recsys.config import QR_SUFFIX, EmbeddingConfig, SequenceConfig
+from recsys.models.sequence import make_pooling
 
 _DTYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
 _POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
@@ -55,7 +56,8 @@ _POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
 @dataclass(frozen=True)
 class TableSpec:
     """One TorchRec table: its name, the KJT keys it reads (its owner's first, then those of the
-    features that share it: ``EmbeddingConfig.shared``), rows and dim."""
+    features that share it: ``EmbeddingConfig.shared``; a sequence's position keys), rows and
+    dim."""
 
     name: str
     features: tuple[str, ...]
@@ -66,7 +68,8 @@ class TableSpec:
     @property
     def owner(self) -> str:
         """The feature the table is named after (its other readers share it)."""
-        return self.features[0].removesuffix(QR_SUFFIX)
+        suffix = {"full": "", "quotient": "_q", "remainder": "_r"}[self.role]
+        return self.name.removeprefix("t_").removesuffix(suffix)
 
 
 INIT_CHUNK_ROWS = 1 << 16  # rows filled at a time (bounds the index tensors' memory)
@@ -127,11 +130,12 @@ def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
     and by the features sharing it (``EmbeddingConfig.shared``), in feature order; two for a
     QR-split one (every reader's ids split alike: a sharer has its owner's rows)."""
     specs: list[TableSpec] = []
-    names = cfg.names()
+    names, layout = cfg.names(), cfg.layout()
     for name, rows, dim in zip(names, cfg.num_embeddings, cfg.table_dims(), strict=True):
         if name in cfg.shared:
             continue
-        readers = (name, *(f for f in names if cfg.shared.get(f) == name))
+        features = (name, *(f for f in names if cfg.shared.get(f) == name))
+        readers = tuple(k for f in features for k in layout.feature_keys(f))
         if not cfg.qr.applies_to(rows):
             specs.append(TableSpec(f"t_{name}", readers, rows, dim, "full"))
             continue
@@ -252,7 +256,10 @@ class SparseArch(nn.Module):
     each pooled on its own (TorchRec pools every feature of a table separately); QR and the
     projection to ``project_to`` are per feature, as for any other. With ``cfg.weighted`` the
     collection is weighted: a bag pools to ``sum_j w_j * E[id_j]`` (the KJT's weights; 1 for the
-    ids of unweighted features).
+    ids of unweighted features). A sequence (``cfg.sequences``) is looked up position by
+    position (each position key a bag of at most one id), its ``L`` lookups stacked to
+    ``[B, L, d_f]`` with the positions a row has (the position keys' lengths), and pooled by
+    ``recsys.models.sequence`` against its target's lookup.
 
     Args:
         cfg: the embedding tables.
@@ -260,6 +267,8 @@ class SparseArch(nn.Module):
             interaction sees ``F`` tensors of ``[B, project_to]``.
         device: where the ``EmbeddingBagCollection`` is created; ``meta`` to shard it later.
         init_seed: seeds each table's init (with its name; ``fill_uniform``).
+        sequence: how sequences are pooled (``model.sequence``); None: summed (the references).
+        dropout: the transformer pooling's dropout (``model.dropout``).
 
     Example::
 
@@ -273,11 +282,15 @@ class SparseArch(nn.Module):
         project_to: int | None = None,
         device: torch.device | str | None = None,
         init_seed: int = 0,
+        sequence: SequenceConfig | None = None,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
+        layout = cfg.layout()
         self.features = cfg.names()
+        self.keys = {f: layout.feature_keys(f) for f in self.features}
         self.operation = cfg.qr.operation
-        self.collisions = dict(cfg.layout().qr)  # (the data path's rule: one map)
+        self.collisions = layout.split()  # (the data path's rule: one map)
         self.weighted = bool(cfg.weighted)
         self.embedding_bag_collection = EmbeddingBagCollection(
             tables=embedding_bag_configs(cfg, init_seed),
@@ -293,18 +306,33 @@ class SparseArch(nn.Module):
                 if project_to is not None and d != project_to
             }
         )
+        ids = layout.id_keys()  # a sequence's position keys are consecutive: its first's index
+        self.sequences = {f: (ids.index(self.keys[f][0]), n) for f, n in cfg.sequences.items()}
+        self.targets = dict(cfg.sequence_targets)
+        width = dict(zip(self.features, self.out_dims, strict=True))
+        self.poolings = nn.ModuleDict({
+            f: make_pooling(sequence, width[f], n, dropout) for f, n in cfg.sequences.items()
+        })  # fmt: skip
+
+    def lookup(self, pooled: dict[str, torch.Tensor], key: str, feature: str) -> torch.Tensor:
+        """One key's ``[B, d_f]`` lookup: its QR parts combined, in FP32, projected."""
+        emb = pooled[key]
+        if key in self.collisions:
+            emb = combine_qr(emb, pooled[key + QR_SUFFIX], self.operation)
+        emb = emb.float()
+        if feature in self.projections:
+            emb = self.projections[feature](emb)
+        return emb
 
     def forward(self, features: KeyedJaggedTensor) -> list[torch.Tensor]:
         """``features``: the split KJT (``EmbeddingConfig.layout().keys()``; weighted when
         ``cfg.weighted`` names a feature) -> F x ``[B, d_f]``."""
         pooled = self.embedding_bag_collection(features).to_dict()
-        out = []
-        for f in self.features:
-            emb = pooled[f]
-            if f in self.collisions:
-                emb = combine_qr(emb, pooled[f + QR_SUFFIX], self.operation)
-            emb = emb.float()
-            if f in self.projections:
-                emb = self.projections[f](emb)
-            out.append(emb)
-        return out
+        out = {f: self.lookup(pooled, f, f) for f in self.features if f not in self.sequences}
+        for f, (first, length) in self.sequences.items():
+            items = torch.stack([self.lookup(pooled, k, f) for k in self.keys[f]], dim=1)
+            lengths = features.lengths().view(-1, features.stride())
+            mask = lengths[first : first + length].t() > 0  # [B, L]: the positions a row has
+            target = out[self.targets[f]] if f in self.targets else items[:, 0]  # (sum: unused)
+            out[f] = self.poolings[f](items, mask, target)
+        return [out[f] for f in self.features]

@@ -102,7 +102,8 @@ class FinalMLP(nn.Module):
     ) -> None:
         super().__init__()
         cfg = model.finalmlp
-        self.sparse_arch = SparseArch(embeddings, device=embedding_device, init_seed=init_seed)
+        self.sparse_arch = SparseArch(embeddings, device=embedding_device, init_seed=init_seed,
+                                      sequence=model.sequence, dropout=model.dropout)  # fmt: skip
         width = model.num_dense + sum(self.sparse_arch.out_dims)
         self.gate1 = FeatureGate(embeddings.dim, cfg.gate, width)
         self.gate2 = FeatureGate(embeddings.dim, cfg.gate, width)

@@ -35,18 +35,29 @@ MODELS = {
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_exported_model_scores_raw_rows_as_the_trained_model(demo_prepared, tmp_path, name):
+    check_served(demo_prepared, tmp_path, name, MODELS[name])
+
+
+def test_a_model_with_a_sequence_exported_scores_raw_rows(sequence_prepared, tmp_path):
+    """The demo's history as a sequence (ordered by its times, the 8 most recent kept) pooled by
+    target attention: raw rows, their histories unordered and uncut, are served as trained."""
+    check_served(sequence_prepared, tmp_path, "sequence", {"model.sequence.pooling": "attention"})
+
+
+def check_served(folder, tmp_path, name, model):
+    """``own_data_cfg(folder, model)`` trained on 2 ranks, exported to INT8, served."""
     from recsys.data.input.loader import load_splits, to_batch
     from recsys.export import export, load_fp32, raw_layout
     from recsys.serving import TabularScorer, load_fitted, tabular_batch
     from recsys.tune.publish import log_served_model
     from recsys.tune.tracking import Tracker
 
-    c = cfg(demo_prepared, MODELS[name])
-    run_ranks(_train, demo_prepared, str(tmp_path / "ckpt"), MODELS[name])
+    c = cfg(folder, model)
+    run_ranks(_train, folder, str(tmp_path / "ckpt"), model)
     ckpt = str(tmp_path / "ckpt" / "step_00000030")
     out = str(tmp_path / "out")
     export(c, ckpt, out, "int8")
-    raw = raw_test_rows(demo_prepared)
+    raw = raw_test_rows(folder)
     test = load_splits(c.data, c.model.num_dense, c.embeddings.num_embeddings).test
     assert len(raw) == len(test) > 100
     fitted = load_fitted(os.path.join(out, "prepared"))

@@ -69,15 +69,16 @@ def test_sharded_matches_unsharded_with_layer_norm_and_embedding_weight_decay():
     check_against_unsharded(results, False, atol=FP16_ATOL, column_wise=False)
 
 
-def _rank_fn_own_data(rank, world, folder, tasks="shared"):
+def _rank_fn_own_data(rank, world, folder, overrides):
     """Forward and K training steps on a user's data (multi-hot bags of real lengths, a
-    weighted list in a shared table, two tasks, a QR table, a column-wise table) against the
-    unsharded model; ``tasks``: ``model.tasks`` (a shared bottom, or experts)."""
+    weighted list or a sequence in a shared table, two tasks, a QR table, a column-wise table)
+    against the unsharded model; ``overrides``: the model's (``model.tasks``: a shared bottom,
+    or experts; the sequence's pooling)."""
     from recsys.distributed.env import current
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
 
-    cfg = own_data_config(folder).with_overrides({"model.tasks": tasks, "model.experts.levels": 2})
+    cfg = own_data_config(folder).with_overrides(overrides)
     env = current(False)
     ref, ref_opts = unsharded_reference(cfg)
     built = build(cfg, env)
@@ -101,7 +102,8 @@ def _rank_fn_own_data(rank, world, folder, tasks="shared"):
 def test_sharded_matches_unsharded_on_multi_hot_own_data(demo_prepared, tasks):
     """Two tasks over a shared bottom (DLRM's top MLP) or PLE's experts (2 levels), towers and
     gates, as DDP trains them on 2 ranks."""
-    results = run_ranks(_rank_fn_own_data, demo_prepared, tasks)
+    overrides = {"model.tasks": tasks, "model.experts.levels": 2}
+    results = run_ranks(_rank_fn_own_data, demo_prepared, overrides)
     cfg = own_data_config(demo_prepared)
     plan = results[0]["plan"]
     largest = cfg.embeddings.names()[
@@ -117,6 +119,27 @@ def test_sharded_matches_unsharded_on_multi_hot_own_data(demo_prepared, tasks):
         torch.testing.assert_close(*r["forward"], atol=ATOL, rtol=0)
         torch.testing.assert_close(*r["after"], atol=ATOL, rtol=0)
         assert r["forward"][0].shape == (32, 2)  # one logit per task
+    for step in range(EQUIVALENCE_STEPS):
+        sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
+        assert abs(sharded - results[0]["reference"][step]) < ATOL
+
+
+@pytest.mark.parametrize(("arch", "pooling"), [("dlrm", "attention"), ("finalmlp", "transformer")])
+def test_a_sequence_sharded_matches_unsharded(sequence_prepared, arch, pooling):
+    """The demo's history as a sequence of 8 positions in the item table (QR-split: every
+    position's ids too, table-wise), pooled by DIN's target attention (DLRM) or BST's
+    transformer (FinalMLP), as DDP trains the pooling layers on 2 ranks."""
+    overrides = {"model.arch": arch, "model.sequence.pooling": pooling,
+                 "model.sequence.heads": 2, "embeddings.qr.threshold": 300}  # fmt: skip
+    results = run_ranks(_rank_fn_own_data, sequence_prepared, overrides)
+    cfg = own_data_config(sequence_prepared).with_overrides(overrides)
+    assert cfg.embeddings.sequences == {"history": 8}
+    assert cfg.embeddings.sequence_targets == {"history": "item_id"}
+    assert "history@7" in cfg.embeddings.layout().split()  # item_id's table is QR-split
+    assert {"t_item_id_q", "t_item_id_r"} <= set(results[0]["plan"])
+    for r in results:
+        torch.testing.assert_close(*r["forward"], atol=ATOL, rtol=0)
+        torch.testing.assert_close(*r["after"], atol=ATOL, rtol=0)
     for step in range(EQUIVALENCE_STEPS):
         sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
         assert abs(sharded - results[0]["reference"][step]) < ATOL

@@ -12,6 +12,9 @@ Columns (``schemas/clicklogs.yaml`` describes them):
   both; geometric lengths, mean about 20; longer than the schema's ``max_len`` now and then);
   ``history_weights``: each history item's recency weight (``0.9 ** k`` for the ``k``-th most
   recent; the list starts with the most recent), for a weighted sum of the history's embeddings;
+  ``history_ts``: each history item's time (epoch seconds, float64), before the row's
+  ``event_ts`` by gaps of about an hour, so sorted by it the list runs oldest first (a schema
+  can read the history as a sequence ordered by it: ``sequence: {order_by: history_ts}``);
   ``tags``: 1 to 5 of 300 tag strings of the item;
 - ``price`` (log-normal, 5% null), ``age`` (integer, 5% null);
 - ``click`` and ``like``: two labels from a planted logistic model. ``click`` depends on user,
@@ -75,9 +78,11 @@ def recency_weights(lengths: np.ndarray) -> np.ndarray:
     return np.asarray(0.9 ** (np.arange(int(lengths.sum())) - starts), np.float32)
 
 
-def _float_lists(values: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _float_lists(
+    values: np.ndarray, lengths: np.ndarray, tp: pa.DataType | None = None
+) -> pa.Array:
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, tp or pa.float32()))
 
 
 class ClickLogs:
@@ -147,12 +152,17 @@ class ClickLogs:
         price[rng.random(n) < 0.05] = np.nan
         age_arr = pa.array(age.astype(np.int64), mask=rng.random(n) < 0.05)
         published = pa.array(self.published[item], pa.timestamp("s"), mask=when.random(n) < 0.02)
+        gaps = np.random.default_rng([self.seed, 3, k]).exponential(3600.0, len(history))
+        total = np.cumsum(gaps)  # per list: the k-th most recent is k + 1 gaps before the event
+        before = np.concatenate([[0.0], total])[np.cumsum(lengths) - lengths]
+        seen = np.repeat(event.astype(np.int64), lengths) - (total - np.repeat(before, lengths))
         return pa.table({
             "user_id": self._dict("user", user),
             "item_id": self._dict("item", item),
             "country": self._dict("country", country),
             "history": self._lists("item", history, lengths),
             "history_weights": _float_lists(weights, lengths),
+            "history_ts": _float_lists(seen, lengths, pa.float64()),
             "tags": self._lists("tag", tags, tag_len),
             "price": pa.array(price, from_pandas=True),
             "age": age_arr,

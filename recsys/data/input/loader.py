@@ -142,39 +142,46 @@ def keyed_jagged(
     )
 
 
+def positions(values: np.ndarray, lengths: np.ndarray, max_len: int
+              ) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """A sequence's lists (oldest item first, ``lengths [B]``) as ``max_len`` position bags,
+    most recent first: position ``j`` holds each row's ``j``-th latest id, ``(ids, lengths)``
+    with lengths 1 where the row has one and 0 past its history (a longer list's older items
+    are left out: the most recent ``max_len`` are kept)."""
+    ends = np.cumsum(lengths)
+    out = []
+    for j in range(max_len):
+        has = lengths > j
+        out.append((values[ends[has] - 1 - j], has.astype(np.int64)))
+    return out
+
+
 def ragged_kjt(cols: RaggedColumns, layout: SparseLayout) -> KeyedJaggedTensor:
-    """The KJT of rows with variable-length bags: each feature's ids mod its table's rows, the
-    QR features' quotients under their keys and remainders after all features (as
-    ``sparse_ids``), with the real per-row lengths (never padded). Rows with weighted lists
-    (``cols.weights``) give a weighted KJT: each id's weight, 1 for the ids of unweighted
-    features, a QR remainder's the same as its quotient's."""
-    ids = [
-        np.asarray(v, dtype=np.int64) % rows
-        for v, rows in zip(cols.values, layout.rows, strict=True)
-    ]
-    weights = None
-    if cols.weights is not None:
-        weights = [np.ones(len(v), np.float32) if w is None else np.asarray(w, np.float32)
-                   for v, w in zip(ids, cols.weights, strict=True)]  # fmt: skip
-    values, lengths, extra_v, extra_l = [], [], [], []
-    key_weights, extra_w = [], []
+    """The KJT of rows with variable-length bags: each feature's ids mod its table's rows (a
+    sequence's as position bags: ``positions``), the QR keys' quotients under their keys and
+    remainders after all keys (as ``sparse_ids``), with the real per-row lengths (never
+    padded). Rows with weighted lists (``cols.weights``) give a weighted KJT: each id's weight,
+    1 for the ids of unweighted features, a QR remainder's the same as its quotient's."""
+    bags: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}  # key: ids, lengths
     for f, name in enumerate(layout.names):
+        ids = np.asarray(cols.values[f], dtype=np.int64) % layout.rows[f]
         lens = cols.lengths[:, f]
-        c = layout.qr.get(name)
-        values.append(ids[f] if c is None else ids[f] // c)
-        lengths.append(lens)
-        if weights is not None:
-            key_weights.append(weights[f])
-        if c is not None:
-            extra_v.append(ids[f] % c)
-            extra_l.append(lens)
-            if weights is not None:
-                extra_w.append(weights[f])
-    values, lengths = values + extra_v, lengths + extra_l
-    per_key = [len(v) for v in values]
-    flat_w = None if weights is None else np.concatenate(key_weights + extra_w)
-    keys = layout.keys()
-    return keyed_jagged(keys, np.concatenate(values), np.concatenate(lengths), per_key,
+        if name in layout.sequences:
+            found = positions(ids, lens, layout.sequences[name])
+            for key, (v, n) in zip(layout.feature_keys(name), found, strict=True):
+                bags[key] = (v, n, None)
+            continue
+        w = None if cols.weights is None else cols.weights[f]
+        bags[name] = (ids, lens, None if w is None else np.asarray(w, np.float32))
+    split = layout.split()
+    parts = [(v if k not in split else v // split[k], n, w) for k, (v, n, w) in bags.items()]
+    parts += [(v % split[k], n, w) for k, (v, n, w) in bags.items() if k in split]
+    flat_w = None
+    if cols.weights is not None:
+        flat_w = np.concatenate([np.ones(len(v), np.float32) if w is None else w
+                                 for v, _, w in parts])  # fmt: skip
+    return keyed_jagged(layout.keys(), np.concatenate([v for v, _, _ in parts]),
+                        np.concatenate([n for _, n, _ in parts]), [len(v) for v, _, _ in parts],
                         len(cols), flat_w)  # fmt: skip
 
 

@@ -131,46 +131,66 @@ def as_list(arr: pa.Array, spec: SparseColumn) -> tuple[pa.Array, np.ndarray]:
     return pc.list_flatten(arr), lengths.astype(np.int64)
 
 
-def list_weights(arr: pa.Array, spec: SparseColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(weights float32 [nnz], lengths int64 [n], bad [n])`` of a weighted list's weight
-    column (``SparseColumn.weights``: lists of numbers; CSV: joined by ``spec.separator``). A
-    row is bad where an element is null or not a finite number, or where the column holds no
-    lists; a null list is empty (``weights_problem`` then compares it with the ids)."""
+def list_numbers(arr: pa.Array, spec: SparseColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values float64 [nnz], lengths int64 [n], bad [n])`` of a column of number lists (a
+    weighted list's weights, a sequence's ``order_by`` times; CSV: joined by
+    ``spec.separator``). A row is bad where an element is null or not a finite number in float32
+    range, or where the column holds no lists; a null list is empty (``parallel_problem`` then
+    compares it with the ids). Bad elements read 0."""
     arr = plain(arr)
     n = len(arr)
     if not (is_list(arr.type) or is_text(arr.type) or pa.types.is_null(arr.type)):
-        return np.zeros(0, np.float32), np.zeros(n, np.int64), np.ones(n, bool)
+        return np.zeros(0), np.zeros(n, np.int64), np.ones(n, bool)
     flat, lengths = as_list(arr, spec)
     values, missing, bad = numeric(flat)
     with np.errstate(invalid="ignore"):
         wrong = bad | missing | (np.abs(values) > np.finfo(np.float32).max)  # inf as float32
     rows = np.bincount(np.repeat(np.arange(n), lengths)[wrong], minlength=n) > 0
-    return np.where(wrong, 0, values).astype(np.float32), lengths, rows
+    return np.where(wrong, 0, values), lengths, rows
+
+
+def list_weights(arr: pa.Array, spec: SparseColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``list_numbers`` of a weighted list's weight column (``SparseColumn.weights``), the
+    weights as float32."""
+    values, lengths, bad = list_numbers(arr, spec)
+    return values.astype(np.float32), lengths, bad
 
 
 WEIGHTS_WHY = "a weight list needs finite numbers (in float32 range), one per id of its list"
 
 
-def weights_problem(
+ORDER_WHY = "a sequence's order_by list needs finite numbers, one per item of its list"
+
+
+def parallel_lists(schema: DatasetSchema) -> dict[str, str]:
+    """The number lists that go with an id list, item by item: ``{column: its id list}`` (the
+    weighted lists' ``weights``, the sequences' ``order_by``)."""
+    out = {c.weights: n for n, c in schema.sparse.items() if c.weights is not None}
+    for name, seq in schema.sequences.items():
+        if seq.order_by is not None:
+            out[seq.order_by] = name
+    return out
+
+
+def parallel_problem(
     table: pa.Table, schema: DatasetSchema, codes: Codes | None = None
 ) -> dict[str, tuple[np.ndarray, str]]:
-    """Per weight column of ``table`` (``SparseColumn.weights``) whose list column is read too,
-    ``(bad rows, why)`` where a row's weights are not as many as its ids."""
+    """Per number list of ``table`` (``parallel_lists``) whose id list is read too, ``(bad rows,
+    why)`` where a row's numbers are not as many as its ids."""
     out = {}
-    for name in schema.weighted:
-        column = schema.sparse[name].weights
-        assert column is not None
+    for column, name in parallel_lists(schema).items():
         if column not in table.column_names or name not in table.column_names:
             continue
         spec = schema.id_spec(name)
         # the id lists' lengths: the batch's codes have them, else the lists (no hashing)
         ids = codes[name][1] if codes and name in codes else as_list(table.column(name), spec)[1]
-        weights = list_weights(table.column(column), spec)[1]
-        bad = ids != weights
+        numbers = list_numbers(table.column(column), spec)[1]
+        bad = ids != numbers
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            why = f"must hold as many weights as {name} has ids, row by row (row {k}: "
-            out[column] = (bad, why + f"{ids[k]} ids, {weights[k]} weights)")
+            what = "weights" if column == schema.sparse[name].weights else "times"
+            why = f"must hold as many {what} as {name} has ids, row by row (row {k}: "
+            out[column] = (bad, why + f"{ids[k]} ids, {numbers[k]} {what})")
     return out
 
 
@@ -378,9 +398,10 @@ def _role_problem(
     if name == schema.time:
         values, missing, bad = epoch_seconds(arr)
         return bad | missing, TIME_WHY
-    if name in schema.roles()["weights"]:
-        owner = next(k for k, c in schema.sparse.items() if c.weights == name)
-        return list_weights(arr, schema.id_spec(owner))[2], WEIGHTS_WHY
+    lists = parallel_lists(schema)
+    if name in lists:
+        why = WEIGHTS_WHY if name in schema.roles()["weights"] else ORDER_WHY
+        return list_numbers(arr, schema.id_spec(lists[name]))[2], why
     if name not in schema.sparse or schema.sparse[name].derive is not None:
         return np.zeros(n, bool), ""  # read for derived features only: checked by the caller
     spec = schema.id_spec(name)
@@ -505,7 +526,7 @@ def check(
         bad, why = column_problem(name, table.column(name), schema, codes)
         if bad.any():
             out[name] = (bad, why)
-    for name, (bad, why) in weights_problem(table, schema, codes).items():
+    for name, (bad, why) in parallel_problem(table, schema, codes).items():
         out[name] = (bad | out[name][0], out[name][1]) if name in out else (bad, why)
     return out
 
@@ -749,13 +770,25 @@ def transform_dense(x: np.ndarray, kind: str, stats: dict[str, float]) -> np.nda
     return x
 
 
-def truncate(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(keep mask over the flat values, new lengths)``: each list's first ``max_len`` ids."""
+def truncate(
+    lengths: np.ndarray, max_len: int, last: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(keep mask over the flat values, new lengths)``: each list's first ``max_len`` ids
+    (``last``: its last ``max_len``, a sequence's most recent)."""
     if not max_len or len(lengths) == 0 or lengths.max() <= max_len:
         return np.ones(int(lengths.sum()), bool), lengths
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     position = np.arange(int(lengths.sum())) - starts
+    if last:
+        position = np.repeat(lengths, lengths) - 1 - position  # counted from the end
     return position < max_len, np.minimum(lengths, max_len)
+
+
+def time_order(lengths: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The flat values' order that sorts each list by ``times`` (float ``[nnz]``), ties in the
+    list's order, the lists staying where they are."""
+    row = np.repeat(np.arange(len(lengths)), lengths)
+    return np.lexsort((np.arange(len(times)), times, row))
 
 
 def encode(
@@ -787,14 +820,28 @@ def encode(
         else:
             per_value = fitted.vocabs[name].ids(got.hashes)
         rows = got.per_row(per_value)
+        if sparse.sequence is not None:
+            rows, lens = _sequence(table, sparse, rows, lens)
         if lens is not None:
-            keep, new = truncate(lens, sparse.max_len)
+            seq = sparse.sequence
+            keep, new = truncate(lens, seq.max_len if seq else sparse.max_len, seq is not None)
             truncated[name] = (int((new < lens).sum()), int(len(keep) - keep.sum()))
             if sparse.weights is not None:  # as many as the ids (checked), cut alike
                 weights[name] = list_weights(table.column(sparse.weights), sparse)[0][keep]
             rows, lens = rows[keep], new
         ids[name], lengths[name] = rows, lens
     return Encoded(dense, labels, ids, lengths, truncated, weights)
+
+
+def _sequence(
+    table: pa.Table, spec: SparseColumn, rows: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A sequence's ids in time order (``Sequence.order_by``; as written without one)."""
+    assert spec.sequence is not None
+    if spec.sequence.order_by is None:
+        return rows, lens
+    times = list_numbers(table.column(spec.sequence.order_by), spec)[0]
+    return rows[time_order(lens, times)], lens
 
 
 def derived_ids(

@@ -490,13 +490,15 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
 
 def list_columns(schema: DatasetSchema) -> dict[str, SparseColumn]:
     """Every column that holds lists, with the spec that splits its CSV text: the multi-hot
-    id columns and their weights."""
+    id columns, their weights and sequence times."""
     out: dict[str, SparseColumn] = {}
     for name, spec in schema.sparse.items():
         if spec.multi_hot and spec.derive is None:
             out[name] = schema.id_spec(name)
-            if spec.weights is not None:
-                out.setdefault(spec.weights, out[name])
+            order = spec.sequence.order_by if spec.sequence is not None else None
+            for column in (spec.weights, order):
+                if column is not None:
+                    out.setdefault(column, out[name])
     return out
 
 
