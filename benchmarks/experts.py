@@ -54,21 +54,22 @@ def prepare_log(tmp: str, rows: int) -> tuple[str, Any]:
     return out, planted.test_rows(path, meta)
 
 
-def base_config(prepared: str, epochs: float) -> Any:
-    """The shipped ``clicklogs`` space's base over ``prepared`` with ``FIXED`` (and ``epochs``,
-    its patience kept)."""
+def base_config(prepared: str, epochs: float, space_file: str | None = None) -> Any:
+    """The shipped ``clicklogs`` space's base (or ``space_file``'s) over ``prepared`` with
+    ``FIXED`` (and ``epochs``, its patience kept)."""
     from recsys.tune import space as spaces
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    space = spaces.load(os.path.join(root, "search_spaces", "clicklogs.yaml"), data=prepared)
+    space_file = space_file or os.path.join(root, "search_spaces", "clicklogs.yaml")
+    space = spaces.load(space_file, data=prepared)
     return space.base.with_overrides(
         {**FIXED, "train.epochs": epochs, "train.quiet": True, "data.prefetch": 0}
     )
 
 
-def train_one(cfg: Any, root: str) -> tuple[float, list[float], int]:
-    """Train ``cfg``; its best report's ``val_auc/mean``, that checkpoint's test AUC per task,
-    and the step it was at."""
+def train_one(cfg: Any, root: str, metric: str = "val_auc/mean") -> tuple[float, list[float], int]:
+    """Train ``cfg``; its best report's ``metric``, that checkpoint's test AUC per task, and the
+    step it was at."""
     import torch
 
     from recsys.data.input.loader import load_splits, to_batch
@@ -80,7 +81,7 @@ def train_one(cfg: Any, root: str) -> tuple[float, list[float], int]:
     reporter = LocalReporter(root, 0)
     trainer = Trainer(cfg, current(use_gpu=False), reporter, log=lambda s: None)
     trainer.train()
-    scored = [(r["val_auc/mean"], r["step"]) for r in reporter.reports if "val_auc/mean" in r]
+    scored = [(r[metric], r["step"]) for r in reporter.reports if metric in r]
     val, step = max(scored, key=lambda vs: (vs[0], -vs[1]))
     model = load_fp32(trainer.cfg, reporter.checkpoint_dir(step))
     test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test

@@ -105,6 +105,12 @@ def _dlrm_check(cfg: Any) -> None:
         check(pairs >= 2, "model.interaction", m.interaction, why)
 
 
+SEQUENCE_KEYS = (
+    "model.sequence",
+    "model.sequence.pooling",
+    "model.sequence.attention_mlp",
+    "model.sequence.heads",
+)  # how DLRM and FinalMLP pool a sequence
 register(Arch(
     name="dlrm",
     builder="recsys.models.dlrm:DLRM",
@@ -112,7 +118,8 @@ register(Arch(
     reads=("model.bottom_mlp", "model.top_mlp", "model.interaction", "model.interaction_itself",
            "model.dcn_layers", "model.dcn_low_rank", "model.dropout", "model.norm",
            "model.tasks", "model.experts", *(f"model.experts.{k}" for k in
-                                              ("count", "task_count", "mlp", "tower", "levels"))),
+                                              ("count", "task_count", "mlp", "tower", "levels")),
+           *SEQUENCE_KEYS),
     check=_dlrm_check,
 ))  # fmt: skip
 register(Arch(
@@ -120,7 +127,8 @@ register(Arch(
     builder="recsys.models.finalmlp:FinalMLP",
     summary="FinalMLP: two gated MLP streams over the embeddings, fused by bilinear heads",
     reads=("model.finalmlp", "model.finalmlp.stream1", "model.finalmlp.stream2",
-           "model.finalmlp.heads", "model.finalmlp.gate", "model.dropout", "model.norm"),
+           "model.finalmlp.heads", "model.finalmlp.gate", "model.dropout", "model.norm",
+           *SEQUENCE_KEYS),
 ))  # fmt: skip
 # Each reference's default grids (a space's ``baselines.<arch>.grid`` replaces its rule's): under
 # FBGEMM's fused rule two learning rates, without and with weight decay; under the dense rule

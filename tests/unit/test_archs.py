@@ -88,6 +88,8 @@ def test_an_unknown_arch_is_named_with_the_registered_ones():
          r"baselines.fm.overrides: fm does not read model.dropout"),
         ("overrides: {model.arch: lr, model.dropout: 0.1}\nspace:\n  optim.lr: {choice: [0.1]}\n",
          r"overrides.model.dropout: model.arch lr does not read it"),
+        ("overrides: {model.arch: fm}\nspace:\n  model.sequence.pooling: {choice: [sum]}\n",
+         r"space.model.sequence.pooling: model.arch fm does not read it"),
     ],
 )  # fmt: skip
 def test_a_key_the_arch_does_not_read_is_refused(tmp_path, body, message):
@@ -101,6 +103,13 @@ def test_dlrm_sweeps_what_it_reads(tmp_path):
         "model.arch",
         "model.top_mlp",
     ]
+
+
+def test_dlrm_and_finalmlp_sweep_a_sequences_pooling(tmp_path):
+    body = ("space:\n  model.arch: {choice: [dlrm, finalmlp]}\n"
+            "  model.sequence.pooling: {choice: [sum, attention, transformer]}\n")  # fmt: skip
+    keys = [d.key for d in spaces.load(space_file(tmp_path, body)).dimensions]
+    assert keys == ["model.arch", "model.sequence.pooling"]
 
 
 def test_the_registry_is_pure():

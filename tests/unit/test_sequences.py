@@ -277,3 +277,43 @@ def test_prepared_and_served_rows_keep_the_latest_items_by_time(tmp_path):
         assert kjt["history@0"].values().tolist() == [5, 8, 12]
         assert kjt["history@1"].values().tolist() == [9, 11]
         assert kjt["history@1"].lengths().tolist() == [1, 0, 0, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The logs with histories
+
+
+def test_the_demo_logs_history_times_run_newest_first_before_the_event(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.conftest import write_demo
+
+    files = write_demo(str(tmp_path), rows=400, files=1)
+    t = pq.read_table(files[0]).to_pandas()
+    for ts, items, event in zip(t["history_ts"], t["history"], t["event_ts"], strict=True):
+        assert len(ts) == len(items)
+        assert all(a > b for a, b in zip(ts, ts[1:], strict=False))  # newest first
+        assert len(ts) == 0 or ts[0] < event.timestamp()
+
+
+def test_the_planted_history_log_prepares_and_its_click_depends_on_the_recent_items(tmp_path):
+    """The same seed gives the same rows; the oracle is far above chance; the schema's sequence
+    keeps the latest items by time (the list is newest first)."""
+    from recsys.data.demo import histories, planted
+    from recsys.data.prepare.pipeline import prepare
+    from recsys.data.prepared.folder import load_splits
+
+    a, b = histories.table(3000), histories.table(3000)
+    assert a.equals(b)
+    frame = a.to_pandas()
+    assert planted.oracle_auc(frame) > 0.75
+    path = histories.write(str(tmp_path / "raw"), 3000)
+    schema = DatasetSchema.from_dict(histories.schema_dict())
+    meta = prepare(schema, [str(tmp_path / "raw")], str(tmp_path / "out"), workers=0,
+                   log=lambda s: None)  # fmt: skip
+    assert path.endswith("log.parquet") and meta["schema"]["sparse"]["history"]["sequence"]
+    train = load_splits([str(tmp_path / "out")], 0, meta["table_sizes"]).train
+    cols = train.read(0, 50)
+    lengths = cols.lengths[:, 2]
+    assert lengths.max() == histories.RECENT and (lengths <= histories.RECENT).all()
+    assert (lengths == np.minimum([len(h) for h in frame["history"][:50]], 8)).all()
