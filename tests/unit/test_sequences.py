@@ -6,6 +6,7 @@ schemas, configs and rows are refused by name."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -292,7 +293,7 @@ def test_the_demo_logs_history_times_run_newest_first_before_the_event(tmp_path)
     t = pq.read_table(files[0]).to_pandas()
     for ts, items, event in zip(t["history_ts"], t["history"], t["event_ts"], strict=True):
         assert len(ts) == len(items)
-        assert all(a > b for a, b in zip(ts, ts[1:], strict=False))  # newest first
+        assert all(a > b for a, b in itertools.pairwise(ts))  # newest first
         assert len(ts) == 0 or ts[0] < event.timestamp()
 
 
