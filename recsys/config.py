@@ -233,6 +233,9 @@ class EmbeddingConfig:
         names = self.names()
         for f, length in self.sequences.items():
             key = f"embeddings.sequences.{f}"
+            clash = set(names) & set(position_keys(f, length))
+            check(not clash, key, length, f"{sorted(clash)} would be both a feature and one of "
+                  f"{f!r}'s position keys: rename it")  # fmt: skip
             check(f in names, key, length, f"{f!r} is not a feature name{nearest(f, names)}")
             check(length >= 1, key, length, "a sequence keeps >= 1 position")
             check(f not in self.weighted, "embeddings.weighted", self.weighted,
@@ -432,7 +435,8 @@ class SequenceConfig:
             target.
         attention_mlp: the hidden widths of DIN's scoring MLP (a ``Linear`` to one score
             follows; PReLU activations, as the paper's).
-        heads: the transformer's attention heads (each sequence's dim must divide by it).
+        heads: the transformer's attention heads: each sequence's table dim and
+            ``embeddings.dim`` (the width DLRM projects mixed dims to) must divide by it.
     """
 
     pooling: SequencePooling = "attention"

@@ -95,15 +95,24 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def check_weighted(cfg: ExperimentConfig) -> None:
-    """Weighted features (``embeddings.weighted``) need data that carries weights: a prepared
-    folder whose schema names them (``sparse.<col>.weights``); other sources carry none, and
-    TorchRec's weighted lookup would fail at the first batch."""
-    weighted = cfg.embeddings.weighted
-    if weighted and cfg.data.source != "prepared":
+    """Weighted features (``embeddings.weighted``) and sequences (``embeddings.sequences``) need
+    data that carries them: a prepared folder whose schema names them (``sparse.<col>.weights``,
+    ``sparse.<col>.sequence``); other sources carry neither weights nor ordered lists, and the
+    first batch would fail."""
+    emb, source = cfg.embeddings, cfg.data.source
+    if source == "prepared":
+        return
+    if emb.weighted:
         raise ConfigError(
-            f"embeddings.weighted={weighted}: data.source={cfg.data.source} carries no weights; "
+            f"embeddings.weighted={emb.weighted}: data.source={source} carries no weights; "
             "weighted lists come from a prepared folder whose schema names them "
             "(sparse.<column>.weights)"
+        )
+    if emb.sequences:
+        raise ConfigError(
+            f"embeddings.sequences={emb.sequences}: data.source={source} carries no ordered "
+            "lists; sequences come from a prepared folder whose schema names them "
+            "(sparse.<column>.sequence)"
         )
 
 

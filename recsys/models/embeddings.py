@@ -329,9 +329,9 @@ class SparseArch(nn.Module):
         ``cfg.weighted`` names a feature) -> F x ``[B, d_f]``."""
         pooled = self.embedding_bag_collection(features).to_dict()
         out = {f: self.lookup(pooled, f, f) for f in self.features if f not in self.sequences}
+        lengths = features.lengths().view(-1, features.stride())  # [keys, B], the layout's order
         for f, (first, length) in self.sequences.items():
             items = torch.stack([self.lookup(pooled, k, f) for k in self.keys[f]], dim=1)
-            lengths = features.lengths().view(-1, features.stride())
             mask = lengths[first : first + length].t() > 0  # [B, L]: the positions a row has
             target = out[self.targets[f]] if f in self.targets else items[:, 0]  # (sum: unused)
             out[f] = self.poolings[f](items, mask, target)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from recsys.config import ExperimentConfig
+from recsys.data.schema import DatasetSchema
 from recsys.export import ExportReport, export
 from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer, pip_requirements
 from recsys.tune.results import SCORED
@@ -133,17 +134,17 @@ def log_served_model(
 def serving_example(prepared_dir: str) -> Any:
     """The served model's input example: a few raw rows of the data set, dense columns as
     float64 (the signature then accepts missing values, which integers cannot hold in pandas),
-    weight lists as lists of Python floats (float64: the signature then takes float32 and
-    float64 weights alike)."""
+    weight lists and sequence times as lists of Python floats (float64: the signature then takes
+    float32 and float64 lists alike)."""
     import json
 
     import pandas as pd
 
     with open(os.path.join(prepared_dir, META_FILE)) as f:
         schema = json.load(f)["schema"]
-    weights = [s["weights"] for s in schema["sparse"].values() if s.get("weights")]
+    roles = DatasetSchema.from_dict(schema).roles()
     example = plain_columns(pd.read_parquet(os.path.join(prepared_dir, "examples.parquet")))
-    for c in weights:
+    for c in roles["weights"] + roles["orders"]:
         example[c] = [None if v is None else [float(x) for x in v] for v in example[c]]
     return example.astype({c: "float64" for c in schema["dense"]})
 

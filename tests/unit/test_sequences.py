@@ -25,6 +25,7 @@ from recsys.config import (
 )
 from recsys.configlib import from_dict
 from recsys.data.columns import RaggedColumns
+from recsys.data.dataset import check_weighted
 from recsys.data.errors import DataError
 from recsys.data.input.loader import ragged_kjt, to_batch
 from recsys.data.schema import DatasetSchema
@@ -225,6 +226,12 @@ def test_attention_needs_a_target_and_the_transformers_heads_divide_the_width():
         ConfigError, match="'history' reads the table of 'item_id', 'country' that of 'country'"
     ):
         EmbeddingConfig(**{**emb, "sequence_targets": {"history": "country"}})
+    clash = {**emb, "feature_names": ["item_id", "history", "history@2"]}
+    with pytest.raises(ConfigError, match=r"\['history@2'\] would be both a feature and one of"):
+        EmbeddingConfig(**clash)
+    sequence_cfg = {"embeddings": {**emb, "sequence_targets": {"history": "item_id"}}}
+    with pytest.raises(ConfigError, match="data.source=synthetic carries no ordered lists"):
+        check_weighted(ExperimentConfig.from_dict(sequence_cfg))
 
 
 def test_order_times_that_do_not_match_the_items_are_refused_naming_column_and_row(tmp_path):

@@ -14,7 +14,8 @@ Columns (``schemas/clicklogs.yaml`` describes them):
   recent; the list starts with the most recent), for a weighted sum of the history's embeddings;
   ``history_ts``: each history item's time (epoch seconds, float64), before the row's
   ``event_ts`` by gaps of about an hour, so sorted by it the list runs oldest first (a schema
-  can read the history as a sequence ordered by it: ``sequence: {order_by: history_ts}``);
+  can read the history as a sequence ordered by it: ``sequence: {order_by: history_ts}``;
+  ``schemas/clicklogs.yaml`` reads the history as a weighted list and leaves it out);
   ``tags``: 1 to 5 of 300 tag strings of the item;
 - ``price`` (log-normal, 5% null), ``age`` (integer, 5% null);
 - ``click`` and ``like``: two labels from a planted logistic model. ``click`` depends on user,
