@@ -70,7 +70,7 @@ def table(rows: int, seed: int = 0, shape: Shape = Shape()) -> Any:
     logit = -1.0 + user_eff[user] + item_eff[item] + shape.strength * pull
     p = 1.0 / (1.0 + np.exp(-logit))
     click = rng.random(rows) < p
-    event = (np.datetime64(START, "s").astype(np.int64) + np.arange(rows) * 60).astype(np.float64)
+    event = (START.astype(np.int64) + np.arange(rows) * 60).astype(np.float64)  # one a minute
     gaps = rng.exponential(3600.0, len(seen))
     total = np.cumsum(gaps)
     before = np.concatenate([[0.0], total])[np.cumsum(lengths) - lengths]
