@@ -36,8 +36,8 @@ RECENT = 8  # the history items that count (the schema's sequence.max_len)
 @dataclass(frozen=True)
 class Shape:
     users: int = 4000
-    items: int = 2000
-    categories: int = 30
+    items: int = 600
+    categories: int = 20
     max_history: int = 30
     zipf: float = 0.8
     strength: float = 1.5  # the affinity term's scale
