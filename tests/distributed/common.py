@@ -296,6 +296,17 @@ def table_overrides(cfg):
             for k, v in cfg.sharding.tables.items()}  # fmt: skip
 
 
+def assert_equal_to_unsharded(results, atol):
+    """Each rank's forward before and after training equals the unsharded model's on its rows,
+    and each step's global loss (the mean of the two ranks' local losses) the unsharded one."""
+    for r in results:
+        torch.testing.assert_close(*r["forward"], atol=atol, rtol=0)
+        torch.testing.assert_close(*r["after"], atol=atol, rtol=0)
+    for step in range(EQUIVALENCE_STEPS):
+        sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
+        assert abs(sharded - results[0]["reference"][step]) < atol
+
+
 def check_against_unsharded(results, pipeline, atol, row_wise=False, column_wise=True):
     """The assertions on ``equivalence_rank``'s results (2 gloo ranks here, 2 NCCL ranks in
     ``tests/gpu``); ``column_wise=False``: every table table-wise (``REGULARISED``)."""
@@ -315,13 +326,7 @@ def check_against_unsharded(results, pipeline, atol, row_wise=False, column_wise
         assert sorted(s["offsets"][1] for d in held for s in d["local_shards"]) == [0, 8]
     else:
         assert set(kinds.values()) == {"table_wise"}, plan
-    for r in results:
-        torch.testing.assert_close(*r["forward"], atol=atol, rtol=0)
-        torch.testing.assert_close(*r["after"], atol=atol, rtol=0)
-    # the global loss is the mean of the two ranks' local losses
-    for step in range(EQUIVALENCE_STEPS):
-        sharded = (results[0]["sharded"][step] + results[1]["sharded"][step]) / 2
-        assert abs(sharded - results[0]["reference"][step]) < atol
+    assert_equal_to_unsharded(results, atol)
     assert results[0]["reference"][-1] < results[0]["reference"][0]
 
 
