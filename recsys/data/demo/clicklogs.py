@@ -73,6 +73,14 @@ def _mean_over_lists(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return _sum_over_lists(values, lengths) / np.maximum(lengths, 1)
 
 
+def times_before(event: np.ndarray, lengths: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Each list item's time (epoch seconds, float64 ``[nnz]``), newest first: the ``k``-th item
+    of row ``n``'s list is ``k + 1`` of its ``gaps`` before ``event[n]`` (seconds ``[n]``)."""
+    total = np.cumsum(gaps)
+    before = np.concatenate([[0.0], total])[np.cumsum(lengths) - lengths]
+    return np.repeat(event.astype(np.float64), lengths) - (total - np.repeat(before, lengths))
+
+
 def recency_weights(lengths: np.ndarray) -> np.ndarray:
     """``0.9 ** k`` for the ``k``-th id of each list (``k = 0``: the most recent), float32."""
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -154,9 +162,7 @@ class ClickLogs:
         age_arr = pa.array(age.astype(np.int64), mask=rng.random(n) < 0.05)
         published = pa.array(self.published[item], pa.timestamp("s"), mask=when.random(n) < 0.02)
         gaps = np.random.default_rng([self.seed, 3, k]).exponential(3600.0, len(history))
-        total = np.cumsum(gaps)  # per list: the k-th most recent is k + 1 gaps before the event
-        before = np.concatenate([[0.0], total])[np.cumsum(lengths) - lengths]
-        seen = np.repeat(event.astype(np.int64), lengths) - (total - np.repeat(before, lengths))
+        seen = times_before(event.astype(np.int64), lengths, gaps)
         return pa.table({
             "user_id": self._dict("user", user),
             "item_id": self._dict("item", item),

@@ -52,7 +52,7 @@ def table(rows: int, seed: int = 0, shape: Shape = Shape()) -> Any:
     """``rows`` rows as a pyarrow table."""
     import pyarrow as pa
 
-    from recsys.data.demo.clicklogs import START
+    from recsys.data.demo.clicklogs import START, times_before
 
     rng = np.random.default_rng([seed, 7])
     category = rng.integers(0, shape.categories, shape.items)
@@ -72,9 +72,7 @@ def table(rows: int, seed: int = 0, shape: Shape = Shape()) -> Any:
     click = rng.random(rows) < p
     event = (START.astype(np.int64) + np.arange(rows) * 60).astype(np.float64)  # one a minute
     gaps = rng.exponential(3600.0, len(seen))
-    total = np.cumsum(gaps)
-    before = np.concatenate([[0.0], total])[np.cumsum(lengths) - lengths]
-    times = np.repeat(event, lengths) - (total - np.repeat(before, lengths))
+    times = times_before(event, lengths, gaps)
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     return pa.table({
         "user": pa.array(user.astype(np.int64)),
