@@ -119,6 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=["planted", "demo", "two-tasks", "sequences"])  # fmt: skip
     u.add_argument("--workers", type=int, default=1, help="Ray Train workers per trial")
     u.add_argument("--concurrent", type=int, default=2, help="trials at a time")
+    u.add_argument("--search", choices=["random", "optuna"], default="random",
+                   help="the sweeps' search algorithm (recsys-sweep --search)")  # fmt: skip
     u.add_argument("--smoke", action="store_true", help="the space's smoke variant (a dry run)")
     return p.parse_args(argv)
 
@@ -147,6 +149,7 @@ def run(args: argparse.Namespace) -> str:
             args.workers,
             args.concurrent,
             args.smoke,
+            args.search,
         )
     if args.bench == "own-data":
         from benchmarks import own_data

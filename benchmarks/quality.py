@@ -8,13 +8,14 @@ possible? On two logs prepared by the product's own preparation:
   swept by the shipped ``clicklogs`` space.
 
 Each is swept through ``recsys-sweep`` (its own local Ray and SQLite store, with the space's
-references), the best trial exported (INT8) and **served**: the MLflow model's ``TabularScorer``
-scores the raw test rows. Against it, on the same prepared split: an independent plain-PyTorch
-MLP (``benchmarks.independent``: embeddings concatenated, batch norm, dropout, Adam, early
-stopping), the sweep's references (each its best checkpoint on the prepared test rows) against
-scikit-learn's ``LogisticRegression`` (``C`` tuned on validation) and a plain-PyTorch FM, and the
-oracle. Every model's peak (where its validation score was best) and whether it overfits (its
-validation score fell after the peak before it stopped) are reported.
+references; ``--search optuna`` for TPE instead of random trials), the best trial exported (INT8)
+and **served**: the MLflow model's ``TabularScorer`` scores the raw test rows. Against it, on the
+same prepared split: an independent plain-PyTorch MLP (``benchmarks.independent``: embeddings
+concatenated, batch norm, dropout, Adam, early stopping), the sweep's references (each its best
+checkpoint on the prepared test rows) against scikit-learn's ``LogisticRegression`` (``C`` tuned on
+validation) and a plain-PyTorch FM, and the oracle. Every model's peak (where its validation score
+was best) and whether it overfits (its validation score fell after the peak before it stopped) are
+reported.
 
 Goals: the sweep's best at least the plain MLP's test AUC and at least 90% of the way from 0.5 to
 the oracle's; the LR reference within 0.005 of scikit-learn's, the FM reference within 0.005 of
@@ -199,15 +200,16 @@ def own_space(path: str, one_task: bool) -> str:
 # --- the sweep ---------------------------------------------------------------------------------
 
 
-def sweep(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool = False
-          ) -> dict[str, Any]:  # fmt: skip
+def sweep(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool = False,
+          search: str = "random") -> dict[str, Any]:  # fmt: skip
     """``recsys-sweep`` over the log (its own Ray and store), the best exported; its console and
     where it wrote."""
     storage, uri = os.path.join(tmp, "runs"), f"sqlite:///{tmp}/mlflow.db"
     cmd = [sys.executable, "-m", "recsys.cli.sweep", "--space", log.space, "--data", log.prepared,
            "--name", log.name, "--storage", storage, "--tracking-uri", uri, "--num-samples",
            str(samples), "--num-workers", str(workers), "--max-concurrent", str(concurrent),
-           "--cpus-per-worker", "0.9", "--export", "int8", "--confirm", "0"]  # fmt: skip
+           "--cpus-per-worker", "0.9", "--export", "int8", "--confirm", "0", "--search",
+           search]  # fmt: skip
     cmd += ["--smoke-test"] if smoke else []
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=3600)
@@ -367,12 +369,13 @@ def best_of(fits: list[ind.Fitted]) -> ind.Fitted:
 # --- the benchmark -----------------------------------------------------------------------------
 
 
-def run_log(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool) -> str:
+def run_log(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool,
+            search: str) -> str:  # fmt: skip
     t0 = time.perf_counter()
     data, fits, _ = independent(log, 1 if smoke else 40)
     t_ind = time.perf_counter() - t0
     print(f"{log.name}: independent models in {t_ind:.0f} s", flush=True)
-    run = sweep(log, tmp, samples, workers, concurrent, smoke)
+    run = sweep(log, tmp, samples, workers, concurrent, smoke, search)
     print(f"{log.name}: sweep in {run['seconds']:.0f} s", flush=True)
     top, refs, line = sweep_rows(log, run, data, len(data["train"]))
     rows = [top, fitted_row(fits["mlp"]), refs.get("fm"), fitted_row(fits["fm"]), refs.get("lr"),
@@ -423,7 +426,7 @@ def goal_rows(log: Log, top: Row, fits: dict[str, ind.Fitted], refs: dict[str, R
 
 
 def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
-        concurrent: int, smoke: bool = False) -> str:  # fmt: skip
+        concurrent: int, smoke: bool = False, search: str = "random") -> str:  # fmt: skip
     import torch
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -444,9 +447,9 @@ def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
                 parts.append(sequences.run(rows, seeds, epochs))
                 continue
             log = planted_log(tmp, rows) if name == "planted" else demo_log(tmp, demo_rows)
-            parts.append(run_log(log, tmp, samples, workers, concurrent, smoke))
+            parts.append(run_log(log, tmp, samples, workers, concurrent, smoke, search))
     minutes = (time.perf_counter() - t0) / 60
-    head = (f"{samples} search trials per log (the shipped `clicklogs` space, its references by "
-            f"the default rules), {workers} worker(s) per trial, {concurrent} at a time; "
-            f"{minutes:.1f} min in all.\n\n")  # fmt: skip
+    head = (f"{samples} {search} search trials per log (the shipped `clicklogs` space, its "
+            f"references by the default rules), {workers} worker(s) per trial, {concurrent} at a "
+            f"time; {minutes:.1f} min in all.\n\n")  # fmt: skip
     return head + "\n\n".join(parts)
