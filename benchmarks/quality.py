@@ -438,7 +438,7 @@ def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
             if name == "two-tasks":  # experts against a shared bottom (benchmarks.experts)
                 from benchmarks import experts
 
-                seeds, epochs = ([0], 0.5) if smoke else (list(range(8)), 8.0)
+                seeds, epochs = ([0], 0.5) if smoke else (list(range(8, 16)), 8.0)
                 parts.append(experts.run(rows, seeds, epochs))
                 continue
             if name == "sequences":  # sequence poolings (benchmarks.sequences)
