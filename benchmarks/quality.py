@@ -324,10 +324,23 @@ def sweep_rows(log: Log, run: dict[str, Any], data: dict[str, ind.Rows], train_r
         st = r.data.tags.get("recsys.status", "?")
         status[st] = status.get(st, 0) + 1
     n_refs = sum(1 for r in runs if r.data.tags.get("recsys.kind") == "baseline")
-    line = (f"{len(trials)} search trials ({', '.join(f'{n} {s}' for s, n in status.items())}), "
-            f"{len(refs)} references from {n_refs} reference trials; the sweep took "
-            f"{run['seconds']:.0f} s")  # fmt: skip
+    line = (f"{len(trials)} search trials ({', '.join(f'{n} {s}' for s, n in status.items())}; "
+            f"{by_arch(trials, key)}), {len(refs)} references from {n_refs} reference trials; the "
+            f"sweep took {run['seconds']:.0f} s")  # fmt: skip
     return top, refs, line
+
+
+def by_arch(trials: list[Any], key: str) -> str:
+    """How many search trials each architecture had and its best ``key`` among them."""
+    scores: dict[str, list[float]] = {}
+    for r in trials:
+        arch = r.data.params.get("model.arch", "?")
+        scores.setdefault(arch, []).append(r.data.metrics.get(key, math.nan))
+    out = []
+    for arch, v in sorted(scores.items()):
+        top = max((x for x in v if math.isfinite(x)), default=math.nan)
+        out.append(f"{arch} {len(v)}, its best {top:.4f}")
+    return ", ".join(out)
 
 
 # --- the independent models -------------------------------------------------------------------
