@@ -12,9 +12,9 @@ stopping) checks the product's shared bottom on the same split, and the oracle b
 Goal: MMoE or PLE beats the shared bottom on each task (mean test AUC over the seeds; the
 seeds' paired differences with their 95% interval, as the sweep's seed check reads them).
 
-MMoE and PLE run with the space's default experts and in two wider settings, each expert as wide
-as the shared top MLP it replaces (``KINDS``), chosen by a probe on seeds other than the
-benchmark's.
+MMoE and PLE run with the space's default experts and in two wider settings, experts and towers
+together as wide as the shared top MLP they replace or wider (``KINDS``), chosen by a probe on
+seeds other than the benchmark's.
 
 What experts can win is the shared bottom's negative transfer, so the same DLRM is also trained
 for **one task each** (the other task's weight 0, its patience and checkpoint following its own
@@ -35,8 +35,8 @@ from benchmarks import independent as ind
 from benchmarks.common import init_world1, table
 
 # model.tasks with the space's default experts (4 of [32], towers [16]; PLE 1 task expert), and
-# two wider settings as wide as the shared top MLP they replace ([64, 32]), chosen by a probe of
-# four settings on seeds 0-3 of this log (run() measures on other seeds)
+# two wider settings, as wide as the shared top MLP they replace ([64, 32]) or wider, chosen by a
+# probe of four settings on seeds 0-3 of this log (run() measures on other seeds)
 KINDS: dict[str, dict[str, Any]] = {
     "shared": {"model.tasks": "shared"},
     "mmoe": {"model.tasks": "mmoe"},
