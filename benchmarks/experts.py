@@ -134,10 +134,15 @@ def paired(runs: list[list[float]], against: list[list[float]]) -> tuple[list[st
     cells, wins = [], []
     for t, label in enumerate(LABELS):
         diffs = [a[t] - b[t] for a, b in zip(runs, against, strict=True)]
-        lo, hi = interval(diffs)
-        cells.append(f"{label} {np.mean(diffs):+.4f} (95% CI [{lo:+.4f}, {hi:+.4f}])")
+        cells.append(f"{label} {difference(diffs)}")
         wins.append(float(np.mean(diffs)) > 0)
     return cells, wins
+
+
+def difference(diffs: list[float]) -> str:
+    """Paired differences as a table cell: their mean and its 95% interval."""
+    lo, hi = interval(diffs)
+    return f"{np.mean(diffs):+.4f} (95% CI [{lo:+.4f}, {hi:+.4f}])"
 
 
 def interval(diffs: list[float]) -> tuple[float, float]:
