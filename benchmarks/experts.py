@@ -89,9 +89,9 @@ def base_config(prepared: str, epochs: float, space_file: str | None = None) -> 
     )
 
 
-def train_one(cfg: Any, root: str, metric: str = "val_auc/mean") -> tuple[float, list[float], int]:
-    """Train ``cfg``; its best report's ``metric``, that checkpoint's test AUC per task, and the
-    step it was at."""
+def train_one(cfg: Any, root: str) -> tuple[float, list[float], int]:
+    """Train ``cfg``; its best report's ``train.monitor`` (the metric its patience followed),
+    that checkpoint's test AUC per task, and the step it was at."""
     import torch
 
     from recsys.data.input.loader import load_splits, to_batch
@@ -103,6 +103,7 @@ def train_one(cfg: Any, root: str, metric: str = "val_auc/mean") -> tuple[float,
     reporter = LocalReporter(root, 0)
     trainer = Trainer(cfg, current(use_gpu=False), reporter, log=lambda s: None)
     trainer.train()
+    metric = cfg.train.monitor
     scored = [(r[metric], r["step"]) for r in reporter.reports if metric in r]
     val, step = max(scored, key=lambda vs: (vs[0], -vs[1]))
     model = load_fp32(trainer.cfg, reporter.checkpoint_dir(step))
@@ -122,7 +123,7 @@ def one_task(base: Any, label: str, seed: int, root: str) -> tuple[float, float]
     cfg = base.with_overrides({"model.tasks": "shared", "train.seed": seed,
                                f"loss.task_weights.{other}": 0.0,
                                "train.monitor": f"val_auc/{label}"})  # fmt: skip
-    val, aucs, step = train_one(cfg, root, metric=f"val_auc/{label}")
+    val, aucs, step = train_one(cfg, root)
     test = aucs[LABELS.index(label)]
     print(f"seed {seed} {label} alone: val {val:.4f}, test {test:.4f} (step {step})", flush=True)
     return val, test

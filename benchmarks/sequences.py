@@ -123,7 +123,7 @@ def run(rows: int, seeds: list[int], epochs: float) -> str:
         for seed in seeds:
             for kind in KINDS:
                 cfg = base.with_overrides({"model.sequence.pooling": kind, "train.seed": seed})
-                val, aucs, step = train_one(cfg, os.path.join(tmp, f"{kind}_{seed}"), "val_auc")
+                val, aucs, step = train_one(cfg, os.path.join(tmp, f"{kind}_{seed}"))
                 runs[kind].append(aucs[0])
                 vals[kind].append(val)
                 print(f"seed {seed} {kind}: val {val:.4f}, test {aucs[0]:.4f} (step {step})",
