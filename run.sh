@@ -10,7 +10,7 @@
 #   ./run.sh test-extended [pytest args]  those and the end-to-end cases of minutes whose path the
 #                                    suite covers otherwise (marker `extended`); not run by CI
 #   ./run.sh gpu-check [item ...]    on a GPU host: set up the CUDA stack, run the GPU-only checks
-#   ./run.sh test-compat 2.11 [pytest args]  the suite on another supported torch (recsys/stack.py),
+#   ./run.sh test-compat 2.11 [pytest args]  the suite on another supported torch (recsys/runtime/stack.py),
 #                                    in its own venv (.venv-torch2.11); not run by CI
 #   ./run.sh test-offline            build a CPU wheelhouse for this host, set up a fresh venv from
 #                                    it with no index and no network, run the offline checks

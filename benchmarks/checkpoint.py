@@ -8,7 +8,7 @@ GiB), trained two steps by the product's own loop (one worker, DMP, the fused op
   ``checkpoint.load`` from it;
 - **S3**: the same save into a staging folder, then Ray Train's own upload of it
   (``StorageContext.persist_current_checkpoint``, pyarrow) through the file system the product
-  gives Ray (``recsys.storage.ray_storage``: retried, each file spooled and uploaded whole);
+  gives Ray (``recsys.runtime.storage.ray_storage``: retried, each file spooled and uploaded whole);
   restore is Ray's download of the checkpoint (``Checkpoint.to_directory``) followed by the
   same load.
 
@@ -49,8 +49,8 @@ def run(gib: float = 1.0, reps: int = 3) -> str:
     from ray.train import Checkpoint
     from ray.train.v2._internal.execution.storage import StorageContext
 
-    from recsys import storage
     from recsys.distributed import checkpoint
+    from recsys.runtime import storage
     from tests.servers import S3Server
 
     tmp = tempfile.mkdtemp(prefix="ckpt-bench-")

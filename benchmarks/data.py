@@ -13,8 +13,8 @@ from recsys.config import ExperimentConfig, SyntheticConfig
 from recsys.data.dataset import resolve
 from recsys.data.input.loader import TrainStream, load_splits
 from recsys.data.input.synthetic import generate
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.pipeline import prepare
 
 ROWS = [100_000] * 26
 

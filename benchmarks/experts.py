@@ -1,5 +1,5 @@
 """Multi-task experts against a shared bottom, on the planted two-task log
-(``recsys.data.demo.planted``, ``Shape(tasks=2)``: a like that shares the click's main and screen
+(``recsys.demo.planted``, ``Shape(tasks=2)``: a like that shares the click's main and screen
 terms, conflicts on taste and has the items' own quality; both true probabilities known).
 
 The same DLRM (the shipped ``clicklogs`` space's base and budget: epochs with patience on
@@ -64,9 +64,9 @@ FIXED = {
 def prepare_log(tmp: str, rows: int) -> tuple[str, Any]:
     """The two-task planted log of ``rows`` rows prepared (split by order 80/10/10): its folder
     and its raw test rows (with ``p_click`` and ``p_like``)."""
-    from recsys.data.demo import planted
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.demo import planted
+    from recsys.prepare.pipeline import prepare
 
     raw = os.path.join(tmp, "two_tasks_raw")
     path = planted.write(raw, rows, shape=planted.Shape(tasks=2))
@@ -96,7 +96,7 @@ def train_one(cfg: Any, root: str) -> tuple[float, list[float], int]:
 
     from recsys.data.input.loader import load_splits, to_batch
     from recsys.distributed.env import current
-    from recsys.export import load_fp32, raw_layout
+    from recsys.serving.export import load_fp32, raw_layout
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
@@ -160,7 +160,7 @@ def interval(diffs: list[float]) -> tuple[float, float]:
 def run(rows: int, seeds: list[int], epochs: float) -> str:
     import torch
 
-    from recsys.data.demo import planted
+    from recsys.demo import planted
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     init_world1()

@@ -52,7 +52,7 @@ def write_checkpoint(gib: float, root: str) -> str:
 EXPORT = """
 import json, sys, time
 from benchmarks.export import config
-from recsys.export import export
+from recsys.serving.export import export
 t0 = time.perf_counter()
 report = export(config(float(sys.argv[1])), sys.argv[2], sys.argv[3], "int8")
 seconds = time.perf_counter() - t0

@@ -27,7 +27,7 @@ from torch import nn
 
 from recsys.config import ExperimentConfig
 from recsys.data.input.loader import load_splits
-from recsys.metrics import auc
+from recsys.metrics.binary import auc
 
 
 @dataclass

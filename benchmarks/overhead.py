@@ -22,11 +22,11 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from benchmarks.common import table
-from recsys.cluster import connect
+from recsys.runtime.cluster import connect
+from recsys.tracking.tracker import Tracker
 from recsys.tune import space as spaces
 from recsys.tune.space import Confirm
 from recsys.tune.sweep import SweepOptions, legacy_tune_output, run_sweep
-from recsys.tune.tracking import Tracker
 
 PHASES = ["worker start", "setup", "train", "eval", "checkpoint", "teardown", "overhead", "wall"]
 

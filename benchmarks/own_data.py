@@ -1,8 +1,8 @@
 """Your own data: preparation throughput on Ray against a single process, its memory with Ray's
 object store capped, and the training step with multi-hot against one-hot.
 
-- ``prepare``: the demo click log (``recsys.data.demo.clicklogs``, 2 multi-hot columns, string ids)
-  written as Parquet, then prepared by ``recsys.data.prepare.pipeline`` (a) in one process without
+- ``prepare``: the demo click log (``recsys.demo.clicklogs``, 2 multi-hot columns, string ids)
+  written as Parquet, then prepared by ``recsys.prepare.pipeline`` (a) in one process without
   Ray (``workers=0``: the same pieces and passes, pyarrow + numpy in a loop) and (b) on a local Ray
   with 1 and with ``workers`` worker processes; rows/s and the time per phase of each, and that
   every output is byte-identical.
@@ -140,7 +140,7 @@ def _arrow_bytes(files: list[str]) -> int:
 
 
 def prepare_throughput(rows: int, files: int, workers: int) -> str:
-    from recsys.data.demo import clicklogs
+    from recsys.demo import clicklogs
 
     root = tempfile.mkdtemp(prefix="bench-own-data-")
     try:
@@ -171,9 +171,9 @@ def _timed(paths: list[str], out: str, workers: int) -> tuple[float, float, floa
     """``(seconds, seconds to fitted, seconds starting Ray)`` of one preparation."""
     import ray
 
-    from recsys.cluster import connect
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
+    from recsys.runtime.cluster import connect
 
     t0 = time.perf_counter()
     if workers:
@@ -192,7 +192,7 @@ def prepare_memory(rows: int, files: int, workers: int, store_mb: int, cap_mb: i
     import subprocess
     import sys
 
-    from recsys.data.demo import clicklogs
+    from recsys.demo import clicklogs
 
     root = tempfile.mkdtemp(prefix="bench-own-data-")
     try:
@@ -305,12 +305,12 @@ def prefetch_step(rows: int, batch: int, steps: int, reps: int = 3) -> str:
 
     from benchmarks.common import init_world1
     from recsys.config_registry import debug
-    from recsys.data.demo import clicklogs
     from recsys.data.input.loader import TrainStream, load_splits
     from recsys.data.input.prefetch import Prefetcher
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.demo import clicklogs
     from recsys.distributed.env import current
+    from recsys.prepare.pipeline import prepare
     from recsys.train.build import build
     from recsys.train.stepper import Stepper
 

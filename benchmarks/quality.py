@@ -2,7 +2,7 @@
 possible? On two logs prepared by the product's own preparation:
 
 - ``planted``: categorical fields only, a few thousand users and items, planted pairwise
-  interactions, whose true click probability is known (``recsys.data.demo.planted``): the oracle
+  interactions, whose true click probability is known (``recsys.demo.planted``): the oracle
   (Bayes-optimal) AUC of the test rows is computable;
 - ``demo``: the demo click log (``recsys-synth``: two tasks, multi-hot lists, numeric columns),
   swept by the shipped ``clicklogs`` space.
@@ -98,9 +98,9 @@ class Log:
 
 
 def planted_log(tmp: str, rows: int) -> Log:
-    from recsys.data.demo import planted
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.demo import planted
+    from recsys.prepare.pipeline import prepare
 
     raw = os.path.join(tmp, "planted_raw")
     path = planted.write(raw, rows)
@@ -125,7 +125,7 @@ def structure_lr(path: str, bounds: list[int]) -> Row:
     from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
-    from recsys.metrics import auc
+    from recsys.metrics.binary import auc
 
     t0 = time.perf_counter()
     frame = pq.read_table(path).to_pandas()
@@ -162,10 +162,10 @@ def demo_log(tmp: str, rows: int) -> Log:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from recsys.data.demo import clicklogs
-    from recsys.data.prepare.encode import epoch_seconds
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.demo import clicklogs
+    from recsys.prepare.encode import epoch_seconds
+    from recsys.prepare.pipeline import prepare
 
     raw = os.path.join(tmp, "demo_raw")
     files = clicklogs.write(raw, rows, files=2)
@@ -250,8 +250,8 @@ def peak_of(client: Any, run: Any, metric: str, train_rows: int) -> tuple[str, s
 
 def served(log: Log, export: str) -> list[float]:
     """The exported model, as MLflow serves it, on the raw test rows: AUC per task."""
-    from recsys.metrics import auc
-    from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer
+    from recsys.metrics.binary import auc
+    from recsys.serving.scorer import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer
 
     scorer = TabularScorer()
     artifacts = {"model": os.path.join(export, MODEL_FILE), "meta": os.path.join(export, META_FILE),
@@ -267,7 +267,7 @@ def checkpoint_test(cfg: Any, checkpoint: str, data: dict[str, ind.Rows]) -> lis
     import torch
 
     from recsys.data.input.loader import load_splits, to_batch
-    from recsys.export import load_fp32, raw_layout
+    from recsys.serving.export import load_fp32, raw_layout
 
     model = load_fp32(cfg, checkpoint)
     test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test

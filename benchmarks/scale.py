@@ -133,7 +133,7 @@ def train_on(folder: str, steps: int, workers: int, shuffle: bool) -> dict[str, 
 
 def memory_vs_days(rows_per_day: int, steps: int) -> str:
     """Peak memory of a worker training on 2 vs 8 Terabyte-shaped days (same rows per day)."""
-    from recsys.cluster import connect
+    from recsys.runtime.cluster import connect
 
     connect("local", log_to_driver=False)
     out, rows = {}, []
@@ -172,7 +172,7 @@ def memory_vs_days(rows_per_day: int, steps: int) -> str:
 
 def larger_than_memory(gib: float, steps: int, days: int = 8) -> str:
     """``steps`` steps with 2 workers on a folder of ``gib`` GiB (more than this machine's RAM)."""
-    from recsys.cluster import connect, host_memory_bytes
+    from recsys.runtime.cluster import connect, host_memory_bytes
 
     connect("local", log_to_driver=False)
     rows_per_day = int(gib * 2**30 / ROW_BYTES / days)
@@ -217,9 +217,9 @@ def preprocessing(rows: int, copies: int, chunk_mb: float) -> str:
     without Ray and on a local Ray of 1 and 2 worker processes (Ray started beforehand)."""
     import ray
 
-    from recsys.cluster import connect
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
+    from recsys.runtime.cluster import connect
 
     kaggle = DatasetSchema.load("criteo_kaggle")
     hashed = kaggle.to_dict()
@@ -268,7 +268,7 @@ def collisions(seed: int = 0) -> str:
     frequencies). With a vocabulary every kept value has a row of its own (0 by construction:
     checked here on the ids the vocabulary gives)."""
     from recsys.config_registry import KAGGLE_ROWS
-    from recsys.data.prepare.encode import Vocabulary
+    from recsys.prepare.encode import Vocabulary
 
     rng = np.random.default_rng(seed)
     rows, shares = [], []

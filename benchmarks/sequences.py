@@ -1,4 +1,4 @@
-"""Sequence pooling on the planted history log (``recsys.data.demo.histories``: the click
+"""Sequence pooling on the planted history log (``recsys.demo.histories``: the click
 depends on the categories of the user's last 8 items against the candidate's; the true click
 probability known).
 
@@ -36,9 +36,9 @@ GOAL = 0.01
 def prepare_log(tmp: str, rows: int) -> tuple[str, Any]:
     """The planted history log of ``rows`` rows prepared (80/10/10 by order): its folder and
     its raw test rows (with ``p_click``)."""
-    from recsys.data.demo import histories, planted
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.demo import histories, planted
+    from recsys.prepare.pipeline import prepare
 
     path = histories.write(os.path.join(tmp, "histories_raw"), rows)
     out = os.path.join(tmp, "histories")
@@ -106,7 +106,7 @@ def plain(data: dict[str, Any], base: Any, din: bool, seed: int) -> ind.Fitted:
 
 
 def run(rows: int, seeds: list[int], epochs: float) -> str:
-    from recsys.data.demo import planted
+    from recsys.demo import planted
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     init_world1()

@@ -27,11 +27,11 @@ def exported_model(root: str) -> tuple[str, str, Any]:
     under ``root``: (store URI, model URI, raw example rows)."""
     from recsys.config_registry import debug
     from recsys.distributed.env import current
-    from recsys.export import export
+    from recsys.serving.export import export
+    from recsys.tracking.tracker import Tracker
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
     from recsys.tune.publish import log_served_model, serving_example
-    from recsys.tune.tracking import Tracker
 
     init_world1()
     cfg = debug().with_overrides({"train.eval_every": 0, "train.checkpoint_every": 200})

@@ -181,7 +181,7 @@ def two_workers(cases: list[Case], ops: list[str], steps: int) -> str:
     """Our step on 2 workers through Ray Train (global samples/s over the training steps)."""
     import tempfile
 
-    from recsys.cluster import connect
+    from recsys.runtime.cluster import connect
     from recsys.train.ray_trainer import Resources, make_trainer
 
     connect("local", log_to_driver=False)

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from benchmarks.common import table
-from recsys.cluster import connect
+from recsys.runtime.cluster import connect
 from recsys.tune import space as spaces
 from recsys.tune.results import trial_frame
 from recsys.tune.sweep import SweepOptions, build_tuner, legacy_tune_output

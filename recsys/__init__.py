@@ -6,6 +6,6 @@ from ``recsys.distributed`` and orchestration lives in ``recsys.tune``.
 
 __version__ = "0.1.0"
 
-from recsys.stack import quiet_fbgemm_compat_notice as _quiet
+from recsys.runtime.stack import quiet_fbgemm_compat_notice as _quiet
 
-_quiet()  # before anything imports FBGEMM (see recsys.stack.CompatNoticeFilter)
+_quiet()  # before anything imports FBGEMM (see recsys.runtime.stack.CompatNoticeFilter)

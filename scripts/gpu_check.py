@@ -1,5 +1,5 @@
 """The checks only a GPU host can run, one line each: ``./run.sh gpu-check`` (which first sets up
-the CUDA stack and runs FBGEMM's CUDA kernels through ``python -m recsys.env_check``).
+the CUDA stack and runs FBGEMM's CUDA kernels through ``python -m recsys.runtime.env_check``).
 
     ./run.sh gpu-check            # every item; exit status 1 if any failed
     ./run.sh gpu-check resume     # only the items whose name contains "resume"

@@ -14,7 +14,7 @@
 #   RECSYS_TORCH    pinned | preinstalled | a supported version such as 2.11 (default pinned:
 #                   torch 2.13.0). preinstalled keeps the torch that $RECSYS_PYTHON already has (a
 #                   cluster image's): the venv sees it (--system-site-packages) and gets the
-#                   torchrec and FBGEMM that pair with it. recsys/stack.py holds the pairs; any
+#                   torchrec and FBGEMM that pair with it. recsys/runtime/stack.py holds the pairs; any
 #                   other torch is refused before anything is installed.
 #   RECSYS_WHEELHOUSE  a folder of wheels (scripts/wheelhouse.sh builds one): everything is
 #                   installed from it alone (pip --no-index), no network
@@ -37,7 +37,7 @@ stamp=$venv/.recsys-setup-stamp
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 fingerprint() {
-    cat "$root/pyproject.toml" "$root/scripts/setup.sh" "$root/recsys/stack.py" | sha256sum | cut -d' ' -f1
+    cat "$root/pyproject.toml" "$root/scripts/setup.sh" "$root/recsys/runtime/stack.py" | sha256sum | cut -d' ' -f1
 }
 
 settings() { echo "$want-$cuda-$torch_choice-${wheelhouse:+wheelhouse}"; }
@@ -114,7 +114,7 @@ resolve_pair() {
     # is created or installed.
     local pins
     tv=$(torch_version) || exit 1
-    pins=$("$python" "$root/recsys/stack.py" pair "$tv") || exit 1
+    pins=$("$python" "$root/recsys/runtime/stack.py" pair "$tv") || exit 1
     read -r torch_pin torchrec_pin fbgemm_pin <<< "$pins"
     fbgemm_pin=${fbgemm_pin#fbgemm==}
 }
@@ -131,7 +131,7 @@ install_stack() {
             # name the wheel an index lacks (a CUDA variant that does not build this torch for
             # this Python) before pip's generic "no matching distribution"
             if [[ $torch_choice != preinstalled ]]; then
-                "$python" "$root/recsys/stack.py" cuda-wheels "$tv" "$cuda" "${index[1]}" || exit 1
+                "$python" "$root/recsys/runtime/stack.py" cuda-wheels "$tv" "$cuda" "${index[1]}" || exit 1
             fi
         fi
     fi
@@ -146,7 +146,7 @@ install_stack() {
     quiet_pip "$fbgemm==$fbgemm_pin" "${index[@]}"
     # torchrec declares the CUDA fbgemm-gpu and the project pins the default pair: both go in
     # without dependencies, and everything else they need comes from pyproject.toml
-    "$venv/bin/python" "$root/recsys/stack.py" requirements dev > "$venv/requirements.txt"
+    "$venv/bin/python" "$root/recsys/runtime/stack.py" requirements dev > "$venv/requirements.txt"
     quiet_pip -r "$venv/requirements.txt"
     quiet_pip --no-deps "$torchrec_pin"
     quiet_pip --no-deps -e "$root"
@@ -162,7 +162,7 @@ main() {
         echo "$(fingerprint)-$(settings)" > "$stamp.tmp"
     fi
     # Prove the result: torchrec imports and one FBGEMM op runs.
-    "$venv/bin/python" -m recsys.env_check
+    "$venv/bin/python" -m recsys.runtime.env_check
     [[ -f $stamp.tmp ]] && mv "$stamp.tmp" "$stamp"
     return 0
 }

@@ -4,7 +4,7 @@
 #
 #   bash scripts/wheelhouse.sh OUT [options]
 #     --python 3.12          the target's Python (default: this python3's)
-#     --torch VERSION        a supported torch (recsys/stack.py), or "preinstalled": the target has
+#     --torch VERSION        a supported torch (recsys/runtime/stack.py), or "preinstalled": the target has
 #                            it already, so no torch and none of its CUDA libraries are carried
 #                            (default: the pinned 2.13.0)
 #     --variant cpu|cuda     FBGEMM's build (default cpu)
@@ -61,7 +61,7 @@ tv=$torch_choice
 if [[ $torch_choice == preinstalled ]]; then
     tv=${RECSYS_TARGET_TORCH:?--torch preinstalled: set RECSYS_TARGET_TORCH to the target torch version, e.g. 2.11.0+cu130}
 fi
-read -r torch_pin torchrec_pin fbgemm_pin <<< "$(python3 "$root/recsys/stack.py" pair "$tv")"
+read -r torch_pin torchrec_pin fbgemm_pin <<< "$(python3 "$root/recsys/runtime/stack.py" pair "$tv")"
 fbgemm=fbgemm-gpu-cpu
 [[ $variant == cuda ]] && fbgemm=fbgemm-gpu
 fbgemm_pin="$fbgemm==${fbgemm_pin#fbgemm==}"
@@ -75,7 +75,7 @@ index=()
 [[ $variant == cuda ]] && index=(--index-url "https://download.pytorch.org/whl/$cuda")
 
 log "target: Python $pyver, torch $tv ($torch_choice), $torchrec_pin, $fbgemm_pin, $platform"
-python3 "$root/recsys/stack.py" requirements --build dev > "$out.partial/requirements.txt"
+python3 "$root/recsys/runtime/stack.py" requirements --build dev > "$out.partial/requirements.txt"
 # pip resolves the dependencies of every requirement (torchmetrics needs a torch: with a
 # preinstalled torch, the torch and CUDA wheels it brings are removed afterwards)
 if [[ $torch_choice != preinstalled ]]; then

@@ -119,7 +119,7 @@ SCHEMA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schemas", "cl
 
 def write_demo(folder: str, rows: int = 6000, files: int = 3, seed: int = 0) -> list[str]:
     """The demo click log at test size (smaller id spaces, so ids repeat)."""
-    from recsys.data.demo.clicklogs import Shape, write
+    from recsys.demo.clicklogs import Shape, write
 
     shape = Shape(users=400, items=300, countries=20, tags=50, mean_history=6.0, max_history=60)
     return write(folder, rows, files, seed, shape)
@@ -129,8 +129,8 @@ def write_demo(folder: str, rows: int = 6000, files: int = 3, seed: int = 0) -> 
 def demo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The demo click log prepared with ``schemas/clicklogs.yaml`` (once per session); its
     raw files are in ``<folder>/../raw``."""
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
 
     root = tmp_path_factory.mktemp("demo")
     write_demo(str(root / "raw"))
@@ -167,7 +167,7 @@ def sequence_schema(max_len: int = 8) -> Any:
 @pytest.fixture(scope="session")
 def sequence_prepared(demo_prepared: str) -> str:
     """``demo_prepared``'s raw files prepared with ``sequence_schema`` (once per session)."""
-    from recsys.data.prepare.pipeline import prepare
+    from recsys.prepare.pipeline import prepare
 
     root = os.path.dirname(demo_prepared)
     out = os.path.join(root, "sequence")
@@ -179,8 +179,8 @@ def sequence_prepared(demo_prepared: str) -> str:
 def criteo_prepared(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Generated Criteo text prepared with ``schemas/criteo_kaggle.yaml`` (once per session,
     without Ray); the text is ``<folder>/../train.txt``."""
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
 
     root = tmp_path_factory.mktemp("criteo")
     write_criteo(str(root / "train.txt"))

@@ -120,8 +120,8 @@ def prepared_log(folder: Path, labels: dict[str, np.ndarray], val_fraction: floa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
 
     rng = np.random.default_rng(0)
     n = len(next(iter(labels.values())))
@@ -142,7 +142,7 @@ def assert_int8_export_close(model: Any, dense: Any, kjt: Any, tol: float = 0.01
     within ``tol`` of itself in probability."""
     import torch
 
-    from recsys.export import quantize_and_script
+    from recsys.serving.export import quantize_and_script
 
     with torch.no_grad():
         want = torch.sigmoid(model(dense, kjt))

@@ -3,8 +3,8 @@ arch's trials (``SearchSpace.reference_points``: the default rules) by the produ
 on one gloo rank in a spawned process (``tests.distributed.harness.run_ranks``), the best by
 validation kept, its best checkpoint scored on the prepared test rows
 (``tests/distributed/test_reference_quality.py``). The planted log they train on is made by the
-product's generator and preparation (``recsys.data.demo.planted``,
-``recsys.data.prepare.pipeline``)."""
+product's generator and preparation (``recsys.demo.planted``,
+``recsys.prepare.pipeline``)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import numpy as np
 
 def planted_prepared(folder: Path, rows: int, val: float = 0.2, test: float = 0.2) -> str:
     """A planted log of ``rows`` rows (seed 0) prepared without Ray into ``folder/prepared``."""
-    from recsys.data.demo import planted
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.demo import planted
+    from recsys.prepare.pipeline import prepare
 
     raw = folder / "raw"
     planted.write(str(raw), rows, seed=0, val_fraction=val, test_fraction=test)
@@ -37,8 +37,8 @@ def long_tail_prepared(folder: Path, rows: int = 10_000, seed: int = 0) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
 
     rng = np.random.default_rng(seed)
     cols, logit = {}, np.full(rows, -1.2)
@@ -86,8 +86,8 @@ def train_reference_rank(rank: int, world: int, space_path: str, arch: str, root
 
     from recsys.data.input.loader import load_splits, to_batch
     from recsys.distributed.env import current
-    from recsys.export import load_fp32, raw_layout
-    from recsys.metrics import auc
+    from recsys.metrics.binary import auc
+    from recsys.serving.export import load_fp32, raw_layout
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
     from recsys.tune import space as spaces

@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from recsys.cluster import RaySource
+    from recsys.runtime.cluster import RaySource
 
 
 def count(text: str) -> int:
@@ -43,11 +43,11 @@ def add_address(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
 
 
 def ray_address(flag: str | None) -> RaySource:
-    """The Ray a command runs on (``recsys.cluster.find_ray``: ``--address``, else
+    """The Ray a command runs on (``recsys.runtime.cluster.find_ray``: ``--address``, else
     ``RAY_ADDRESS``, else this node's running cluster, else a new local one), refused within
     seconds, naming it and where it came from, if nothing answers there: before MLflow, torch
     and Ray load."""
-    from recsys.cluster import check_answers, find_ray
+    from recsys.runtime.cluster import check_answers, find_ray
 
     source = find_ray(flag)
     check_answers(source)

@@ -83,8 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from recsys.export import export
-    from recsys.storage import is_uri
+    from recsys.runtime.storage import is_uri
+    from recsys.serving.export import export
     from recsys.tune.publish import export_best, quiet_libraries
     from recsys.tune.state import default_tracking_uri, export_dir
 
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     """``--refit``: on the Ray ``--address`` finds, with the workers asked for."""
-    from recsys.cluster import connect, start_train_coordinator, wait_for_fit
-    from recsys.storage import check_storage, resolved
+    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.runtime.storage import check_storage, resolved
     from recsys.train.ray_trainer import Resources
     from recsys.tune.refit import refit_best, saved_workers
     from recsys.tune.state import default_tracking_uri

@@ -1,4 +1,4 @@
-"""``python -m recsys.cli.planted``: write the planted log (``recsys.data.demo.planted``) and its
+"""``python -m recsys.cli.planted``: write the planted log (``recsys.demo.planted``) and its
 schema."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recsys.data.demo import planted
+from recsys.demo import planted
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""``recsys-preprocess``: prepare click logs for training (``recsys.data.prepare.pipeline``).
+"""``recsys-preprocess``: prepare click logs for training (``recsys.prepare.pipeline``).
 
     recsys-preprocess --schema schemas/clicklogs.yaml data/clicklogs_raw --out data/clicklogs
     recsys-preprocess --schema criteo_kaggle train.txt --out data/criteo_kaggle
@@ -18,11 +18,11 @@ import sys
 import time
 
 from recsys.cli import add_address
-from recsys.cluster import RaySource, check_answers, find_ray
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
-from recsys.data.prepare.pipeline import CHUNK_MB, prepare
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.pipeline import CHUNK_MB, prepare
+from recsys.runtime.cluster import RaySource, check_answers, find_ray
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> str | None:
     """Flags that cannot apply are refused, naming the flag. Returns the address of the Ray
-    cluster the tasks run on (``recsys.cluster.find_ray``), None for a local Ray or none."""
+    cluster the tasks run on (``recsys.runtime.cluster.find_ray``), None for a local Ray or none."""
     if args.workers < 0:
         raise DataError(f"--workers={args.workers}: must be >= 0 (0: no Ray)")
     source = find_ray(args.address) if args.workers else RaySource(None)

@@ -177,8 +177,8 @@ def restart(opts: Any) -> None:
     """``--restart``: the sweep's MLflow experiment, then its folder, renamed aside (archived,
     kept), so that old and new never mix in the results, the export or the MLflow UI. The
     tracking store is checked first: nothing moves if it cannot be reached."""
+    from recsys.tracking.tracker import Tracker
     from recsys.tune.state import archive
-    from recsys.tune.tracking import Tracker
 
     tracker = Tracker(opts.tracking_uri)
     tracker.check_reachable()
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
         space = with_confirm(space, args.confirm, args.seeds, args.confirm_references)
-        from recsys.storage import check_storage, resolved
+        from recsys.runtime.storage import check_storage, resolved
         from recsys.tune.state import (
             RESTORED,
             SweepOptions,

@@ -1,11 +1,11 @@
-"""``recsys-synth``: write the demo click log (``recsys.data.demo.clicklogs``) as Parquet."""
+"""``recsys-synth``: write the demo click log (``recsys.demo.clicklogs``) as Parquet."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from recsys.data.demo import clicklogs
+from recsys.demo import clicklogs
 
 
 def main(argv: list[str] | None = None) -> None:

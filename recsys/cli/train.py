@@ -18,7 +18,7 @@ from recsys.cli import add_address, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named, parse_overrides
 from recsys.configlib import ConfigError
 from recsys.data.columns import DataError
-from recsys.storage import resolved
+from recsys.runtime.storage import resolved
 
 RESULT_KEYS = [
     "step",
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         address = ray_address(args.address)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
-    from recsys.cluster import connect, start_train_coordinator, wait_for_fit
-    from recsys.shared_storage import check_nodes_see, run_paths
+    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.runtime.shared_storage import check_nodes_see, run_paths
     from recsys.train.ray_trainer import Resources, make_trainer
 
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)

@@ -31,7 +31,7 @@ from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
 from recsys.data.prepared.meta import CACHE_KEY, FORMAT, is_prepared, read_meta, write_meta
 from recsys.data.schema import DatasetSchema, pooling_by_table
-from recsys.storage import is_uri
+from recsys.runtime.storage import is_uri
 
 
 def source_for(path: str) -> str:

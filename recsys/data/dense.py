@@ -1,5 +1,5 @@
 """The dense transforms, written once: what preparation applies to a dense column
-(``recsys.data.prepare.encode``), what the generated rows and TorchRec's Criteo days are read as
+(``recsys.prepare.encode``), what the generated rows and TorchRec's Criteo days are read as
 (``recsys.data.input.synthetic``, ``recsys.data.prepared.torchrec_npy``), and so what a served
 model gets."""
 

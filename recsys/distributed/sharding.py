@@ -39,7 +39,6 @@ from torchrec.distributed.planner.types import (
 )
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
-from recsys.cluster import host_memory_bytes
 from recsys.config import (
     CUDA_ONLY_SHARDING,
     SHARDING_TYPES,
@@ -50,6 +49,7 @@ from recsys.config import (
 )
 from recsys.configlib import ConfigError, nearest
 from recsys.distributed.env import WorkerEnv
+from recsys.runtime.cluster import host_memory_bytes
 
 EMB_OPTIMIZERS = {
     "exact_rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,

@@ -1,8 +1,8 @@
 """Binary-classification metrics of CTR models over a split that no rank holds.
 
-``MetricState``: the metrics of ``recsys.metrics`` (``binary_metrics``), each rank adding its rows'
-sufficient statistics (sums for log loss, NE, calibration and accuracy; per-class histograms of
-the logits), the states are summed over ranks once (one all-reduce on the device), and every rank
+``MetricState``: the metrics of ``recsys.metrics.binary`` (``binary_metrics``), each rank adding its
+rows' sufficient statistics (sums for log loss, NE, calibration and accuracy; per-class histograms
+of the logits), the states are summed over ranks once (one all-reduce on the device), and every rank
 computes the split's figures from the sum. A rank's cost is its own rows plus a ``2 x 2^bits``
 histogram, whatever the number of ranks; ``bits`` grows with the rows evaluated (``bits_for``:
 from 16 for a few hundred rows to 22, 64 MB, for millions), the same on every rank.
@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from recsys.metrics import EPS, entropy
+from recsys.metrics.binary import EPS, entropy
 
 MIN_BITS, MAX_BITS = 16, 22
 # sums per task: count, positives, predicted probability, log loss, correct at 0.5

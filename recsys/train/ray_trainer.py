@@ -9,11 +9,11 @@ from typing import Any
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from recsys.cluster import alive_nodes, node_slots, placement_strategy
 from recsys.config import ExperimentConfig
 from recsys.configlib import check
 from recsys.distributed.env import backend_for
-from recsys.storage import ray_storage
+from recsys.runtime.cluster import alive_nodes, node_slots, placement_strategy
+from recsys.runtime.storage import ray_storage
 from recsys.train.nodes import NodeWatch
 from recsys.train.worker import train_func
 
@@ -56,7 +56,7 @@ def make_trainer(
     the last checkpoint (up to ``max_failures`` times); after a lost node, workers that no node
     can place are waited for up to ``RECSYS_NODE_WAIT_S`` (``recsys.train.nodes``). Its workers
     are placed on one node when one can hold them all, else over whole nodes
-    (``recsys.cluster.placement_strategy``; needs Ray running). ``system_metrics``: where
+    (``recsys.runtime.cluster.placement_strategy``; needs Ray running). ``system_metrics``: where
     each host's first worker logs its system metrics (``recsys.train.system_metrics``)."""
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.use_gpu:

@@ -35,8 +35,8 @@ class RayReporter:
     written once and nothing is staged. Elsewhere (an object store URI) each rank writes to a
     local staging folder (``train.checkpoint_staging``, default the system's temp folder; its free
     space is checked first), which ``ray.train.report`` uploads and merges (through the run's
-    ``storage_filesystem``, which retries while the store is down: ``recsys.storage``), then it
-    is removed.
+    ``storage_filesystem``, which retries while the store is down: ``recsys.runtime.storage``),
+    then it is removed.
 
     Reports also say which Ray nodes the worker group runs on (``worker_nodes``)."""
 

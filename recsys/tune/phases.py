@@ -27,15 +27,15 @@ from typing import Any
 
 import pandas as pd
 
-from recsys import storage
 from recsys.config import ExperimentConfig
-from recsys.storage import ray_storage
+from recsys.runtime import storage
+from recsys.runtime.storage import ray_storage
+from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
 from recsys.tune.results import SCORED, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.tracking import Tag, Tracker
 from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
 
 PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}

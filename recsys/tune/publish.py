@@ -17,10 +17,16 @@ import yaml
 
 from recsys.config import ExperimentConfig
 from recsys.data.schema import DatasetSchema
-from recsys.export import ExportReport, export
-from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR, TabularScorer, pip_requirements
+from recsys.serving.export import ExportReport, export
+from recsys.serving.scorer import (
+    META_FILE,
+    MODEL_FILE,
+    PREPARED_DIR,
+    TabularScorer,
+    pip_requirements,
+)
+from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune.results import SCORED
-from recsys.tune.tracking import Tag, Tracker
 
 
 def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str, list[str]]:
@@ -122,7 +128,7 @@ def log_served_model(
     return tracker.log_model(
         run_id,
         registered_name,
-        python_model=os.path.join(recsys_dir, "served_model.py"),  # a model from code
+        python_model=os.path.join(recsys_dir, "serving", "served_model.py"),  # a model from code
         artifacts=artifacts,
         code_paths=[recsys_dir],
         input_example=example,

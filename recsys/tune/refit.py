@@ -30,14 +30,14 @@ import yaml
 
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import split_rows, with_budget
-from recsys.export import ExportReport
-from recsys.storage import as_uri
-from recsys.storage import join as storage_join
+from recsys.runtime.storage import as_uri
+from recsys.runtime.storage import join as storage_join
+from recsys.serving.export import ExportReport
+from recsys.tracking import inputs
+from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune import inputs
 from recsys.tune.publish import best_trial, crown, export_to_run
 from recsys.tune.state import read_saved
-from recsys.tune.tracking import Tag, Tracker, flat_params
 
 EPOCHS_DONE = "epochs_done"
 REFIT = "refit"  # the refit run's recsys.kind
@@ -108,7 +108,7 @@ def train_refit(
 ) -> tuple[str, dict[str, Any]]:
     """Train the refit with Ray Train (Ray connected), in ``<storage>/<sweep>/refit-<trial>``;
     its last checkpoint and last report."""
-    from recsys.shared_storage import check_nodes_see, run_paths
+    from recsys.runtime.shared_storage import check_nodes_see, run_paths
 
     folder = storage_join(storage, sweep)
     check_nodes_see(run_paths(folder, refit.cfg.data))  # one node's own disk: refused

@@ -72,7 +72,7 @@ from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, mo
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 from recsys.data.dataset import check_weighted, source_for, with_data
-from recsys.storage import resolved
+from recsys.runtime.storage import resolved
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096

@@ -14,9 +14,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from recsys import storage
 from recsys.configlib import ConfigError
-from recsys.storage import is_uri
+from recsys.runtime import storage
+from recsys.runtime.storage import is_uri
 from recsys.tune.space import SearchSpace
 
 
@@ -50,7 +50,7 @@ def default_tracking_uri(root: str) -> str:
 
 
 def sweep_dir(opts: SweepOptions) -> str:
-    """The sweep's folder or object store prefix (``recsys.storage``)."""
+    """The sweep's folder or object store prefix (``recsys.runtime.storage``)."""
     return storage.join(opts.storage, opts.name)
 
 

@@ -23,12 +23,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from recsys import storage
-from recsys.cluster import RaySource
 from recsys.configlib import ConfigError
 from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
-from recsys.shared_storage import check_nodes_see, run_paths
-from recsys.storage import check_storage, ray_storage
+from recsys.runtime import storage
+from recsys.runtime.cluster import RaySource
+from recsys.runtime.shared_storage import check_nodes_see, run_paths
+from recsys.runtime.storage import check_storage, ray_storage
+from recsys.tracking.tracker import Tag, Tracker, compare_line
 from recsys.tune.phases import (
     Outcome,
     baseline_header,
@@ -61,7 +62,6 @@ from recsys.tune.state import (
     unlogged_dir,
     worker_change,
 )
-from recsys.tune.tracking import Tag, Tracker, compare_line
 from recsys.tune.trial import FinishStoppedTrials, TrialSpec
 
 EPOCHS_DONE = "epochs_done"  # in every report: training samples so far over the split's rows
@@ -309,7 +309,7 @@ def machine_spec(opts: SweepOptions, nodes: list[dict[str, float]]) -> dict[str,
     ``--max-concurrent`` trials may run on one node: the node's memory is divided among
     ``node_workers``, every worker the sweep may place there, by the workers too (passed to
     them with the trial's ``Resources``)."""
-    from recsys.cluster import node_host_memory, node_slots
+    from recsys.runtime.cluster import node_host_memory, node_slots
 
     gpus = 1.0 if opts.use_gpu else 0.0
     slots = max(node_slots(nodes, opts.cpus_per_worker, gpus), default=1)
@@ -358,7 +358,7 @@ def launch(
     Returns the trials' rows, best first.
     ``restore``: what ``check_resume`` said of it, where the caller checked (the command line,
     with the options typed); None: checked here."""
-    from recsys.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
 
     if restore is None:
         check_storage(opts.storage)
@@ -413,7 +413,7 @@ def run_sweep(
     space: SearchSpace, opts: SweepOptions, tracker: Tracker, restore: bool
 ) -> list[dict[str, Any]]:
     """Start or resume the sweep on the connected Ray; returns the trials' rows, best first."""
-    from recsys.cluster import alive_nodes
+    from recsys.runtime.cluster import alive_nodes
 
     experiment_id = tracker.experiment(opts.name)
     parent = tracker.parent_run(experiment_id, opts.name)

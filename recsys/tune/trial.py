@@ -30,18 +30,19 @@ from ray.train import Result as TrainResult
 from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from recsys import storage
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import train_rows, with_budget
 from recsys.distributed.sharding import Machine
-from recsys.storage import as_uri
+from recsys.runtime import storage
+from recsys.runtime.storage import as_uri
+from recsys.tracking import inputs
+from recsys.tracking.report import MlflowReportCallback
+from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune import feasibility, inputs
-from recsys.tune.report import MlflowReportCallback
+from recsys.tune import feasibility
 from recsys.tune.results import STOPPED, trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
-from recsys.tune.tracking import Tag, Tracker, flat_params
 
 
 @dataclass(frozen=True)

@@ -534,9 +534,9 @@ def raw_test_rows(folder):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare.encode import TEST, SplitPlan, split_of
     from recsys.data.prepared.meta import read_meta
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.encode import TEST, SplitPlan, split_of
     from recsys.tune.publish import plain_columns
 
     meta = read_meta(folder)

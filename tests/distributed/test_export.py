@@ -24,9 +24,9 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
 
     from recsys.data.input.loader import to_batch
     from recsys.data.input.synthetic import SyntheticRows
-    from recsys.export import export, raw_layout
+    from recsys.serving.export import export, raw_layout
+    from recsys.tracking.tracker import Tracker
     from recsys.tune.publish import log_served_model, serving_example
-    from recsys.tune.tracking import Tracker
 
     in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
     c = export_config()
@@ -83,7 +83,7 @@ def _check_export_by_alias(uri, run_id, cfg, ckpt, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     from recsys.cli.export import main
-    from recsys.tune.tracking import Tag, Tracker
+    from recsys.tracking.tracker import Tag, Tracker
 
     client = MlflowClient(uri)
     Tracker(uri).log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
@@ -111,7 +111,7 @@ def _check_export_by_alias(uri, run_id, cfg, ckpt, tmp_path) -> None:
 def test_reference_models_export_table_by_table(tmp_path, arch):
     """The references' tables (LR's weights, FM's factors, one QR table) go through the same
     table-by-table export: the FP32 check and the INT8 model score as the trained model did."""
-    from recsys.export import export
+    from recsys.serving.export import export
 
     in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), False, arch, world_size=2)
     c, ckpt = export_config(arch), str(tmp_path / "ckpt" / "step_00000030")
@@ -136,7 +136,7 @@ def _check_against_the_eval_model(cfg, ckpt, exported, in_process):
     import torch
 
     from recsys.data.input.loader import load_splits, to_batch
-    from recsys.export import load_fp32, raw_layout
+    from recsys.serving.export import load_fp32, raw_layout
 
     test = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings).test
     raw = to_batch(test.read(0, EXPORT_ROWS), raw_layout(cfg))

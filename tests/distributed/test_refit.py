@@ -28,8 +28,8 @@ def drift_log(folder: Path) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
 
     rng = np.random.default_rng(3)
     t = np.sort(rng.uniform(0, 1, ROWS))

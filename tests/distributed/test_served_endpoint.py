@@ -55,8 +55,8 @@ def scores(body: dict, tasks: list[str]) -> np.ndarray:
 
 def logged(out: str, tmp_path, name: str) -> str:
     """The export in ``out`` logged and registered in a SQLite store; the store's URI."""
+    from recsys.tracking.tracker import Tracker
     from recsys.tune.publish import log_served_model, serving_example
-    from recsys.tune.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = Tracker(uri)
@@ -94,7 +94,7 @@ def check_endpoint(monkeypatch, uri: str, model: str, rows: pd.DataFrame, bad: l
 
 @pytest.mark.extended  # (the server's path: the own-data case below)
 def test_criteo_shaped_model_served_over_http(tmp_path, monkeypatch):
-    from recsys.export import export
+    from recsys.serving.export import export
     from recsys.tune.publish import serving_example
 
     run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
@@ -109,7 +109,7 @@ def test_criteo_shaped_model_served_over_http(tmp_path, monkeypatch):
 
 
 def test_own_data_model_served_over_http(demo_prepared, tmp_path, monkeypatch):
-    from recsys.export import export
+    from recsys.serving.export import export
 
     run_ranks(own_data_rank, demo_prepared, str(tmp_path / "ckpt"))
     out = str(tmp_path / "out")

@@ -73,7 +73,7 @@ def test_one_gpu_pipeline_equals_plain_steps(tmp_path):
 
 @pytest.mark.gpu(gpus=1)
 def test_export_of_a_one_gpu_checkpoint(tmp_path):
-    from recsys.export import export
+    from recsys.serving.export import export
 
     run_ranks(export_rank, str(tmp_path / "ckpt"), True, backend="nccl", world_size=1)
     report = export(export_config(), str(tmp_path / "ckpt" / "step_00000030"),
@@ -86,7 +86,7 @@ def test_export_of_a_one_gpu_checkpoint(tmp_path):
 def test_killed_worker_on_one_gpu_restarts_from_last_checkpoint(tmp_path):
     import ray
 
-    from recsys.cluster import connect
+    from recsys.runtime.cluster import connect
     from recsys.train.ray_trainer import Resources
     from tests.helpers import fit_killed_once
 
@@ -98,7 +98,7 @@ def test_killed_worker_on_one_gpu_restarts_from_last_checkpoint(tmp_path):
 
 
 def test_export_of_a_gpu_trained_checkpoint(tmp_path):
-    from recsys.export import export
+    from recsys.serving.export import export
 
     run_ranks(export_rank, str(tmp_path / "ckpt"), True, backend="nccl")
     report = export(export_config(), str(tmp_path / "ckpt" / "step_00000030"),
@@ -112,7 +112,7 @@ def test_killed_gpu_worker_restarts_from_last_checkpoint(tmp_path):
     restore's collective on the device; every step reported once."""
     import ray
 
-    from recsys.cluster import connect
+    from recsys.runtime.cluster import connect
     from recsys.train.ray_trainer import Resources
     from tests.helpers import fit_killed_once
 

@@ -11,7 +11,7 @@ import pytest
 def ray_2_cpus() -> Iterator[None]:
     import ray
 
-    from recsys.cluster import connect
+    from recsys.runtime.cluster import connect
 
     connect("local", num_cpus=2, log_to_driver=False)
     try:

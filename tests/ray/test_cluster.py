@@ -12,9 +12,9 @@ import cloudpickle
 import pytest
 
 from recsys.configlib import ConfigError
+from recsys.tracking.tracker import Tracker
 from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
-from recsys.tune.tracking import Tracker
 from tests.ray.spaces import write_space
 from tests.servers import agent_ports, ray_node_started
 
@@ -28,7 +28,7 @@ def two_nodes():
     import ray
     from ray.cluster_utils import Cluster
 
-    from recsys.cluster import connect, local_system_config
+    from recsys.runtime.cluster import connect, local_system_config
 
     head = {"num_cpus": 3, "_system_config": local_system_config(), **agent_ports()}  # nice 0
     cluster = ray_node_started(lambda: Cluster(initialize_head=True, head_node_args=head), "head")
@@ -43,7 +43,7 @@ def two_nodes():
 
 
 def test_host_memory_is_measured_on_the_nodes_by_the_workers_rule(two_nodes):
-    from recsys.cluster import host_memory_bytes, node_host_memory
+    from recsys.runtime.cluster import host_memory_bytes, node_host_memory
 
     # both simulated nodes are this machine: the same figure a worker here plans with
     assert node_host_memory(1.0, 0.0) == host_memory_bytes()
@@ -53,7 +53,7 @@ def test_host_memory_is_measured_on_the_nodes_by_the_workers_rule(two_nodes):
 def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
     import ray
 
-    from recsys.cluster import alive_nodes, check_fits
+    from recsys.runtime.cluster import alive_nodes, check_fits
 
     assert len(alive_nodes()) == 2
     check_fits(2, 0.9, 0, alive_nodes(), extra_cpus=0.1)
@@ -81,7 +81,7 @@ def test_sweep_spreads_over_two_nodes(two_nodes, tmp_path):
 
 
 def test_a_count_that_cannot_fill_nodes_evenly_is_refused_before_launch(two_nodes):
-    from recsys.cluster import alive_nodes, check_fits
+    from recsys.runtime.cluster import alive_nodes, check_fits
 
     check_fits(3, 1.0, 0, alive_nodes())  # one node holds 3
     check_fits(6, 1.0, 0, alive_nodes())  # two whole nodes

@@ -77,9 +77,9 @@ def write_log(path: str, rows: int = ROWS, seed: int = 0) -> pd.DataFrame:
 
 @pytest.mark.extended  # (each step: test_prepare.py, test_sweep.py, test_export_own_data.py)
 def test_log_of_ids_only_prepares_sweeps_exports_and_scores_raw_rows(tmp_path):
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
-    from recsys.serving import TabularScorer
+    from recsys.prepare.pipeline import prepare
+    from recsys.serving.scorer import TabularScorer
 
     t0 = time.perf_counter()
     os.makedirs(tmp_path / "raw")

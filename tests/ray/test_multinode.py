@@ -34,7 +34,7 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    from recsys.cluster import connect, local_system_config
+    from recsys.runtime.cluster import connect, local_system_config
 
     head = {"num_cpus": 1, "_system_config": local_system_config(), **agent_ports()}
     c = ray_node_started(lambda: Cluster(initialize_head=True, head_node_args=head), "head")
@@ -188,9 +188,9 @@ def test_a_lost_node_is_named_and_its_sweep_trial_restarts_on_a_fresh_one(cluste
     one run for the trial with every step once."""
     from mlflow import MlflowClient
 
+    from recsys.tracking.tracker import Tracker
     from recsys.tune import space as spaces
     from recsys.tune.sweep import SweepOptions, run_sweep
-    from recsys.tune.tracking import Tracker
 
     (tmp_path / "lost.yaml").write_text(LOST_SPACE)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -237,7 +237,7 @@ def test_with_no_capacity_back_the_run_waits_then_fails_with_the_reason(
     monkeypatch.setenv("RECSYS_NODE_WAIT_S", "12")
     from ray.train.v2.api.exceptions import ControllerError
 
-    from recsys.cluster import runtime_env
+    from recsys.runtime.cluster import runtime_env
 
     # a sweep's trials make their runs in Ray's processes: the limits travel with them
     assert runtime_env()["env_vars"]["RECSYS_NODE_WAIT_S"] == "12"
@@ -281,8 +281,8 @@ def test_a_trial_no_node_holds_waits_for_nodes_then_goes_or_is_refused(cluster, 
     """``--wait-for-nodes``: no node holds a 4-CPU worker; the launch asks the autoscaler, waits
     and goes on once a node that holds it joins; with no node coming the refusal stands, with
     the time waited. Without the flag it is refused at once."""
-    from recsys.cluster import wait_for_fit
     from recsys.configlib import ConfigError
+    from recsys.runtime.cluster import wait_for_fit
 
     with pytest.raises(ConfigError, match="can place 0 such workers"):
         wait_for_fit(1, 4.0, 0.0, 0.1, wait_s=0)

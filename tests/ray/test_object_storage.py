@@ -22,7 +22,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from recsys import storage
+from recsys.runtime import storage
 from tests.ray.killing import (
     LOG_EVERY,
     STEPS,
@@ -135,8 +135,8 @@ def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
     import json
     import sys
 
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.pipeline import prepare
     from tests.conftest import SCHEMA, write_demo
     from tests.ray.killing import ROOT
 

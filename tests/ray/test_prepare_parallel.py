@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys.data import DataError
-from recsys.data.prepare.pipeline import prepare
-from recsys.data.prepare.sources import input_files, plan_pieces
 from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.pipeline import prepare
+from recsys.prepare.sources import input_files, plan_pieces
 from tests.conftest import write_criteo
 
 pytestmark = pytest.mark.ray

@@ -64,9 +64,9 @@ def head() -> Iterator[str]:
     here; its dashboard's URL (the Ray Jobs address). Its temp folder is its own (``ray start``
     writes ``ray_current_cluster`` there, which must not point this machine's later commands at
     the test's cluster; a short path: Ray's sockets live in it). Its workers run at nice 0, as a
-    local Ray of the project's does (``recsys.cluster.local_system_config``): at Ray's default
-    15 a trial crawls next to anything else on 2 cores. It starts in the checkout with the venv
-    first on PATH, as a user starts it: a job without a working_dir runs there."""
+    local Ray of the project's does (``recsys.runtime.cluster.local_system_config``): at Ray's
+    default 15 a trial crawls next to anything else on 2 cores. It starts in the checkout with the
+    venv first on PATH, as a user starts it: a job without a working_dir runs there."""
     temp = tempfile.mkdtemp(prefix="rj", dir="/tmp")
     dashboard = free_port()
     ports = [f"{AGENT_PORTS[name]}={port}" for name, port in agent_ports().items()]

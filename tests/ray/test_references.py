@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
-from recsys.tune.tracking import Tag, Tracker
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

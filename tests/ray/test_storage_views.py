@@ -50,7 +50,7 @@ def head() -> Iterator[str]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from recsys.cluster import connect
+    from recsys.runtime.cluster import connect
 
     args = {"num_cpus": 1, "include_dashboard": False, **agent_ports()}
     cluster = ray_node_started(lambda: Cluster(initialize_head=True, head_node_args=args), "head")
@@ -141,7 +141,7 @@ def wait_for_node(proc: subprocess.Popen, log: Path, timeout: float = 180) -> st
 
 def no_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make any node task of ``check_nodes_see`` fail the test."""
-    from recsys import shared_storage
+    from recsys.runtime import shared_storage
 
     def ask(*args: object) -> None:
         raise AssertionError("no node should have been asked")
@@ -153,7 +153,7 @@ def no_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_one_node_cluster_passes_at_once(head, tmp_path, monkeypatch):
     import ray
 
-    from recsys.shared_storage import check_nodes_see
+    from recsys.runtime.shared_storage import check_nodes_see
 
     assert len([n for n in ray.nodes() if n["Alive"]]) == 1
     no_tasks(monkeypatch)
@@ -164,7 +164,7 @@ def test_a_one_node_cluster_passes_at_once(head, tmp_path, monkeypatch):
 def test_a_path_one_node_sees_otherwise_is_refused_naming_that_node(odd_node):
     import ray
 
-    from recsys.shared_storage import check_nodes_see
+    from recsys.runtime.shared_storage import check_nodes_see
 
     storage, data = odd_node.shared / "runs", odd_node.shared / "data"
     before = sorted(os.listdir(data))
@@ -185,7 +185,7 @@ def test_a_path_one_node_sees_otherwise_is_refused_naming_that_node(odd_node):
 
 
 def test_paths_every_node_sees_pass(odd_node):
-    from recsys.shared_storage import check_nodes_see
+    from recsys.runtime.shared_storage import check_nodes_see
 
     storage, data = odd_node.own / "runs", odd_node.own / "prepared"
     data.mkdir()
@@ -197,7 +197,7 @@ def test_paths_every_node_sees_pass(odd_node):
 
 
 def test_storage_a_node_cannot_write_is_refused_and_data_may_be_read_only(odd_node):
-    from recsys.shared_storage import check_nodes_see
+    from recsys.runtime.shared_storage import check_nodes_see
 
     with pytest.raises(ConfigError) as refused:
         check_nodes_see({"--storage": str(odd_node.frozen)})
@@ -208,14 +208,14 @@ def test_storage_a_node_cannot_write_is_refused_and_data_may_be_read_only(odd_no
 
 
 def test_object_store_uris_are_not_checked(odd_node, monkeypatch):
-    from recsys.shared_storage import check_nodes_see
+    from recsys.runtime.shared_storage import check_nodes_see
 
     no_tasks(monkeypatch)
     check_nodes_see({"--storage": "s3://no-such-bucket/runs", "--data": "s3://no-such/data"})
 
 
 def test_nodes_that_do_not_answer_are_named(odd_node):
-    from recsys.shared_storage import check_nodes_see
+    from recsys.runtime.shared_storage import check_nodes_see
 
     storage = odd_node.own / "silent"
     with pytest.raises(ConfigError) as refused:

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
+from recsys.tracking.tracker import Tracker
 from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
-from recsys.tune.tracking import Tracker
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -32,10 +32,10 @@ def test_a_local_rays_workers_run_at_the_drivers_priority(ray_2_cpus):
 def test_trainer_learns_and_metrics_match_sklearn(ray_2_cpus, tmp_path):
     import ray
 
-    from recsys.cluster import start_train_coordinator
     from recsys.data.input.loader import load_splits, to_batch
     from recsys.distributed.checkpoint import load_model_unsharded
     from recsys.models import DLRM, ModelAndLoss
+    from recsys.runtime.cluster import start_train_coordinator
 
     # Train's controller asks this actor for resources with 5 s to answer: started and running
     # before the run (a Ray that moved it fails here, not with a traceback on a busy console)

@@ -9,8 +9,8 @@ import json
 import pytest
 from mlflow import MlflowClient
 
+from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune.publish import crown
-from recsys.tune.tracking import Tag, Tracker
 
 
 def sweep_with(uri: str, **tags: str) -> tuple[Tracker, str]:

@@ -175,8 +175,8 @@ def test_baselines_are_marked_in_the_table_and_the_plot(tmp_path):
 def test_export_picks_by_confirmed_mean(tmp_path):
     import json
 
+    from recsys.tracking.tracker import Tag, Tracker
     from recsys.tune.publish import best_trial
-    from recsys.tune.tracking import Tag, Tracker
 
     t = Tracker(f"sqlite:///{tmp_path}/m.db")
     exp = t.experiment("s", None)

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from recsys.data import DataError
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.pipeline import prepare
 from tests.conftest import write_criteo
 
 KAGGLE = DatasetSchema.load("criteo_kaggle")
@@ -162,7 +162,7 @@ def test_a_folder_of_the_old_criteo_format_is_refused_with_the_command(tmp_path)
 def test_hashed_ids_prepare_in_one_pass_with_the_same_checks(tmp_path, monkeypatch):
     """Nothing to fit (every feature hashed, counts as log1p): one pass checks, encodes and
     writes; bad lines and values are still skipped and counted, labels still counted."""
-    from recsys.data.prepare import pipeline as prepare_mod
+    from recsys.prepare import pipeline as prepare_mod
 
     schema = KAGGLE.to_dict()
     for spec in schema["sparse"].values():

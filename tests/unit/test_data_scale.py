@@ -20,11 +20,11 @@ from recsys.data.dataset import resolve
 from recsys.data.input.loader import TrainStream, load_splits
 from recsys.data.input.permutation import Permutation
 from recsys.data.input.synthetic import generate, transform_dense
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.prepared.folder import PreparedShard
 from recsys.data.prepared.meta import read_meta
 from recsys.data.prepared.torchrec_npy import load_folder
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.pipeline import prepare
 
 
 class Echo(torch.nn.Module):
@@ -145,7 +145,7 @@ def test_serving_maps_raw_rows_with_the_training_vocabulary(tmp_path):
     import json
 
     from recsys.data.dataset import write_serving
-    from recsys.serving import TabularScorer
+    from recsys.serving.scorer import TabularScorer
 
     rows = "".join(
         "\t".join(["0", *["1"] * 13, h, *["00000001"] * 25]) + "\n"
@@ -205,7 +205,7 @@ def test_torchrec_made_folder_is_read_with_its_own_transform(tmp_path):
 def test_line_count_of_byte_ranges_across_read_blocks(tmp_path):
     """Line counts over byte ranges larger than the 4 MiB read buffer: every newline once, and
     a last line without a newline counted."""
-    from recsys.data.prepare.sources import COUNT_BYTES, _count_lines
+    from recsys.prepare.sources import COUNT_BYTES, _count_lines
 
     rng = random.Random(0)
     data = b"".join(b"x" * rng.randint(0, 300) + b"\n" for _ in range(60_000)) + b"tail"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from recsys.cluster import node_slots, placement_strategy
 from recsys.configlib import ConfigError
 from recsys.distributed import checkpoint, collectives
 from recsys.distributed.env import PlacementError, check_placement
+from recsys.runtime.cluster import node_slots, placement_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTIVES = {
@@ -151,14 +151,14 @@ def test_machine_of_a_gpu_worker_reads_its_gpu_and_shares_host_memory(monkeypatc
 def test_host_memory_is_shared_by_every_worker_the_sweep_may_place_on_a_node(monkeypatch):
     """With --max-concurrent trials on one node, the planner's host memory per worker (UVM
     placement) is the node's over all their workers, in the sweep's check and in the workers."""
-    import recsys.cluster
+    import recsys.runtime.cluster
     from recsys.distributed import sharding
     from recsys.distributed.env import WorkerEnv
     from recsys.tune.state import SweepOptions
     from recsys.tune.sweep import machine_spec
     from recsys.tune.trial import TrialSpec, trial_resources
 
-    monkeypatch.setattr(recsys.cluster, "node_host_memory", lambda cpus, gpus: 48 * 2**30)
+    monkeypatch.setattr(recsys.runtime.cluster, "node_host_memory", lambda cpus, gpus: 48 * 2**30)
     nodes = [{"CPU": 8.0}]  # 8 worker slots of 1 CPU
     shares = {}
     for concurrent in (1, 3, 10):
@@ -338,8 +338,8 @@ def test_export_loads_bf16_tables_into_fp32(tmp_path):
     collection would have made the table fp16 and the value inf."""
     import torch.distributed.checkpoint as dcp
 
-    from recsys.export import load_fp32
     from recsys.models import DLRM, ModelAndLoss, materialize
+    from recsys.serving.export import load_fp32
     from tests.distributed.common import tiny_config
 
     cfg = tiny_config(**{"embeddings.dtype": "bf16"})
@@ -359,7 +359,7 @@ def test_host_memory_is_the_containers_limit_where_it_is_lower(monkeypatch, tmp_
     """One rule for host memory, in workers and in the sweep's check: physical, capped by cgroup."""
     import builtins
 
-    from recsys import cluster
+    from recsys.runtime import cluster
 
     physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     limits = {"/sys/fs/cgroup/memory.max": "max", "/sys/fs/cgroup/memory/memory.limit_in_bytes": ""}

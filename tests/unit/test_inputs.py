@@ -7,8 +7,8 @@ import json
 from mlflow import MlflowClient
 
 from recsys.config import ExperimentConfig
-from recsys.tune.inputs import describe
-from recsys.tune.tracking import Tracker
+from recsys.tracking.inputs import describe
+from recsys.tracking.tracker import Tracker
 from tests.helpers import prepared_log
 
 

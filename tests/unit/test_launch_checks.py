@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from recsys.cluster import check_fits
 from recsys.configlib import ConfigError
+from recsys.runtime.cluster import check_fits
 from recsys.tune import space as spaces
 from recsys.tune.state import SweepOptions, check_resume, save_state
 
@@ -156,11 +156,11 @@ def test_export_by_checkpoint_resolves_its_config_against_the_prepared_folder(
 ):
     """``recsys-export --checkpoint --config``: the model it builds has the data's features and
     tasks (the config file names only the folder), as the trained one had."""
-    import recsys.export
+    import recsys.serving.export
     from recsys.cli import export as cli
 
     seen = []
-    monkeypatch.setattr(recsys.export, "export", lambda cfg, *a: seen.append(cfg) or 1 / 0)
+    monkeypatch.setattr(recsys.serving.export, "export", lambda cfg, *a: seen.append(cfg) or 1 / 0)
     config = tmp_path / "c.yaml"
     config.write_text(f"data: {{source: prepared, paths: [{demo_prepared}]}}\n")
     with pytest.raises(ZeroDivisionError):
@@ -212,8 +212,8 @@ def test_a_finished_sweep_is_refused_and_restart_archives_it(tmp_path, capsys):
     from mlflow import MlflowClient
 
     from recsys.cli.sweep import restart
+    from recsys.tracking.tracker import Tracker
     from recsys.tune.state import mark_finished
-    from recsys.tune.tracking import Tracker
 
     space, opts = saved_sweep(tmp_path)
     mark_finished(opts, 8)

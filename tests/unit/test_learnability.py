@@ -11,7 +11,7 @@ import torch
 from recsys.config import DataConfig, EmbeddingConfig, LossConfig, ModelConfig, SyntheticConfig
 from recsys.data.columns import Columns, RowSource
 from recsys.data.input.loader import TrainStream, eval_batches, load_splits
-from recsys.metrics import binary_metrics
+from recsys.metrics.binary import binary_metrics
 from recsys.models import DLRM, ModelAndLoss
 
 ROWS = [200, 1000, 50, 5000, 300, 2000, 100, 800]

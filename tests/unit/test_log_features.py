@@ -23,10 +23,10 @@ import pytest
 
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
-from recsys.data.prepare.encode import epoch_seconds, hash_ids
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.encode import epoch_seconds, hash_ids
+from recsys.prepare.pipeline import prepare
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -107,8 +107,8 @@ SERVE = """
 import sys
 import numpy as np
 import pyarrow.parquet as pq
-from recsys.data.prepare.encode import encode
-from recsys.serving import load_fitted, raw_table, tabular_batch
+from recsys.prepare.encode import encode
+from recsys.serving.scorer import load_fitted, raw_table, tabular_batch
 
 folder, raw, dest = sys.argv[1:4]
 fitted = load_fitted(folder)
@@ -304,7 +304,7 @@ def test_a_bad_timestamp_is_named_by_file_column_and_row(tmp_path):
 
 
 def test_serving_needs_the_timestamp_columns_not_the_derived_names(tmp_path):
-    from recsys.serving import load_fitted, raw_table
+    from recsys.serving.scorer import load_fitted, raw_table
 
     raw, out, _ = prepared(tmp_path)
     fitted = load_fitted(out)
@@ -325,7 +325,7 @@ def test_serving_needs_the_timestamp_columns_not_the_derived_names(tmp_path):
 
 
 def test_the_demo_schema_uses_time_features_and_its_history_holds_item_ids():
-    from recsys.data.demo.clicklogs import ClickLogs, Shape
+    from recsys.demo.clicklogs import ClickLogs, Shape
 
     schema = DatasetSchema.load(os.path.join(ROOT, "schemas", "clicklogs.yaml"))
     assert schema.derived == ["event_hour", "event_weekday", "item_age"]
@@ -470,8 +470,8 @@ def test_hashed_columns_keep_row_zero_for_missing_values(tmp_path):
 
 
 def test_a_frame_of_iso_text_serves_as_the_timestamps_it_writes(tmp_path):
-    from recsys.data.prepare.encode import encode
-    from recsys.serving import load_fitted, raw_table
+    from recsys.prepare.encode import encode
+    from recsys.serving.scorer import load_fitted, raw_table
 
     raw, out, meta = prepared(tmp_path)
     fitted = load_fitted(out)
@@ -514,7 +514,7 @@ WEIGHTS_SERVED = """
 import sys
 import numpy as np
 import pyarrow.parquet as pq
-from recsys.serving import load_fitted, tabular_batch
+from recsys.serving.scorer import load_fitted, tabular_batch
 
 folder, raw, dest = sys.argv[1:4]
 fitted = load_fitted(folder)
@@ -561,7 +561,7 @@ def test_a_bad_weight_list_is_named_by_file_column_and_row(tmp_path, change, row
 
 
 def test_serving_names_a_weight_list_that_does_not_fit_its_ids(tmp_path):
-    from recsys.serving import load_fitted, tabular_batch
+    from recsys.serving.scorer import load_fitted, tabular_batch
 
     raw, out, _ = prepared(tmp_path, WEIGHTED, weighted_log(), name="w")
     frame = pq.read_table(raw).to_pandas().drop(columns=["y"])
@@ -621,7 +621,7 @@ def test_a_csv_logs_lists_are_lists_in_the_served_example(tmp_path):
     Parquet file's lists (was: each text split into characters, weights refused)."""
     import pyarrow.csv
 
-    from recsys.serving import load_fitted, tabular_batch
+    from recsys.serving.scorer import load_fitted, tabular_batch
     from recsys.tune.publish import serving_example
 
     def joined(rows):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from sklearn.metrics import log_loss, roc_auc_score
 
-from recsys.metrics import binary_metrics
+from recsys.metrics.binary import binary_metrics
 
 
 def test_metrics_match_sklearn():

@@ -10,7 +10,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from recsys.tune.tracking import (
+from recsys.tracking.tracker import (
     MODEL_TRAINING,
     Tag,
     Tracker,

@@ -1,4 +1,4 @@
-"""The planted log (``recsys.data.demo.planted``): categorical fields only, reproducible from its
+"""The planted log (``recsys.demo.planted``): categorical fields only, reproducible from its
 seed, its ``p_click`` the probability each click was drawn with (so its AUC is the oracle's),
 pairwise terms that a linear model cannot see, and a schema the product's preparation takes, whose
 test split is the file's last rows."""
@@ -14,11 +14,11 @@ import yaml
 
 from recsys.cli import planted as planted_cli
 from recsys.config import DataConfig
-from recsys.data.demo import planted
 from recsys.data.input.loader import load_splits
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.schema import DatasetSchema
-from recsys.metrics import auc
+from recsys.demo import planted
+from recsys.metrics.binary import auc
+from recsys.prepare.pipeline import prepare
 
 
 def test_the_same_seed_writes_the_same_rows(tmp_path):

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys.data.columns import DataError
-from recsys.data.prepare import pipeline as prepare_module
-from recsys.data.prepare.encode import hash_ids
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
+from recsys.prepare import pipeline as prepare_module
+from recsys.prepare.encode import hash_ids
+from recsys.prepare.pipeline import prepare
 
 SCHEMA = {
     "labels": ["y"],
@@ -488,7 +488,7 @@ def test_the_example_rows_are_good_rows(tmp_path):
 
 
 def test_a_folders_files_are_read_with_numbers_in_their_names_by_value(tmp_path):
-    from recsys.data.prepare.sources import input_files
+    from recsys.prepare.sources import input_files
 
     for k in (10, 2, 1):
         write_parquet(tmp_path / f"day_{k}.parquet", rows(3))
@@ -532,7 +532,7 @@ def test_serving_names_a_folder_of_an_earlier_version(tmp_path):
     by the one reader of meta.json."""
     import json
 
-    from recsys.serving import load_fitted
+    from recsys.serving.scorer import load_fitted
 
     (tmp_path / "meta.json").write_text(json.dumps({"format": "recsys-prepared-v2"}))
     with pytest.raises(ValueError, match="'recsys-prepared-v2' of an earlier version; prepare"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from recsys.cluster import QuietTeardown, drop_sigterm_tracebacks
+from recsys.runtime.cluster import QuietTeardown, drop_sigterm_tracebacks
 
 # a process with a SIGTERM handler like Ray's worker's (raises SystemExit), which receives the
 # SIGTERM while its main thread runs a WeakSet's removal callback, as a Ray actor may
@@ -76,7 +76,7 @@ def test_rays_token_notice_says_what_it_means():
 
     from ray._private.authentication import authentication_token_setup as setup
 
-    from recsys.cluster import token_notice
+    from recsys.runtime.cluster import token_notice
 
     class Keep(logging.Handler):
         def __init__(self) -> None:
@@ -101,7 +101,7 @@ def test_rays_token_notice_says_what_it_means():
 
 
 def test_a_dead_raylets_report_is_one_line():
-    from recsys.cluster import short_raylet_death
+    from recsys.runtime.cluster import short_raylet_death
 
     lines = [
         "Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL "

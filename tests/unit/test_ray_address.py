@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recsys.cluster import RaySource, check_answers, find_ray, ray_line
+from recsys.runtime.cluster import RaySource, check_answers, find_ray, ray_line
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,14 +9,14 @@ import os
 import numpy as np
 import pytest
 
-from recsys import storage
 from recsys.config import ExperimentConfig
 from recsys.data.errors import DataError
-from recsys.data.prepare.pipeline import prepare
 from recsys.data.prepared.folder import load_splits
 from recsys.data.prepared.meta import read_meta
 from recsys.data.prepared.remote import cache_prepared, localised, needed_shards, rank_ranges
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.pipeline import prepare
+from recsys.runtime import storage
 from tests.conftest import SCHEMA, write_demo
 
 

@@ -52,8 +52,8 @@ def test_budget_and_plan_verdicts_name_their_numbers():
 
 @pytest.mark.parametrize("metric", ["val_ne", "val_ne/mean"])  # a task's or the mean: a '/'
 def test_the_trial_to_publish_follows_the_sweeps_mode_and_a_memory_budget(tmp_path, metric):
+    from recsys.tracking.tracker import Tag, Tracker
     from recsys.tune.publish import best_trial
-    from recsys.tune.tracking import Tag, Tracker
 
     uri = f"sqlite:///{tmp_path}/m.db"
     t = Tracker(uri)

@@ -235,7 +235,7 @@ def test_attention_needs_a_target_and_the_transformers_heads_divide_the_width():
 
 
 def test_order_times_that_do_not_match_the_items_are_refused_naming_column_and_row(tmp_path):
-    from recsys.data.prepare.pipeline import prepare
+    from recsys.prepare.pipeline import prepare
 
     schema = DatasetSchema.from_dict({
         "labels": ["click"], "split": {"val_fraction": 0.0, "test_fraction": 0.0},
@@ -258,9 +258,9 @@ def test_order_times_that_do_not_match_the_items_are_refused_naming_column_and_r
 def test_prepared_and_served_rows_keep_the_latest_items_by_time(tmp_path):
     """``order_by`` sorts each history (ties in the list's order) before the most recent
     ``max_len`` are kept; preparation and serving give the same position keys."""
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.prepared.folder import load_splits
-    from recsys.serving import load_fitted, tabular_batch
+    from recsys.prepare.pipeline import prepare
+    from recsys.serving.scorer import load_fitted, tabular_batch
 
     schema = DatasetSchema.from_dict({
         "labels": ["click"], "split": {"by": "order", "val_fraction": 0.0, "test_fraction": 0.0},
@@ -307,9 +307,9 @@ def test_the_demo_logs_history_times_run_newest_first_before_the_event(tmp_path)
 def test_the_planted_history_log_prepares_and_its_click_depends_on_the_recent_items(tmp_path):
     """The same seed gives the same rows; the oracle is far above chance; the schema's sequence
     keeps the latest items by time (the list is newest first)."""
-    from recsys.data.demo import histories, planted
-    from recsys.data.prepare.pipeline import prepare
     from recsys.data.prepared.folder import load_splits
+    from recsys.demo import histories, planted
+    from recsys.prepare.pipeline import prepare
 
     a, b = histories.table(3000), histories.table(3000)
     assert a.equals(b)

@@ -286,7 +286,7 @@ def test_factorization_machine_builds_and_trains_on_a_shared_table():
 
 @pytest.mark.parametrize(("arch", "qr"), [("dlrm", None), ("dlrm", "mult"), ("lr", "mult")])
 def test_int8_export_of_a_shared_table_scores_like_fp32(arch, qr):
-    from recsys.export import quantize_and_script
+    from recsys.serving.export import quantize_and_script
 
     dense, kjt = torch.randn(64, 3), make_kjt(NAMES, ROWS, batch=64, hot=2, seed=3)
 

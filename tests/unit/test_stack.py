@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from recsys import stack
+from recsys.runtime import stack
 
 STACK_PY = os.path.join(os.path.dirname(stack.__file__), "stack.py")
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from recsys import storage
 from recsys.configlib import ConfigError
+from recsys.runtime import storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -8,7 +8,7 @@ import numpy as np
 from recsys.config import DataConfig, SyntheticConfig
 from recsys.data.input.loader import load_splits
 from recsys.data.input.synthetic import BLOCK, Generator, SyntheticRows, generate
-from recsys.metrics import auc
+from recsys.metrics.binary import auc
 
 TABLES = [50, 200, 1000, 3000]
 

@@ -10,7 +10,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 from recsys.config import ExperimentConfig
 from recsys.configlib import ConfigError
-from recsys.metrics import entropy
+from recsys.metrics.binary import entropy
 from recsys.train.evaluation import task_metrics
 from recsys.train.metrics import MetricState
 

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from mlflow.tracking import MlflowClient
 
-from recsys.tune.tracking import Tracker
+from recsys.tracking.tracker import Tracker
 from tests.distributed.harness import free_port
 from tests.servers import MlflowServer
 
@@ -55,7 +55,7 @@ def test_a_run_made_without_its_params_gets_them_when_found_again(tmp_path):
 
 
 def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
-    from recsys.tune.report import MlflowReportCallback
+    from recsys.tracking.report import MlflowReportCallback
 
     uri = f"sqlite:///{tmp_path}/m.db"
     t = Tracker(uri)
@@ -121,7 +121,7 @@ def test_refused_credentials_are_named_before_launch():
 
 OPEN = """
 import sys
-from recsys.tune import tracking
+from recsys.tracking import tracker as tracking
 if sys.argv[2] == "sql":  # as for a postgresql:// URI: no SQLite pre-check
     tracking.open_store = lambda uri: None
 tracking.Tracker(sys.argv[1]).check_reachable()
@@ -353,7 +353,7 @@ def test_an_artifact_a_full_disk_refuses_is_kept_and_named(tmp_path, monkeypatch
 def test_a_local_artifact_root_without_space_is_refused_before_launch(tmp_path, monkeypatch):
     from collections import namedtuple
 
-    from recsys.tune import tracking
+    from recsys.tracking import tracker as tracking
 
     t = Tracker(f"sqlite:///{tmp_path}/m.db")
     t.check_artifact_space("s")  # this machine's disk has room

@@ -223,7 +223,7 @@ def test_the_loaders_weighted_batch_is_what_the_model_weighs():
 
 @pytest.mark.parametrize(("arch", "qr"), [("dlrm", None), ("dlrm", "mult"), ("lr", "mult")])
 def test_int8_export_of_a_weighted_model_is_close_to_fp32_and_weighs(tmp_path, arch, qr):
-    from recsys.export import quantize_and_script
+    from recsys.serving.export import quantize_and_script
 
     emb = emb_config(qr, shared=SHARED)
     model = model_of(emb, arch)

@@ -13,7 +13,7 @@ import shlex
 from typing import Any
 
 from recsys.data.errors import DataError
-from recsys.storage import is_uri, resolved
+from recsys.runtime.storage import is_uri, resolved
 
 FORMAT = "recsys-prepared-v3"
 META = "meta.json"
@@ -38,7 +38,7 @@ def is_prepared(folder: str) -> bool:
     """Whether ``folder`` (a path or an object store URI) holds a ``meta.json`` (finished or
     not, of this version or an earlier one: ``read_meta`` says which)."""
     if is_uri(folder):
-        from recsys import storage
+        from recsys.runtime import storage
 
         return storage.exists(meta_path(folder))
     return os.path.isfile(meta_path(resolved(folder)))
@@ -46,7 +46,7 @@ def is_prepared(folder: str) -> bool:
 
 def meta_path(folder: str) -> str:
     """The path (or URI) of ``folder``'s ``meta.json``."""
-    from recsys import storage
+    from recsys.runtime import storage
 
     return storage.join(folder, META)
 
@@ -87,7 +87,7 @@ def read_meta_text(folder: str) -> tuple[str, dict[str, Any]]:
 def write_meta(folder: str, meta: dict[str, Any]) -> None:
     """Write ``folder``'s ``meta.json`` whole (a temporary name and a rename: a reader sees the
     old file or the new one, never a part); ``meta`` must be of this version's format."""
-    from recsys import storage
+    from recsys.runtime import storage
 
     if meta.get("format") != FORMAT:
         raise ValueError(f"{folder}: meta.json of format {meta.get('format')!r}, not {FORMAT!r}")
@@ -95,7 +95,7 @@ def write_meta(folder: str, meta: dict[str, Any]) -> None:
 
 
 def _read_uri(folder: str) -> str:
-    from recsys import storage
+    from recsys.runtime import storage
 
     path = meta_path(folder)
     try:

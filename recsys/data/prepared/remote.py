@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from recsys import storage
 from recsys.data.errors import DataError
 from recsys.data.prepared.meta import CACHE_KEY, META, SPLITS, read_meta_text, write_meta
+from recsys.runtime import storage
 
 SERVING = ("examples.parquet",)  # what serving needs beside meta.json and vocab/
 

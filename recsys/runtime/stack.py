@@ -1,14 +1,15 @@
 """The torch / torchrec / FBGEMM versions that go together, and which one a host gets.
 
 Standard library only: ``scripts/setup.sh`` runs this file with the host's Python before anything
-is installed (``python3 recsys/stack.py pair 2.11.0+cu130``), and ``recsys/__init__.py`` reads it.
+is installed (``python3 recsys/runtime/stack.py pair 2.11.0+cu130``), and ``recsys/__init__.py``
+reads it.
 
-    python3 recsys/stack.py pair 2.11.0+cu130   # torch==2.11.0 torchrec==1.6.1 fbgemm==1.6.0
-    python3 recsys/stack.py pair 2.9.1          # exit 2: unsupported, naming the supported ones
-    python3 recsys/stack.py table               # the README's table of pairs
-    python3 recsys/stack.py requirements dev    # pyproject's requirements but the paired three
-    python3 recsys/stack.py cuda-wheels 2.13.0 cu128 [INDEX_URL]   # the CUDA wheels setup needs;
-                                                # with an index: exit 1 naming any it lacks
+    python3 recsys/runtime/stack.py pair 2.11.0+cu130  # torch==2.11.0 torchrec==1.6.1 fbgemm==1.6.0
+    python3 recsys/runtime/stack.py pair 2.9.1    # exit 2: unsupported, naming the supported ones
+    python3 recsys/runtime/stack.py table         # the README's table of pairs
+    python3 recsys/runtime/stack.py requirements dev   # pyproject's requirements but the paired 3
+    python3 recsys/runtime/stack.py cuda-wheels 2.13.0 cu128 [INDEX_URL]   # the CUDA wheels setup
+                                   # needs; with an index: exit 1 naming any it lacks
 
 Only the first two numbers of a torch version choose the pair; the local part (``+cu130``,
 ``+cpu``) is the host's build of it. FBGEMM's compiled operators are built against one torch
@@ -134,7 +135,8 @@ def project_requirements(extras: list[str], build: bool = False) -> list[str]:
     """The project's requirements (core, the given extras, and with ``build`` its build system's)
     except torch, torchrec and FBGEMM, whose versions follow the torch (``pair_for``)."""
     path = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        "pyproject.toml",
     )
     with open(path, "rb") as f:
         pyproject = tomllib.load(f)

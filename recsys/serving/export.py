@@ -46,18 +46,18 @@ from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
-from recsys import storage
 from recsys.config import ExperimentConfig, SparseLayout
 from recsys.data import RowSource
 from recsys.data.dataset import write_serving
 from recsys.data.input.loader import load_splits, to_batch
 from recsys.data.prepared.remote import localised_for_export
 from recsys.distributed.checkpoint import load_model_unsharded
-from recsys.metrics import binary_metrics, sigmoid
+from recsys.metrics.binary import binary_metrics, sigmoid
 from recsys.models import ModelAndLoss, build_model
 from recsys.models.dlrm import WithRawIds
 from recsys.models.sequence import LEAF_MODULES
-from recsys.serving import META_FILE, MODEL_FILE, PREPARED_DIR
+from recsys.runtime import storage
+from recsys.serving.scorer import META_FILE, MODEL_FILE, PREPARED_DIR
 
 DTYPES = {"int8": torch.qint8, "int4": torch.quint4x2, "fp16": torch.half}
 

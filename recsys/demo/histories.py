@@ -52,7 +52,7 @@ def table(rows: int, seed: int = 0, shape: Shape = Shape()) -> Any:
     """``rows`` rows as a pyarrow table."""
     import pyarrow as pa
 
-    from recsys.data.demo.clicklogs import START, times_before
+    from recsys.demo.clicklogs import START, times_before
 
     rng = np.random.default_rng([seed, 7])
     category = rng.integers(0, shape.categories, shape.items)

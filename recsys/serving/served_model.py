@@ -4,6 +4,6 @@ package shipped beside it (``code_paths``), instead of unpickling an object."""
 
 from mlflow.models import set_model
 
-from recsys.serving import TabularScorer
+from recsys.serving.scorer import TabularScorer
 
 set_model(TabularScorer())

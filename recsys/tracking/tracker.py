@@ -687,7 +687,7 @@ class Tracker:
     def log_dataset(
         self, run_id: str, fields: Callable[[], dict[str, str]], context: str = "training"
     ) -> None:
-        """The data a run saw as an MLflow dataset input (``fields()``: ``recsys.tune.inputs.
+        """The data a run saw as an MLflow dataset input (``fields()``: ``recsys.tracking.inputs.
         describe``'s; the UI's Datasets column); a failure, describing the data included, is a
         warning, as for every log here."""
         from mlflow.entities import Dataset, DatasetInput, InputTag

@@ -27,7 +27,7 @@ class Executor:
         if not self.local:
             import ray
 
-            from recsys.cluster import connect
+            from recsys.runtime.cluster import connect
 
             self.started = not ray.is_initialized()
             connect(address or "local", num_cpus=None if address else workers, log_to_driver=False,

@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data.dense import log1p_counts
-from recsys.data.prepare import vocab
 from recsys.data.schema import UNIT_SECONDS, DatasetSchema, SparseColumn, zone
+from recsys.prepare import vocab
 
 TRAIN, VAL, TEST = 0, 1, 2
 SPLIT_NAMES = ("train", "val", "test")

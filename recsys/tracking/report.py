@@ -23,8 +23,8 @@ class MlflowReportCallback(UserCallback):  # type: ignore[misc]
     def after_report(
         self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any
     ) -> None:
-        from recsys.storage import as_uri
-        from recsys.tune.tracking import Tag, Tracker
+        from recsys.runtime.storage import as_uri
+        from recsys.tracking.tracker import Tag, Tracker
 
         if self._tracker is None:
             self._tracker = Tracker(self.uri)

@@ -270,7 +270,7 @@ def test_rows(path: str, meta: dict[str, Any]) -> Any:
 def oracle_auc(frame: Any, label: str = "click") -> float:
     """The Bayes-optimal AUC of these rows for ``label``: its true probability (``p_click``,
     ``p_like``) against it."""
-    from recsys.metrics import auc
+    from recsys.metrics.binary import auc
 
     truth = np.asarray(frame[TRUTHS[label]], np.float64)
     return auc(np.asarray(frame[label], np.float64), truth)

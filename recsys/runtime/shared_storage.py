@@ -12,7 +12,7 @@ folder (removed afterwards), and takes a digest of what the ``--data`` path hold
 ``meta.json`` for a prepared folder; it may be read-only, so nothing is written there); then one
 task per alive node (no CPU, pinned to the node) reads the same files and returns what it saw.
 An identical copy of ``--data`` at the same path on every node passes, as Ray can use it so.
-Object store URIs are not checked here (``recsys.storage.check_storage`` does).
+Object store URIs are not checked here (``recsys.runtime.storage.check_storage`` does).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from recsys.config import DataConfig
 from recsys.configlib import ConfigError
 from recsys.data.prepared.meta import is_prepared, meta_path
-from recsys.storage import is_uri
+from recsys.runtime.storage import is_uri
 
 MARKER = ".recsys-node-check-"  # + a random token: the file the driver writes into --storage
 WRITTEN = frozenset(

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from recsys.data.prepare.encode import Encoded
 from recsys.data.schema import DatasetSchema
+from recsys.prepare.encode import Encoded
 
 HEADER_BYTES = 256  # fixed npy header length, so the row count can be written at the end
 

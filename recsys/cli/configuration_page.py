@@ -1,7 +1,7 @@
 """The configuration reference (``docs/configuration.md``), generated from the code.
 
-    python -m recsys.reference > docs/configuration.md    # write it
-    python -m recsys.reference --check                    # exit 1 when the page is stale
+    python -m recsys.cli.configuration_page > docs/configuration.md   # write it
+    python -m recsys.cli.configuration_page --check   # exit 1 when the page is stale
 
 Every part comes from where the code defines it: the experiment config and the dataset schema from
 their dataclasses (types, defaults, and the ``Attributes:`` sections of their docstrings), the
@@ -36,9 +36,9 @@ import yaml
 from recsys import archs
 from recsys.configlib import _optional_inner
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"
-COMMAND = "python -m recsys.reference > docs/configuration.md"
+COMMAND = "python -m recsys.cli.configuration_page > docs/configuration.md"
 
 # ------------------------------------------------------------------------------------------------
 # Environment variables: every RECSYS_* name the project reads, with its meaning
@@ -72,8 +72,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         SETUP,
         "`pinned | preinstalled | <version>` such as `2.11` (default `pinned`: torch 2.13.0); "
         "`preinstalled` keeps the torch `RECSYS_PYTHON` already has and installs the torchrec and "
-        "FBGEMM that pair with it (`recsys/stack.py`); any other torch is refused before anything "
-        "is installed. `./run.sh test-compat VERSION` sets it",
+        "FBGEMM that pair with it (`recsys/runtime/stack.py`); any other torch is refused before "
+        "anything is installed. `./run.sh test-compat VERSION` sets it",
     ),
     "RECSYS_WHEELHOUSE": (
         SETUP,
@@ -111,9 +111,9 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     ),
     "RECSYS_LOCAL_RAY_API_SERVER": (
         INTERNAL,
-        "set by `recsys.cluster.connect` when it starts a local Ray: the dashboard address it gave "
-        "`RAY_API_SERVER_ADDRESS`, so a later connect (in this process or a child) knows that "
-        "address is a stale one of its own, not the user's",
+        "set by `recsys.runtime.cluster.connect` when it starts a local Ray: the dashboard "
+        "address it gave `RAY_API_SERVER_ADDRESS`, so a later connect (in this process or a child) "
+        "knows that address is a stale one of its own, not the user's",
     ),
     "RECSYS_CHROMIUM": (
         TESTS,
@@ -175,7 +175,7 @@ def env_vars_in_code(root: Path = ROOT) -> dict[str, list[str]]:
     found: dict[str, set[str]] = {}
     for path in _scanned_files(root):
         rel = path.relative_to(root).as_posix()
-        if rel == "recsys/reference.py":
+        if rel == "recsys/cli/configuration_page.py":
             continue
         for name in ENV_PATTERN.findall(path.read_text(errors="replace")):
             found.setdefault(name, set()).add(rel)
@@ -647,8 +647,8 @@ def render() -> str:
         "# Configuration reference",
         "",
         f"Generated from the code by `{COMMAND}`; do not edit it by hand (the docstrings, "
-        "parsers and `recsys/reference.py` are the source; `tests/unit/test_docs.py` fails when "
-        "this page is stale).",
+        "parsers and `recsys/cli/configuration_page.py` are the source; `tests/unit/test_docs.py` "
+        "fails when this page is stale).",
         "",
         "Contents: [Experiment config](#experiment-config), [Dataset schema](#dataset-schema), "
         "[Search space files](#search-space-files), [Command-line flags](#command-line-flags), "
@@ -684,7 +684,7 @@ def check(page: Path = PAGE) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m recsys.reference",
+        prog="python -m recsys.cli.configuration_page",
         description="Print the configuration reference (Markdown), or check docs/configuration.md.",
     )
     p.add_argument("--check", action="store_true", help="exit 1 if docs/configuration.md is stale")

@@ -5,7 +5,7 @@
     recsys-preprocess --schema criteo_terabyte day_{0..23}.gz --out /shared/criteo_1tb \\
         --address auto                                  # a Ray cluster; --out on shared storage
 
-The inputs are cut into pieces (``recsys.data.prepare.sources``: row groups, byte ranges at line
+The inputs are cut into pieces (``recsys.prepare.sources``: row groups, byte ranges at line
 starts, whole gzip files) that depend on the files only, and every pass is one Ray task per piece
 (a local Ray of ``--workers`` processes, or a cluster with ``--address``; ``--workers 0``: the same
 tasks one after the other in this process, no Ray). Each task reads its piece itself:
@@ -70,9 +70,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from recsys import storage
 from recsys.data.errors import DataError
-from recsys.data.prepare.encode import (
+from recsys.data.prepared.meta import FORMAT, is_prepared, write_meta
+from recsys.data.prepared.remote import upload_folder
+from recsys.data.schema import DatasetSchema, SparseColumn
+from recsys.prepare.encode import (
     SPLIT_NAMES,
     BatchStats,
     Codes,
@@ -87,8 +89,8 @@ from recsys.data.prepare.encode import (
     is_list,
     split_of,
 )
-from recsys.data.prepare.shards import ShardWriter
-from recsys.data.prepare.sources import (
+from recsys.prepare.shards import ShardWriter
+from recsys.prepare.sources import (
     BadLine,
     Inspection,
     Piece,
@@ -102,11 +104,9 @@ from recsys.data.prepare.sources import (
     read_piece,
     with_rows,
 )
-from recsys.data.prepare.tasks import Executor, tree_merge
-from recsys.data.prepared.meta import FORMAT, is_prepared, write_meta
-from recsys.data.prepared.remote import upload_folder
-from recsys.data.schema import DatasetSchema, SparseColumn
-from recsys.shared_storage import check_nodes_see
+from recsys.prepare.tasks import Executor, tree_merge
+from recsys.runtime import storage
+from recsys.runtime.shared_storage import check_nodes_see
 
 HIST_BINS = 1 << 16
 CHUNK_MB = 64.0
@@ -471,7 +471,7 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
     first piece with rows."""
     import pyarrow.parquet as pq
 
-    from recsys.data.prepare.encode import as_list, is_text, numeric
+    from recsys.prepare.encode import as_list, is_text, numeric
 
     cols = schema.serving_columns()
     batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))

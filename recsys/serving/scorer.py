@@ -2,10 +2,10 @@
 (``TabularScorer``), whatever the data: a prepared folder's schema (Criteo's included), or the
 columns export writes for synthetic data and TorchRec's folders (``recsys.data.dataset``).
 
-The TorchScript model inside is the one ``recsys.export`` wrote; this wrapper only turns rows into
-the model's input with what training used, copied beside it (``prepared/``: the schema, the
-vocabularies, the dense statistics), by the same code as the preparation
-(``recsys.data.prepare.encode``).
+The TorchScript model inside is the one ``recsys.serving.export`` wrote; this wrapper only turns
+rows into the model's input with what training used, copied beside it (``prepared/``: the schema,
+the vocabularies, the dense statistics), by the same code as the preparation
+(``recsys.prepare.encode``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
-MODEL_FILE = "model.pt"  # the TorchScript model (written by recsys.export)
+MODEL_FILE = "model.pt"  # the TorchScript model (written by recsys.serving.export)
 META_FILE = "meta.json"  # feature names, table sizes, transforms, the export report
 
 # What the served model imports, pinned to the versions installed here.
@@ -57,7 +57,7 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
     columns; labels and the time column are not needed, the timestamp columns of time features
     are): raw ids are mapped through the training vocabularies (or hashed into their buckets),
     time features derived from their timestamps, and dense values filled and transformed with
-    the training statistics, by the same code as the preparation (``recsys.data.prepare.encode``).
+    the training statistics, by the same code as the preparation (``recsys.prepare.encode``).
     Returns one probability per task, a column named after each label."""
 
     def load_context(self, context: Any) -> None:
@@ -92,9 +92,9 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
 def load_fitted(folder: str) -> Any:
     """The preparation's fitted transforms (schema, vocabularies, dense statistics) from a
     prepared folder (or its copy beside an export); a shared table's file is read once."""
-    from recsys.data.prepare.encode import Fitted, Vocabulary
     from recsys.data.prepared.meta import OldFormat, read_meta
     from recsys.data.schema import DatasetSchema
+    from recsys.prepare.encode import Fitted, Vocabulary
 
     try:
         meta = read_meta(folder)
@@ -119,7 +119,7 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
     ``ValueError`` naming column and row."""
     import pyarrow as pa
 
-    from recsys.data.prepare.encode import column_problem, parallel_problem
+    from recsys.prepare.encode import column_problem, parallel_problem
 
     schema = fitted.schema
     needed = schema.serving_columns()
@@ -222,7 +222,7 @@ def tabular_batch(frame: pd.DataFrame, fitted: Any, table_rows: list[int]) -> An
     from recsys.config import SparseLayout
     from recsys.data.columns import RaggedColumns
     from recsys.data.input.loader import to_batch
-    from recsys.data.prepare.encode import encode
+    from recsys.prepare.encode import encode
 
     enc = encode(raw_table(frame, fitted), fitted, with_labels=False)
     n = len(enc)

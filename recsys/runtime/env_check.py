@@ -1,4 +1,4 @@
-"""Check that the pinned stack imports and that FBGEMM runs: ``python -m recsys.env_check``.
+"""Check that the pinned stack imports and that FBGEMM runs: ``python -m recsys.runtime.env_check``.
 
 Exits non-zero with a message naming the broken piece. Used by ``scripts/setup.sh`` to prove an
 install, and handy on a new cluster node. With a GPU present it also runs FBGEMM's CUDA kernels
