@@ -5,10 +5,17 @@ the CUDA stack and runs FBGEMM's CUDA kernels through ``python -m recsys.runtime
     ./run.sh gpu-check resume     # only the items whose name contains "resume"
     python scripts/gpu_check.py --list   # every item and the GPUs it needs (any machine)
     ./run.sh gpu-check --logs DIR  # also keep each item's whole output in DIR/NN-<item>.log
+    ./run.sh gpu-check throughput  # only the throughput figures (runs/gpu-check/gpu-throughput.*)
 
 Every item names the GPUs it needs. Items that need more GPUs than the machine has are not run
 (``SKIP``), and the verdict is then ``INCOMPLETE``, never ``passed``: one GPU runs one rank (NCCL
 refuses two ranks on one device), so a one-GPU host checks the one-rank variants only.
+
+The throughput item (``benchmarks/gpu_throughput.py``) measures our training step against
+TorchRec's own DLRM at the Criteo Kaggle shape and writes the figures, as JSON and as the Markdown
+that BENCHMARKS.md's GPU section takes, to ``runs/gpu-check/`` (``FIGURES``). It passes where both
+models trained; its goal (ours / TorchRec's >= 0.9) is a benchmark's, said in its line, never a
+failure here.
 
 Exit status: 0 every item passed, 1 an item failed (or no GPU), 3 incomplete (none failed).
 """
@@ -28,7 +35,7 @@ TESTS = "tests/gpu/test_gpu.py::"
 # (deterministic kernels set by the worker; headroom for NCCL's reduction order on a new
 # communicator; half tables round stochastically)
 RESUME_TOL = "weights, loss and AUC within 1e-6, fp16/bf16 tables within 1 ulp"
-ITEMS = [  # (what it checks, GPUs it needs, pytest node or "smoke")
+ITEMS = [  # (what it checks, GPUs it needs, pytest node or a name in RUNNERS)
     ("NCCL sharded == unsharded, row/table/column-wise + QR, debug gather", 2,
      TESTS + "test_nccl_sharded_matches_unsharded_row_and_table_wise[plain]"),
     ("TrainPipelineSparseDist on CUDA streams == unsharded", 2,
@@ -49,7 +56,10 @@ ITEMS = [  # (what it checks, GPUs it needs, pytest node or "smoke")
      TESTS + "test_killed_worker_on_one_gpu_restarts_from_last_checkpoint"),
     ("the planner is told this GPU's memory", 1, TESTS + "test_the_planner_sees_this_gpu"),
     ("2-trial smoke sweep with --gpus", 1, "smoke"),
+    ("throughput: our training step vs TorchRec's DLRM at the Criteo Kaggle shape (26 tables, "
+     "dim 128, batch 16k, dot), samples/s and their ratio", 1, "throughput"),
 ]  # fmt: skip
+FIGURES = os.path.join(ROOT, "runs", "gpu-check")  # where the throughput item writes its figures
 
 
 def verdict(results: list[tuple[str, int]], gpus: int) -> tuple[str, int]:
@@ -103,6 +113,34 @@ def smoke_sweep(gpus: int, log: str | None) -> tuple[str, str]:
     return ("PASS" if ok else "FAIL"), f"{workers} worker(s) per trial; {tail[0][:300]}"
 
 
+def throughput_command(out: str) -> list[str]:
+    """The throughput item's command: the Kaggle shape on cuda:0, figures written to ``out``."""
+    return [sys.executable, "-m", "benchmarks.gpu_throughput", "--device", "cuda", "--out", out]
+
+
+def run_figures(cmd: list[str], log: str | None) -> tuple[str, str]:
+    """Run a figures command: PASS with its last line (the verdict) where it exits 0, else FAIL
+    with its last line of output."""
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    keep(log, text)
+    if out.returncode == 0:
+        last = [line for line in out.stdout.splitlines() if line.strip()][-1:] or ["(no output)"]
+        return "PASS", last[0][:300]
+    last = [line for line in text.splitlines() if line.strip()][-1:] or ["(no output)"]
+    return "FAIL", f"exit {out.returncode}: {last[0][:300]}"
+
+
+def throughput(gpus: int, log: str | None) -> tuple[str, str]:
+    """The throughput figures on cuda:0 (one GPU whatever the host has), written to FIGURES."""
+    status, detail = run_figures(throughput_command(FIGURES), log)
+    where = os.path.relpath(FIGURES, ROOT)
+    return status, f"{detail}; figures in {where}/" if status == "PASS" else detail
+
+
+RUNNERS = {"smoke": smoke_sweep, "throughput": throughput}  # the items that are not pytest nodes
+
+
 def slug(name: str) -> str:
     """A file name's worth of an item's name: ``NCCL sharded == ...`` -> ``nccl-sharded-...``."""
     return "-".join(re.findall(r"[a-z0-9]+", name.lower()))[:60]
@@ -141,8 +179,8 @@ def main(argv: list[str]) -> int:
         log = None if logs is None else os.path.join(logs, f"{n:02d}-{slug(name)}.log")
         if need > gpus:
             status, detail = "SKIP", f"needs {need} GPUs, this machine has {gpus}"
-        elif what == "smoke":
-            status, detail = smoke_sweep(gpus, log)
+        elif what in RUNNERS:
+            status, detail = RUNNERS[what](gpus, log)
         else:
             status, detail = run_pytest(what, log)
         results.append((status, need))

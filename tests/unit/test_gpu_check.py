@@ -44,12 +44,41 @@ def test_one_gpu_has_a_variant_of_every_kind_of_item():
 
 
 def test_every_item_names_a_test_that_exists():
-    nodes = [what for _, _, what in gpu_check.ITEMS if what != "smoke"]
+    nodes = [what for _, _, what in gpu_check.ITEMS if what not in gpu_check.RUNNERS]
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "no:cacheprovider", *nodes],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "no tests ran" not in out.stdout and "ERROR" not in out.stdout
+
+
+def test_every_item_is_a_pytest_node_or_has_a_runner():
+    for _, _, what in gpu_check.ITEMS:
+        assert what in gpu_check.RUNNERS or what.startswith(gpu_check.TESTS), what
+
+
+def test_one_gpu_measures_the_throughput_against_torchrecs_dlrm():
+    """The throughput item needs one GPU, runs the harness at the Kaggle shape on cuda:0 (the
+    defaults: no ``--tiny``, no cap) and writes its figures under ``runs/gpu-check``; its
+    arguments are the harness's own."""
+    [(name, need)] = [(n, g) for n, g, what in gpu_check.ITEMS if what == "throughput"]
+    assert need == 1 and "Kaggle" in name and "TorchRec's DLRM" in name
+    cmd = gpu_check.throughput_command("OUT")
+    assert cmd[:3] == [sys.executable, "-m", "benchmarks.gpu_throughput"]
+    from benchmarks.gpu_throughput import parse_args
+
+    args = parse_args(cmd[3:])
+    assert (args.device, args.tiny, args.cap, args.out) == ("cuda", False, None, "OUT")
+    assert os.path.relpath(gpu_check.FIGURES, ROOT) == os.path.join("runs", "gpu-check")
+
+
+def test_a_figures_command_passes_with_its_verdict_and_fails_with_its_error(tmp_path):
+    ok = [sys.executable, "-c", "print('table'); print('ours / x: 0.95x (goal >= 0.9: met)')"]
+    log = tmp_path / "ok.log"
+    assert gpu_check.run_figures(ok, str(log)) == ("PASS", "ours / x: 0.95x (goal >= 0.9: met)")
+    assert "table" in log.read_text()
+    bad = [sys.executable, "-c", "import sys; print('half'); sys.exit('no GPU here')"]
+    assert gpu_check.run_figures(bad, None) == ("FAIL", "exit 1: no GPU here")
 
 
 def test_each_item_keeps_its_output_under_a_name_of_its_own():
