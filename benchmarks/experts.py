@@ -10,7 +10,8 @@ checkpoint scores the prepared test rows per task. An independent plain-PyTorch 
 stopping) checks the product's shared bottom on the same split, and the oracle bounds both.
 
 Goal: MMoE or PLE beats the shared bottom on each task (mean test AUC over the seeds; the
-seeds' paired differences with their 95% interval, as the sweep's seed check reads them).
+seeds' paired differences with their 95% interval, as the sweep's seed check reads them, wholly
+above 0: ``benchmarks.goals.experts_beat_shared``).
 
 MMoE and PLE run with the space's default experts and in two wider settings, experts and towers
 together as wide as the shared top MLP they replace or wider (``KINDS``), chosen by a probe on
@@ -23,7 +24,6 @@ task's validation AUC): where that matches the shared bottom, sharing costs noth
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import time
@@ -33,6 +33,7 @@ import numpy as np
 
 from benchmarks import independent as ind
 from benchmarks.common import init_world1, table
+from benchmarks.goals import MEASURED, Interval, experts_beat_shared
 
 # model.tasks with the space's default experts (4 of [32], towers [16]; PLE 1 task expert), and
 # two wider settings, as wide as the shared top MLP they replace ([64, 32]) or wider, chosen by a
@@ -129,15 +130,15 @@ def one_task(base: Any, label: str, seed: int, root: str) -> tuple[float, float]
     return val, test
 
 
-def paired(runs: list[list[float]], against: list[list[float]]) -> tuple[list[str], list[bool]]:
-    """Per task, the seeds' paired test-AUC differences of ``runs`` over ``against`` (mean and
-    95% interval), and whether the mean is above 0."""
-    cells, wins = [], []
+def paired(runs: list[list[float]], against: list[list[float]]) -> tuple[list[str], list[Interval]]:
+    """Per task, the seeds' paired test-AUC differences of ``runs`` over ``against``: as a cell
+    (mean and 95% interval) and as an ``Interval``."""
+    cells, intervals = [], []
     for t, label in enumerate(LABELS):
         diffs = [a[t] - b[t] for a, b in zip(runs, against, strict=True)]
         cells.append(f"{label} {difference(diffs)}")
-        wins.append(float(np.mean(diffs)) > 0)
-    return cells, wins
+        intervals.append(Interval.of(diffs))
+    return cells, intervals
 
 
 def difference(diffs: list[float]) -> str:
@@ -149,12 +150,8 @@ def difference(diffs: list[float]) -> str:
 def interval(diffs: list[float]) -> tuple[float, float]:
     """The 95% interval (Student's t) of the mean of paired differences, as the seed check
     computes one (``recsys.tune.confirm.spread``); none from one seed."""
-    from recsys.tune.confirm import spread
-
-    if len(diffs) < 2:
-        return math.nan, math.nan
-    s = spread("", diffs)
-    return s.low, s.high
+    d = Interval.of(diffs)
+    return d.low, d.high
 
 
 def run(rows: int, seeds: list[int], epochs: float) -> str:
@@ -200,12 +197,12 @@ def run(rows: int, seeds: list[int], epochs: float) -> str:
                  "Bayes-optimal"])  # fmt: skip
     goals = []
     for kind in (k for k in KINDS if k != "shared"):
-        cells, wins = paired(runs[kind], runs["shared"])
+        cells, intervals = paired(runs[kind], runs["shared"])
         goals.append([f"{kind} beats the shared bottom on each task (mean test AUC)",
-                      "; ".join(cells), "met" if all(wins) else "missed"])  # fmt: skip
+                      "; ".join(cells), experts_beat_shared({kind: intervals})])  # fmt: skip
     cells, _ = paired(runs[ALONE], runs["shared"])
     goals.append(["(what experts can win back) one task each against the shared bottom",
-                  "; ".join(cells), "measured"])  # fmt: skip
+                  "; ".join(cells), MEASURED])  # fmt: skip
     n = {k: len(v) for k, v in data.items()}
     head = (
         f"Two-task planted log: {n['train']:,} training, {n['val']:,} validation, "

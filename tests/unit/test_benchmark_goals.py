@@ -1,0 +1,116 @@
+"""Each goal's function in ``benchmarks.goals`` judges by its stated rule: an interval that
+crosses the goal is never met; a figure at a rounded boundary prints with the digits its verdict
+needs; a comparison says what it is against."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from benchmarks import goals
+from benchmarks.goals import Interval
+
+NAN = math.nan
+
+
+def test_an_interval_that_crosses_the_goal_is_not_met() -> None:
+    assert goals.interval_at_least(Interval(0.02, 0.011, 0.03), 0.01) == "met"
+    assert goals.interval_at_least(Interval(0.0121, 0.0047, 0.0196), 0.01) == (
+        "not met: the 95% interval +0.0047..+0.0196 crosses the goal"
+    )
+    assert goals.interval_at_least(Interval(0.009, 0.005, 0.013), 0.01) == "missed"
+    assert goals.interval_at_least(Interval(0.02, NAN, NAN), 0.01).startswith("not met")
+    assert goals.interval_at_least(Interval(0.01, 0.01, 0.02), 0.01) == "met"  # at or above
+    assert goals.interval_at_least(Interval(0.01, 0.0, 0.02), 0.0, strict=True) == (
+        "not met: the 95% interval +0.0000..+0.0200 crosses the goal"
+    )
+
+
+def test_the_interval_is_students_t_of_the_seeds() -> None:
+    d = Interval.of([0.01, 0.02, 0.03])
+    half = 4.302652729911275 * 0.01 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
+    assert math.isclose(d.mean, 0.02) and math.isclose(d.low, 0.02 - half)
+    assert math.isclose(d.high, 0.02 + half)
+    one = Interval.of([0.01])
+    assert one.mean == 0.01 and math.isnan(one.low) and math.isnan(one.high)
+
+
+def test_the_sequences_goal_from_its_seeds() -> None:
+    """The planted history log's per-seed test AUCs (sum, attention) as BENCHMARKS.md records
+    them: a mean above the goal, an interval across it."""
+    sums, attention = [0.6821, 0.6792, 0.6760], [0.6923, 0.6898, 0.6916]
+    d = Interval.of([a - s for a, s in zip(attention, sums, strict=True)])
+    assert f"{d.mean:+.4f} {d.low:+.4f} {d.high:+.4f}" == "+0.0121 +0.0047 +0.0196"
+    assert goals.pooling_gain(d).startswith("not met: the 95% interval +0.0047..+0.0196")
+
+
+def test_a_reference_is_within_the_tolerance_on_either_side() -> None:
+    assert goals.reference_within(-0.0007) == "met"
+    assert goals.reference_within(0.005) == "met"
+    assert goals.reference_within(0.6646 - 0.6595) == "missed"  # +0.0051, the demo log's LR
+    assert goals.reference_within(-0.0051) == "missed"
+
+
+def test_a_figure_at_a_boundary_prints_the_digits_its_verdict_needs() -> None:
+    within = goals.reference_within
+    assert goals.shown(0.005031, within) == "+0.00503"  # +0.0050 would read as within
+    assert goals.shown(0.0049, within) == "+0.0049"
+    assert goals.shown(-0.0007, within) == "-0.0007"
+    share = lambda x: goals.at_least(x, 0.9)  # noqa: E731
+    assert goals.shown(0.868, share, 1, sign=False, percent=True) == "86.8%"
+    assert goals.shown(0.89996, share, 1, sign=False, percent=True) == "89.996%"
+
+
+def test_sweep_efficiency_is_judged_against_the_fifo_orders_own_time() -> None:
+    """With the same seed, ASHA samples the FIFO sweep's order: 0.29x of the FIFO wall where the
+    FIFO order itself found its best at 0.31x is no saving of ASHA's."""
+    fifo = [60.0, 254.0, 638.0]  # seconds the FIFO sweep's own order took to its best
+    assert goals.sweep_efficiency({"ASHA": [48.0, 237.0, 626.0]}, fifo) == "missed"
+    assert goals.sweep_efficiency({"fast": [25.0, 120.0, 400.0]}, fifo) == "met"
+    assert math.isclose(goals.sweep_ratio([48.0, 237.0, 626.0], fifo), 237 / 254)
+    assert goals.sweep_ratio([NAN, NAN, 10.0], fifo) == math.inf  # a miss counts as the worst
+    assert goals.sweep_efficiency({"a": [25.0, 120.0, 300.0], "b": [NAN, NAN, 1.0]}, fifo) == (
+        "met by a; missed by b"
+    )
+
+
+def test_preprocessing_scaling_is_said_against_one_ray_worker_and_one_process() -> None:
+    two = {"the shipped schema": 177_522.0, "hashed ids": 343_839.0}
+    ray = {"the shipped schema": 100_279.0, "hashed ids": 193_050.0}
+    process = {"the shipped schema": 101_752.0, "hashed ids": 213_547.0}
+    assert goals.preprocess_scaling(two, ray, process) == (
+        "met against one Ray worker; against one process: met for the shipped schema, missed "
+        "for hashed ids"
+    )
+    assert goals.preprocess_scaling(two, ray, ray) == (
+        "met against one Ray worker; met against one process"
+    )
+
+
+def test_experts_meet_the_goal_only_with_every_task_wholly_above_zero() -> None:
+    up, across, down = (
+        Interval(0.01, 0.002, 0.02),
+        Interval(0.01, -0.002, 0.02),
+        Interval(-0.01, -0.02, 0.001),
+    )
+    assert goals.experts_beat_shared({"a": [up, up], "b": [down, down]}) == "met"
+    assert goals.experts_beat_shared({"a": [up, down], "b": [down, up]}) == "missed"
+    assert goals.experts_beat_shared({"a": [up, across], "b": [down, up]}).startswith("not met")
+
+
+def test_cases_say_each_verdict_with_its_labels() -> None:
+    assert goals.cases([("a", "met"), ("b", "met")]) == "met"
+    assert goals.cases([("in time order", "met"), ("with shuffling", "missed")]) == (
+        "met in time order; missed with shuffling"
+    )
+    pairs = [("x", "met"), ("y", "missed"), ("z", "met")]
+    assert goals.cases(pairs, prefix="for ") == "met for x and z; missed for y"
+
+
+def test_the_goals_import_only_the_standard_library() -> None:
+    """``benchmarks.goals`` imports only the standard library at import time: every benchmark
+    and the summary can import it without torch or Ray."""
+    text = Path(goals.__file__).read_text()
+    top = [line for line in text.splitlines() if re.match(r"(from|import) ", line)]
+    assert all(not re.search(r"\b(torch|ray|numpy|recsys)\b", line) for line in top), top
