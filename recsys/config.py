@@ -43,6 +43,7 @@ BadRowPolicy = Literal["error", "skip"]
 EmbeddingOptimizer = Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sgd", "adam"]
 EmbeddingDecayMode = Literal["l2", "decoupled"]
 DenseOptimizer = Literal["adagrad", "sgd", "adam"]
+DenseTables = Literal["dense", "embedding"]
 ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
 ComputeKernel = Literal["fused", "dense"]
 PipelineMode = Literal["auto", "on", "off"]
@@ -131,6 +132,9 @@ class EmbeddingConfig:
         qr: quotient-remainder options.
         dtype: storage type of the tables (``fp32``, ``fp16`` or ``bf16``), set where the tables
             are defined (``EmbeddingBagConfig.data_type``), never by casting a sharded model.
+        init_std: the tables' initial values drawn from ``N(0, init_std^2)`` (the plain recipes'
+            ``1e-4``); ``None``: DLRM's ``U(-sqrt(1/rows), sqrt(1/rows))``. Either way a value
+            depends only on its table, row and column, never on the plan.
     """
 
     num_embeddings: list[int] = field(default_factory=lambda: [1000] * 8)
@@ -147,9 +151,14 @@ class EmbeddingConfig:
     sequence_targets: dict[str, str] = field(default_factory=dict)
     qr: QRConfig = field(default_factory=QRConfig)
     dtype: EmbeddingDType = "fp32"
+    init_std: float | None = None
 
     def __post_init__(self) -> None:
         check_choices(self, "embeddings")
+        if self.init_std is not None:
+            std = self.init_std
+            ok = isinstance(std, (int, float)) and math.isfinite(std) and std > 0
+            check(ok, "embeddings.init_std", std, "must be a number > 0 (null: DLRM's uniform)")
         n = self.num_embeddings
         check(len(n) > 0, "embeddings.num_embeddings", n, "needs at least one table")
         for i, rows in enumerate(n):
@@ -741,6 +750,16 @@ class OptimConfig:
             (FBGEMM's kernels):
             ``exact_rowwise_adagrad`` both, ``adam`` ``decoupled`` only, ``exact_adagrad`` and
             ``exact_sgd`` none (refused with ``embedding_weight_decay > 0``).
+        dense_tables: which optimizer trains a table held dense (data-parallel, TorchRec's
+            ``dense`` kernel: every worker a replica, its whole gradient all-reduced). ``dense``:
+            the dense optimizer at ``lr`` with ``weight_decay`` (TorchRec's way; the references'
+            dense rule). ``embedding``: the embedding optimizer's own rule at ``embedding_lr``
+            with ``embedding_weight_decay``, as torch's optimizers run it on the whole table
+            (``adam``: Adam, AdamW with ``decoupled`` decay; ``exact_adagrad``: Adagrad;
+            ``exact_rowwise_adagrad``: one Adagrad state per row; ``exact_sgd``: SGD), so a
+            table trains by the same keys whether FBGEMM fuses its optimizer or not. A worker
+            without FBGEMM's fused Adam (a CPU worker) sets it, with the ``dense`` kernel, for
+            ``embedding_optimizer: adam`` (``recsys.distributed.preflight``).
     """
 
     embedding_optimizer: EmbeddingOptimizer = "exact_rowwise_adagrad"
@@ -756,6 +775,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     embedding_weight_decay: float = 0.0
     embedding_weight_decay_mode: EmbeddingDecayMode = "l2"
+    dense_tables: DenseTables = "dense"
 
     def __post_init__(self) -> None:
         check_choices(self, "optim")

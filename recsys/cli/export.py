@@ -137,7 +137,7 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
     from recsys.runtime.storage import check_storage, resolved
     from recsys.train.ray_trainer import Resources
-    from recsys.tune.refit import refit_best, saved_workers
+    from recsys.tune.refit import checked_refit, refit_best, saved_workers
     from recsys.tune.state import default_tracking_uri
 
     storage = resolved(args.storage)
@@ -149,14 +149,15 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
         args.cpus_per_worker or saved.cpus_per_worker,
     )
     address = ray_address(args.address)
+    uri = args.tracking_uri or default_tracking_uri(os.getcwd())
+    planned = checked_refit(uri, args.sweep, resources, args.max_emb_mb)  # before Ray starts
     connect(address)
     start_train_coordinator()
     gpus = 1.0 if resources.use_gpu else 0.0
     wait_for_fit(resources.num_workers, resources.cpus_per_worker, gpus, 0.0, 0.0)
-    uri = args.tracking_uri or default_tracking_uri(os.getcwd())
     return refit_best(
         uri, args.sweep, storage, resources, out, args.dtype, args.register,
-        args.max_emb_mb,
+        args.max_emb_mb, refit=planned,
     )  # fmt: skip
 
 

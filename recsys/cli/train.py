@@ -67,10 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from recsys.data.dataset import with_data
+    from recsys.distributed import preflight
 
     try:
         cfg = from_file(args.config) if args.config else named(args.experiment)
         cfg = with_data(cfg, parse_overrides(args.set))
+        device = "cuda" if args.gpus else "cpu"
+        cfg = preflight.check(cfg, device, args.num_workers)  # every refusal, before Ray starts
         address = ray_address(args.address)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None

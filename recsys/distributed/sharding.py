@@ -83,6 +83,16 @@ def fused_params(optim: OptimConfig) -> dict[str, Any]:
     return params
 
 
+def held_dense(cfg: ShardingConfig, table_names: list[str]) -> bool:
+    """Whether every table is held dense (data-parallel, the ``dense`` kernel): no fused
+    embedding optimizer trains any of them."""
+    for name in table_names:
+        t = cfg.tables.get(name, cfg.default)
+        if t.sharding_types != ["data_parallel"] and t.compute_kernels != ["dense"]:
+            return False
+    return True
+
+
 def check_fused_decay(optim: OptimConfig, device_type: str, half: bool) -> None:
     """Refuse an embedding weight decay that FBGEMM would silently drop. Its CPU backward of
     ``exact_rowwise_adagrad`` over fp32 tables takes a fast path, FBGEMM's ``SparseAdaGrad``
@@ -139,16 +149,20 @@ def _table_constraint(
     name: str, cfg: ShardingConfig, compute_device: str, half: bool
 ) -> ParameterConstraints:
     """One table's constraints (``constraints``): its own or the default, checked, and without
-    ``data_parallel`` unless named there."""
+    ``data_parallel`` unless named there or the ``dense`` kernel alone is (TorchRec's ``dense``
+    kernel is its data-parallel one: the only type that can meet it)."""
     t = cfg.tables.get(name, cfg.default)
+    key = f"sharding.tables.{name}" if name in cfg.tables else f"sharding.default (table {name})"
+    if t.compute_kernels == ["dense"] and not t.sharding_types:  # TorchRec's dense: replicas only
+        t = TableSharding(["data_parallel"], t.compute_kernels, t.min_partition)
     if half and "data_parallel" in t.sharding_types:
-        raise ConfigError(f"sharding of {name}: data_parallel cannot hold fp16/bf16 tables")
+        raise ConfigError(f"{key}: data_parallel (the dense kernel) cannot hold "
+                          "fp16/bf16 tables: set embeddings.dtype to fp32")  # fmt: skip
     if compute_device == "cpu":
         bad = [s for s in t.sharding_types if s in CUDA_ONLY_SHARDING]
         if bad:
             raise ConfigError(
-                f"sharding of {name}: {bad[0]} needs CUDA; use table_wise, "
-                "column_wise or data_parallel on CPU"
+                f"{key}: {bad[0]} needs CUDA; use table_wise, column_wise or data_parallel on CPU"
             )
     if not t.sharding_types:
         allowed: list[ShardingType] = [s for s in SHARDING_TYPES if s != "data_parallel"]
@@ -276,7 +290,8 @@ def shard(
 ) -> tuple[DistributedModelParallel, PlanEstimate]:
     """Shard the model's embedding tables (created on ``meta``) and place the rest on the device;
     dense parts are data-parallel (DDP). ``half``: the tables are fp16/bf16."""
-    check_fused_decay(optim, env.device.type, half)
+    if not held_dense(cfg, table_names):
+        check_fused_decay(optim, env.device.type, half)
     sharding_plan, estimate = plan(model, env, cfg, optim, table_names, batch_size, half)
     dmp = DistributedModelParallel(
         module=model, device=env.device, plan=sharding_plan, sharders=sharders(optim)
@@ -319,24 +334,22 @@ def plan_summary(
     return {"tables": tables, "embedding_bytes_per_rank": per_rank}
 
 
-def init_tables(model: nn.Module, ranges: dict[str, tuple[int, float, float]]) -> None:
+def init_tables(model: nn.Module, inits: dict[str, Any]) -> None:
     """Refill every embedding table's local part from its place in the table
-    (``recsys.models.embeddings.fill_uniform``): TorchRec runs a table's ``init_fn`` on each
+    (``recsys.models.embeddings.TableInit.fill``): TorchRec runs a table's ``init_fn`` on each
     local shard without its offsets, so row- and column-wise shards would all start like the
     table's first rows and columns, and the initial model would depend on the plan. After this,
     the tables are the unsharded model's whatever the plan and the number of ranks.
 
-    ``ranges``: per table name, ``(seed, low, high)`` (``init_ranges``)."""
-    from recsys.models.embeddings import fill_uniform
-
+    ``inits``: per table name, its ``TableInit`` (``recsys.models.embeddings.table_inits``)."""
     for key, value in model.state_dict().items():
         table = key.rsplit(".", 2)[-2] if key.endswith(".weight") else ""
-        if ".embedding_bags." not in key or table not in ranges:
+        if ".embedding_bags." not in key or table not in inits:
             continue
-        seed, low, high = ranges[table]
+        init = inits[table]
         if isinstance(value, ShardedTensor):
             for shard in value.local_shards():
                 r0, c0 = shard.metadata.shard_offsets
-                fill_uniform(shard.tensor, seed, r0, c0, value.size(1), low, high)
+                init.fill(shard.tensor, r0, c0, value.size(1))
         else:  # data-parallel: the whole table, on every rank
-            fill_uniform(value, seed, 0, 0, value.shape[1], low, high)
+            init.fill(value, 0, 0, value.shape[1])

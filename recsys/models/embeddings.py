@@ -93,36 +93,56 @@ def table_seed(seed: int, table: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(table.encode())) & 0x7FFFFFFF
 
 
-def fill_uniform(
-    out: torch.Tensor, seed: int, row0: int, col0: int, cols: int, low: float, high: float
-) -> torch.Tensor:
-    """Fill ``out`` (rows ``row0..``, columns ``col0..`` of a table ``cols`` wide) with
-    ``U(low, high)`` values that depend only on ``(seed, global row, global column)``: a shard
-    gets the values of its place in the table, whatever the plan and the number of ranks.
+@dataclass(frozen=True)
+class TableInit:
+    """How one table starts: ``U(low, high)``, or ``N(mean, std^2)`` with ``std`` set; ``seed``
+    its own (``table_seed``). Every value depends only on ``(seed, global row, global column)``
+    (``fill``), so a shard gets the values of its place in the table whatever the plan."""
 
-    A counter-based generator (SplitMix64 of the element's index), filled ``INIT_CHUNK_ROWS`` rows
-    at a time."""
-    rows, width = out.shape
-    col_idx = torch.arange(col0, col0 + width, dtype=torch.int64, device=out.device)
-    with torch.no_grad():
-        for lo in range(0, rows, INIT_CHUNK_ROWS):
-            hi = min(rows, lo + INIT_CHUNK_ROWS)
-            r = torch.arange(row0 + lo, row0 + hi, dtype=torch.int64, device=out.device)
-            index = r[:, None] * cols + col_idx[None, :]
-            bits = _mix(index + seed * 0x9E3779B97F4A7C15 % (1 << 62))
-            u = (bits >> 11).to(torch.float64) * (1.0 / (1 << 52))
-            out[lo:hi].copy_((low + (high - low) * u).to(out.dtype))
-    return out
+    seed: int
+    low: float
+    high: float
+    std: float | None = None
+    mean: float = 0.0
+
+    def fill(self, out: torch.Tensor, row0: int, col0: int, cols: int) -> torch.Tensor:
+        """Fill ``out`` (rows ``row0..``, columns ``col0..`` of a table ``cols`` wide) in place.
+
+        A counter-based generator (SplitMix64 of the element's index), filled ``INIT_CHUNK_ROWS``
+        rows at a time; a normal value is Box-Muller's of two such uniforms."""
+        rows, width = out.shape
+        col_idx = torch.arange(col0, col0 + width, dtype=torch.int64, device=out.device)
+        with torch.no_grad():
+            for lo in range(0, rows, INIT_CHUNK_ROWS):
+                hi = min(rows, lo + INIT_CHUNK_ROWS)
+                r = torch.arange(row0 + lo, row0 + hi, dtype=torch.int64, device=out.device)
+                index = r[:, None] * cols + col_idx[None, :]
+                out[lo:hi].copy_(self._values(index).to(out.dtype))
+        return out
+
+    def _values(self, index: torch.Tensor) -> torch.Tensor:
+        u = _uniform(index, self.seed)
+        if self.std is None:
+            return self.low + (self.high - self.low) * u
+        v = _uniform(index, self.seed ^ 0x5DEECE66D)
+        radius = torch.sqrt(-2.0 * torch.log1p(-u))  # 1 - u in (0, 1]: never log(0)
+        return self.mean + self.std * radius * torch.cos(2.0 * math.pi * v)
 
 
-def _uniform_init(weight: torch.Tensor, low: float, high: float, seed: int) -> torch.Tensor:
+def _uniform(index: torch.Tensor, seed: int) -> torch.Tensor:
+    """A ``U[0, 1)`` float64 per element index, from ``seed`` (SplitMix64)."""
+    bits = _mix(index + seed * 0x9E3779B97F4A7C15 % (1 << 62))
+    return (bits >> 11).to(torch.float64) * (1.0 / (1 << 52))
+
+
+def _table_init(weight: torch.Tensor, init: TableInit) -> torch.Tensor:
     """A whole table's init (``EmbeddingBagConfig.init_fn``); shards of row- or column-wise
     sharded tables are refilled from their offsets after sharding
     (``recsys.distributed.sharding.init_tables``), and so is what TorchRec hands a rank that
     holds no part of the table (not a plain 2-d tensor)."""
     if type(weight) not in (torch.Tensor, nn.Parameter) or weight.dim() != 2:
         return weight
-    return fill_uniform(weight, seed, 0, 0, weight.shape[1], low, high)
+    return init.fill(weight, 0, 0, weight.shape[1])
 
 
 def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
@@ -147,30 +167,28 @@ def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
     return specs
 
 
-def _init_bounds(spec: TableSpec, operation: str) -> tuple[float, float]:
-    """Uniform init range. A ``mult`` remainder starts near 1 so ``q * r`` starts near ``q``."""
-    if spec.role == "remainder" and operation == "mult":
-        return 0.9, 1.1
+def _init_of(spec: TableSpec, cfg: EmbeddingConfig, seed: int) -> TableInit:
+    """A table's init: ``U(-sqrt(1/rows), sqrt(1/rows))``, or ``N(0, init_std^2)``; a ``mult``
+    remainder starts near 1 (``U(0.9, 1.1)``, or ``N(1, init_std^2)``) so ``q * r`` starts near
+    ``q``."""
+    tseed, std = table_seed(seed, spec.name), cfg.init_std
+    if spec.role == "remainder" and cfg.qr.operation == "mult":
+        return TableInit(tseed, 0.9, 1.1, std, mean=1.0)
     bound = math.sqrt(1.0 / spec.rows)
-    return -bound, bound
+    return TableInit(tseed, -bound, bound, std)
 
 
-def init_ranges(cfg: EmbeddingConfig, seed: int) -> dict[str, tuple[int, float, float]]:
-    """Per table name: ``(its init seed, low, high)``."""
-    out = {}
-    for spec in table_specs(cfg):
-        low, high = _init_bounds(spec, cfg.qr.operation)
-        out[spec.name] = (table_seed(seed, spec.name), low, high)
-    return out
+def table_inits(cfg: EmbeddingConfig, seed: int) -> dict[str, TableInit]:
+    """Per table name: how it starts (``TableInit``), from the run's ``seed``."""
+    return {spec.name: _init_of(spec, cfg, seed) for spec in table_specs(cfg)}
 
 
 def embedding_bag_configs(cfg: EmbeddingConfig, seed: int = 0) -> list[EmbeddingBagConfig]:
     """TorchRec table configs (dtype, pooling and init set where the tables are defined; each
     table's init is its own, from ``seed`` and its name)."""
     out = []
-    ranges = init_ranges(cfg, seed)
+    inits = table_inits(cfg, seed)
     for spec in table_specs(cfg):
-        tseed, low, high = ranges[spec.name]
         out.append(
             EmbeddingBagConfig(
                 name=spec.name,
@@ -179,7 +197,7 @@ def embedding_bag_configs(cfg: EmbeddingConfig, seed: int = 0) -> list[Embedding
                 feature_names=list(spec.features),
                 pooling=_POOLING[cfg.pooling_of(spec.owner)],
                 data_type=_DTYPES[cfg.dtype],
-                init_fn=functools.partial(_uniform_init, low=low, high=high, seed=tseed),
+                init_fn=functools.partial(_table_init, init=inits[spec.name]),
             )
         )
     return out
@@ -266,7 +284,7 @@ class SparseArch(nn.Module):
         project_to: if set, features whose dim differs are projected (no bias) to this dim, so the
             interaction sees ``F`` tensors of ``[B, project_to]``.
         device: where the ``EmbeddingBagCollection`` is created; ``meta`` to shard it later.
-        init_seed: seeds each table's init (with its name; ``fill_uniform``).
+        init_seed: seeds each table's init (with its name; ``TableInit``).
         sequence: how sequences are pooled (``model.sequence``); None: summed (the references).
         dropout: the transformer pooling's dropout (``model.dropout``).
 

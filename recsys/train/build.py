@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from recsys.config import ExperimentConfig
-from recsys.configlib import ConfigError
+from recsys.distributed import preflight
 from recsys.distributed.env import WorkerEnv
 from recsys.distributed.sharding import init_tables, plan_summary, shard
 from recsys.models import ModelAndLoss, build_model
 from recsys.models.accounting import BYTES_PER_ELEMENT
-from recsys.models.embeddings import init_ranges, table_specs
+from recsys.models.embeddings import table_inits, table_specs
 from recsys.train.optim import combined_optimizer
 
 
@@ -39,24 +39,12 @@ class Built:
     plan: dict[str, Any]
 
 
-def check_dtype(cfg: ExperimentConfig, env: WorkerEnv) -> None:
-    """What FBGEMM's CPU kernels lack, refused clearly on CPU workers: bf16 tables and the
-    fused embedding Adam."""
-    if cfg.embeddings.dtype == "bf16" and env.device.type == "cpu":
-        raise ConfigError(
-            "embeddings.dtype='bf16': FBGEMM's CPU kernels have no bf16 tables; "
-            "use fp16 on CPU (bf16 needs GPU workers)"
-        )
-    if cfg.optim.embedding_optimizer == "adam" and env.device.type == "cpu":
-        raise ConfigError(
-            "optim.embedding_optimizer='adam': FBGEMM's CPU kernels have no fused Adam; use "
-            "exact_rowwise_adagrad, exact_adagrad or exact_sgd on CPU (adam needs GPU workers)"
-        )
-
-
 def build(cfg: ExperimentConfig, env: WorkerEnv) -> Built:
-    """The sharded ``ModelAndLoss`` of ``cfg`` on ``env``, seeded by ``cfg.train.seed``."""
-    check_dtype(cfg, env)
+    """The sharded ``ModelAndLoss`` of ``cfg`` on ``env``, seeded by ``cfg.train.seed``: as
+    ``cfg`` trains on this device (``preflight.for_device``), after the refusals the driver
+    made first (``preflight.check_kernels``; the constraints when the planner runs)."""
+    cfg = preflight.for_device(cfg, env.device.type)
+    preflight.check_kernels(cfg, env.device.type)
     torch.manual_seed(cfg.train.seed)
     seed = cfg.train.seed
     net = build_model(cfg.model, cfg.embeddings, len(cfg.loss.tasks), "meta", init_seed=seed)
@@ -65,7 +53,7 @@ def build(cfg: ExperimentConfig, env: WorkerEnv) -> Built:
     half = cfg.embeddings.dtype != "fp32"
     names = [s.name for s in specs]
     dmp, estimate = shard(model, env, cfg.sharding, cfg.optim, names, cfg.train.batch_size, half)
-    init_tables(dmp, init_ranges(cfg.tables, seed))  # the same tables whatever the plan
+    init_tables(dmp, table_inits(cfg.tables, seed))  # the same tables whatever the plan
     summary = plan_summary(
         dmp.plan,
         {s.name: (s.rows, s.dim) for s in specs},

@@ -27,15 +27,82 @@ def dense_optimizer_factory(
     return make
 
 
+class RowwiseAdagrad(torch.optim.Optimizer):
+    """FBGEMM's ``exact_rowwise_adagrad`` on whole tables ``[rows, dim]`` (one state per row):
+    ``g' = g + wd * w`` (``l2``; ``decoupled``: ``w *= 1 - lr * wd`` first and ``g' = g``),
+    ``state += mean(g'^2)`` over the row, ``w -= lr * g' / (sqrt(state) + eps)``. A row whose
+    gradient is zero leaves its state unchanged, as FBGEMM's, which updates only the rows a batch
+    reads; ``l2`` decay still moves it (every row, every step: the table is dense)."""
+
+    def __init__(
+        self, params: Iterable[nn.Parameter], lr: float, eps: float, weight_decay: float = 0.0,
+        decoupled: bool = False,
+    ) -> None:  # fmt: skip
+        defaults = {"lr": lr, "eps": eps, "weight_decay": weight_decay, "decoupled": decoupled}
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "sum" not in state:
+                    state["sum"] = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+                g = p.grad
+                if wd and group["decoupled"]:
+                    p.mul_(1 - lr * wd)
+                elif wd:
+                    g = g + wd * p
+                state["sum"].add_(g.float().pow(2).mean(dim=1))
+                p.addcdiv_(g, (state["sum"].sqrt() + eps).unsqueeze(1).to(p.dtype), value=-lr)
+        return loss
+
+
+def table_optimizer_factory(
+    cfg: OptimConfig,
+) -> Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]:
+    """Torch's counterpart of the fused embedding optimizer, for tables held dense when
+    ``optim.dense_tables`` is ``embedding``: at ``embedding_lr`` with ``embedding_weight_decay``
+    in its mode (``OptimConfig`` has refused what FBGEMM's optimizer lacks)."""
+    lr, eps = cfg.embedding_lr, cfg.eps
+    wd, decoupled = cfg.embedding_weight_decay, cfg.embedding_weight_decay_mode == "decoupled"
+
+    def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        kind = cfg.embedding_optimizer
+        if kind == "adam":  # FBGEMM's Adam decays decoupled only: w -= lr * (update + wd * w)
+            return torch.optim.AdamW(params, lr=lr, eps=eps, weight_decay=wd)
+        if kind == "exact_adagrad":
+            return torch.optim.Adagrad(params, lr=lr, eps=eps)
+        if kind == "exact_sgd":
+            return torch.optim.SGD(params, lr=lr)
+        return RowwiseAdagrad(params, lr=lr, eps=eps, weight_decay=wd, decoupled=decoupled)
+
+    return make
+
+
+def is_table(name: str) -> bool:
+    """Whether a parameter is an embedding table's weight (``...embedding_bags.<t>.weight``)."""
+    return ".embedding_bags." in name and name.endswith(".weight")
+
+
 def combined_optimizer(model: nn.Module, cfg: OptimConfig) -> CombinedOptimizer:
     """``model.fused_optimizer`` (DMP's embedding optimizer) + a dense optimizer over every
-    parameter not updated in backward (``in_backward_optimizer_filter``)."""
-    dense = KeyedOptimizerWrapper(
-        dict(in_backward_optimizer_filter(model.named_parameters())),
-        dense_optimizer_factory(cfg),
-    )
+    parameter not updated in backward (``in_backward_optimizer_filter``). With
+    ``optim.dense_tables: embedding`` the tables held dense (data-parallel) get an optimizer of
+    their own, the embedding optimizer's torch counterpart (``table_optimizer_factory``)."""
+    unfused = dict(in_backward_optimizer_filter(model.named_parameters()))
+    tables = {n: p for n, p in unfused.items() if is_table(n)}
     fused: KeyedOptimizer = model.fused_optimizer  # type: ignore[assignment]
-    return CombinedOptimizer([("embedding", fused), ("dense", dense)])
+    parts: list[tuple[str, KeyedOptimizer]] = [("embedding", fused)]
+    if cfg.dense_tables == "embedding" and tables:
+        unfused = {n: p for n, p in unfused.items() if n not in tables}
+        parts.append(("tables", KeyedOptimizerWrapper(tables, table_optimizer_factory(cfg))))
+    parts.append(("dense", KeyedOptimizerWrapper(unfused, dense_optimizer_factory(cfg))))
+    return CombinedOptimizer(parts)
 
 
 def lr_factor(step: int, cfg: OptimConfig) -> float:

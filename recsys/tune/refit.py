@@ -103,6 +103,22 @@ def plan_refit(tracker: Tracker, sweep: str, max_emb_bytes: float | None = None)
     )
 
 
+def checked_refit(
+    tracking_uri: str, sweep: str, resources: Resources, max_emb_mb: float | None = None
+) -> Refit:
+    """The refit of ``sweep``'s best trial (``plan_refit``), its config as ``resources``' workers
+    train it, with every refusal they could make made here first
+    (``recsys.distributed.preflight.check``): before Ray starts."""
+    from dataclasses import replace
+
+    from recsys.distributed import preflight
+
+    budget = max_emb_mb * 2**20 if max_emb_mb is not None else None
+    refit = plan_refit(Tracker(tracking_uri), sweep, budget)
+    device = "cuda" if resources.use_gpu else "cpu"
+    return replace(refit, cfg=preflight.check(refit.cfg, device, resources.num_workers))
+
+
 def train_refit(
     refit: Refit, resources: Resources, storage: str, sweep: str
 ) -> tuple[str, dict[str, Any]]:
@@ -132,13 +148,14 @@ def refit_best(
     register: str | None = None,
     max_emb_mb: float | None = None,
     log: Callable[[str], None] = print,
+    refit: Refit | None = None,
 ) -> tuple[str, ExportReport, str]:
     """Refit ``sweep``'s best trial (Ray connected), record the refit in an MLflow run of its
     own and export it from its last checkpoint (``register``: as ``export_best`` registers).
+    ``refit``: as ``checked_refit`` planned it before Ray started (else planned here).
     The refit's run id, the export's report and the MLflow model's URI."""
     tracker = Tracker(tracking_uri)
-    budget = max_emb_mb * 2**20 if max_emb_mb is not None else None
-    refit = plan_refit(tracker, sweep, budget)
+    refit = refit or checked_refit(tracking_uri, sweep, resources, max_emb_mb)
     log(
         f"refitting trial {refit.trial} (run {refit.trial_run}) on {refit.rows_note}, "
         f"{refit.epochs:.3g} epochs (where it peaked)"

@@ -366,6 +366,9 @@ def launch(
         opts = grown_options(opts, frozenset()) if opts.more else opts
     if restore and (change := worker_change(opts)):
         print(change)
+    from recsys.tune.preflight import check_space
+
+    check_space(space, "cuda" if opts.use_gpu else "cpu", opts.num_workers)  # before Ray starts
     tracker = Tracker(opts.tracking_uri, keep=unlogged_dir(opts.storage, opts.name))
     tracker.check_reachable()
     tracker.check_artifact_space(opts.name)

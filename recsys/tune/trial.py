@@ -32,6 +32,7 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import train_rows, with_budget
+from recsys.distributed import preflight
 from recsys.distributed.sharding import Machine
 from recsys.runtime import storage
 from recsys.runtime.storage import as_uri
@@ -81,12 +82,14 @@ def searched(params: dict[str, Any]) -> dict[str, Any]:
 
 def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
     """The trial's config, from ``params`` without the keys that start with ``_`` (the phases'
-    own). In a sweep every report carries validation metrics (schedulers and searchers compare
+    own), as workers of the sweep's device train it (``preflight.for_device``). In a sweep every
+    report carries validation metrics (schedulers and searchers compare
     trials on them), so evaluation runs at every checkpoint; the sweep's metric scores the trial;
     the workers print no per-step lines (the sweep's table shows progress). A budget in epochs is
     made steps for the trial's workers (``with_budget``; its MLflow params show them), as its
     workers make it again (from the steps and samples done, on a resume)."""
     cfg = ExperimentConfig.from_dict(spec.base).with_overrides(searched(params))
+    cfg = preflight.for_device(cfg, "cuda" if spec.use_gpu else "cpu")  # what the workers train
     if cfg.train.epochs > 0:
         cfg = with_budget(cfg, train_rows(cfg), spec.num_workers)
     every = cfg.train.checkpoint_every or cfg.train.steps

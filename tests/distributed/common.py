@@ -139,19 +139,23 @@ def concat_batches(parts):
 
 
 def unsharded_reference(cfg):
-    """``cfg``'s model (any registered architecture) unsharded, with Adagrad on its tables and
-    on its dense part."""
+    """``cfg``'s model (any registered architecture) unsharded, with Adagrad on its tables (torch's
+    AdamW where ``optim.embedding_optimizer`` is ``adam``) and Adagrad on its dense part."""
     from recsys.models import ModelAndLoss, build_model
 
     torch.manual_seed(cfg.train.seed)
     model = ModelAndLoss(build_model(cfg.model, cfg.embeddings, len(cfg.loss.tasks)), cfg.loss)
     tables = [p for n, p in model.named_parameters() if "embedding_bags" in n]
     dense = [p for n, p in model.named_parameters() if "embedding_bags" not in n]
-    opts = [
-        torch.optim.Adagrad(tables, lr=cfg.optim.embedding_lr, eps=cfg.optim.eps),
-        torch.optim.Adagrad(dense, lr=cfg.optim.lr, eps=cfg.optim.eps),
-    ]
-    return model, opts
+    o = cfg.optim
+    table_opt = (
+        torch.optim.AdamW(
+            tables, lr=o.embedding_lr, eps=o.eps, weight_decay=o.embedding_weight_decay
+        )
+        if o.embedding_optimizer == "adam"
+        else torch.optim.Adagrad(tables, lr=o.embedding_lr, eps=o.eps)
+    )
+    return model, [table_opt, torch.optim.Adagrad(dense, lr=o.lr, eps=o.eps)]
 
 
 # regularised: layer norm in the MLPs, L2 decay on fp16 tables (FBGEMM's CPU kernel for fp32 tables
@@ -252,9 +256,11 @@ def equivalence_rank(
     out = {"plan": summary["tables"], "sharded": [], "reference": []}
     out["bottom_mlp"] = [n for n in dmp.state_dict() if "dense_arch" in n]
     # the debug helper reassembles a column-wise table on rank 0
-    full = gather_table(dmp, "t_cat_3")
-    name = "model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_3.weight"
-    out["gathered"] = (full, ref.state_dict()[name].clone()) if rank == 0 else None
+    out["gathered"] = None
+    if summary["tables"]["t_cat_3"]["sharding_type"] != "data_parallel":  # (a replica: nothing to)
+        full = gather_table(dmp, "t_cat_3")
+        name = "model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_3.weight"
+        out["gathered"] = (full, ref.state_dict()[name].clone()) if rank == 0 else None
     out["described"] = describe(dmp)
     with torch.no_grad():
         _, local = dmp(mine[0])
@@ -340,6 +346,13 @@ OPTIMIZERS = {
     "sgd": {"optim.embedding_optimizer": "exact_sgd", "optim.dense_optimizer": "sgd"},
     # FBGEMM's fused Adam on the tables (its step counter restored by set_optimizer_step): GPU only
     "embedding_adam": {"optim.embedding_optimizer": "adam", "optim.dense_optimizer": "adam"},
+    # the same on CPU workers: the tables held dense (data-parallel), trained by torch's Adam
+    # (``recsys.distributed.preflight``), so no table may be pinned to another sharding type
+    "dense_adam": {
+        "optim.embedding_optimizer": "adam",
+        "optim.dense_optimizer": "adam",
+        "sharding.tables": {},
+    },
     # dropout (its masks drawn from the saved RNG), batch norm (running statistics averaged over
     # the ranks before every checkpoint), decoupled decay on the tables (fp16: FBGEMM's CPU
     # kernel for fp32 tables drops it)

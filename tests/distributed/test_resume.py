@@ -27,15 +27,20 @@ def test_resume_is_exact(tmp_path, pipeline):
 
 @pytest.mark.parametrize(
     "optim",
-    ["adam", *(pytest.param(o, marks=pytest.mark.extended) for o in ("sgd", "regularised"))],
+    [
+        "adam",
+        "dense_adam",
+        *(pytest.param(o, marks=pytest.mark.extended) for o in ("sgd", "regularised")),
+    ],
 )
 def test_resume_is_exact_with_every_optimizer(tmp_path, optim):
     """Dense Adam's state is created at its first step (TorchRec's load skipped it); SGD has no
     state at all (DCP writes no optimizer entry, which the load required). The embedding Adam's
     step counter (kept by FBGEMM outside the optimizer state, restored with
-    ``set_optimizer_step``) is GPU-only: FBGEMM's CPU kernels have no fused Adam. ``regularised``:
-    dropout, batch norm (each rank's running statistics differ until averaged) and weight decay
-    on the tables."""
+    ``set_optimizer_step``) is GPU-only: FBGEMM's CPU kernels have no fused Adam; on CPU workers
+    ``dense_adam`` holds the tables dense and trains them with torch's Adam, an optimizer of its
+    own beside the dense one. ``regularised``: dropout, batch norm (each rank's running
+    statistics differ until averaged) and weight decay on the tables."""
     check_resume_is_exact(tmp_path, "off", atol=0, optim=optim)
 
 

@@ -70,6 +70,22 @@ def test_sharded_matches_unsharded_with_layer_norm_and_embedding_weight_decay():
     check_against_unsharded(results, False, atol=FP16_ATOL, column_wise=False)
 
 
+def test_adam_tables_on_cpu_train_dense_as_the_unsharded_model():
+    """``optim.embedding_optimizer: adam`` on CPU workers (FBGEMM's CPU kernels have no fused
+    Adam): every table data-parallel with the dense kernel (the QR pair included), trained by
+    torch's AdamW at ``optim.embedding_lr`` with decoupled decay; the same forward and training
+    as the unsharded model with AdamW on its tables."""
+    overrides = {"optim.embedding_optimizer": "adam", "sharding.tables": {},
+                 "optim.embedding_weight_decay": 0.01,
+                 "optim.embedding_weight_decay_mode": "decoupled"}  # fmt: skip
+    results = run_ranks(equivalence_rank, False, False, True, False, overrides)
+    plan = results[0]["plan"]
+    assert {p["sharding_type"] for p in plan.values()} == {"data_parallel"}, plan
+    assert {p["compute_kernel"] for p in plan.values()} == {"dense"}, plan
+    assert_equal_to_unsharded(results, ATOL)
+    assert results[0]["reference"][-1] < results[0]["reference"][0]
+
+
 def _rank_fn_own_data(rank, world, folder, overrides):
     """Forward and K training steps on a user's data (multi-hot bags of real lengths, a
     weighted list or a sequence in a shared table, two tasks, a QR table, a column-wise table)

@@ -182,5 +182,8 @@ def test_tables_are_data_parallel_only_where_pinned_and_half_tables_never():
     pinned = ShardingConfig(tables={"t_a": TableSharding(["data_parallel"])})
     assert constraints(pinned, ["t_a"], "cpu")["t_a"].sharding_types == ["data_parallel"]
     dp = ShardingConfig(tables={"t_a": TableSharding(["data_parallel"])})
-    with pytest.raises(ConfigError, match="data_parallel cannot hold fp16"):
+    with pytest.raises(
+        ConfigError,
+        match=r"sharding.tables.t_a: data_parallel \(the dense kernel\) cannot hold fp16",
+    ):
         constraints(dp, ["t_a"], "cpu", half=True)
