@@ -45,15 +45,23 @@ def test_the_sequences_goal_from_its_seeds() -> None:
     assert goals.pooling_gain(d).startswith("not met: the 95% interval +0.0047..+0.0196")
 
 
-def test_a_reference_is_within_the_tolerance_on_either_side() -> None:
-    assert goals.reference_within(-0.0007) == "met"
-    assert goals.reference_within(0.005) == "met"
-    assert goals.reference_within(0.6646 - 0.6595) == "missed"  # +0.0051, the demo log's LR
-    assert goals.reference_within(-0.0051) == "missed"
+def test_the_lr_reference_is_within_the_tolerance_on_either_side() -> None:
+    """As ``tests/distributed/test_reference_quality.py`` holds the references: the LR within
+    0.005 of scikit-learn's on either side, the FM not more than 0.005 below the plain FM."""
+    assert goals.lr_reference(-0.0007) == "met"
+    assert goals.lr_reference(0.005) == "met"
+    assert goals.lr_reference(0.6646 - 0.6595) == "missed"  # +0.0051, the demo log's LR
+    assert goals.lr_reference(-0.0051) == "missed"
+    assert goals.fm_reference(0.0051) == "met"
+    assert goals.fm_reference(-0.0051) == "missed"
+    planted, demo = (0.6881, 0.6888), (0.6646, 0.6595)
+    assert goals.references({"planted": planted, "demo": demo}, {"demo": (0.6460, 0.6478)}) == (
+        "met for the planted LR and the demo FM; missed for the demo LR"
+    )
 
 
 def test_a_figure_at_a_boundary_prints_the_digits_its_verdict_needs() -> None:
-    within = goals.reference_within
+    within = goals.lr_reference
     assert goals.shown(0.005031, within) == "+0.00503"  # +0.0050 would read as within
     assert goals.shown(0.0049, within) == "+0.0049"
     assert goals.shown(-0.0007, within) == "-0.0007"
