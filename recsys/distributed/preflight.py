@@ -5,17 +5,17 @@ make, made on the driver before Ray or any worker starts.
     cfg = check(cfg, "cpu", world_size=2)    # that, and every worker-side refusal, in seconds
 
 ``for_device``: FBGEMM's CPU kernels have no fused Adam, so on CPU workers tables trained with
-``optim.embedding_optimizer: adam`` are held dense (data-parallel, TorchRec's ``dense`` kernel)
-and trained by torch's Adam at ``optim.embedding_lr`` (``optim.dense_tables: embedding``), where
-they are small enough for every worker to keep a replica (``DENSE_TABLE_MAX_VALUES``, the same
-bound as the references' dense rule) and fp32; larger or half-precision tables are refused,
-naming the key. ``check``: that, then what FBGEMM's kernels on the device lack (bf16 tables on
-CPU, an embedding weight decay its CPU fp32 kernel drops), the sharding constraints (unknown
-tables, CUDA-only types on CPU, half-precision replicas, a ``dense`` kernel without
-``data_parallel``) and TorchRec's planner enumeration of every table under its constraints
-(``EmbeddingEnumerator``, on a model whose tables are on ``meta``: nothing allocated). A worker
-builds through the same functions (``recsys.train.build``), so a ``ConfigError`` raised there
-was raised here first; ``tests/unit/test_preflight.py`` holds that as a test.
+``optim.embedding_optimizer: adam`` are held dense (data-parallel, TorchRec's ``dense`` kernel) and
+trained by torch's Adam at ``optim.embedding_lr`` (``optim.dense_tables: embedding``), as fp32
+replicas, where they are small enough for every worker to keep one (``DENSE_TABLE_MAX_VALUES``, the
+same bound as the references' dense rule); larger tables are refused, naming the key. ``check``:
+that, then what FBGEMM's kernels on the device lack (bf16 tables on CPU, an embedding weight decay
+its CPU fp32 kernel drops), the sharding constraints (unknown tables, CUDA-only types on CPU,
+half-precision replicas, a ``dense`` kernel without ``data_parallel``) and TorchRec's planner
+enumeration of every table under its constraints (``EmbeddingEnumerator``, on a model whose tables
+are on ``meta``: nothing allocated). A worker builds through the same functions
+(``recsys.train.build``), so a ``ConfigError`` raised there was raised here first;
+``tests/unit/test_preflight.py`` holds that as a test.
 """
 
 from __future__ import annotations
@@ -50,19 +50,15 @@ def for_device(cfg: ExperimentConfig, device: str) -> ExperimentConfig:
 
 def dense_adam(cfg: ExperimentConfig) -> ExperimentConfig:
     """Every table data-parallel with the ``dense`` kernel, trained by the embedding optimizer's
-    torch counterpart (``optim.dense_tables: embedding``); refused, naming the key, where the
-    tables are not fp32, hold more than ``DENSE_TABLE_MAX_VALUES`` values, or a table is pinned
-    to another sharding type."""
+    torch counterpart (``optim.dense_tables: embedding``), in fp32 whatever ``embeddings.dtype``
+    (the storage of FBGEMM's fused tables: TorchRec's dense kernel holds fp32 replicas only, and
+    the run's params show fp32); refused, naming the key, where the tables hold more than
+    ``DENSE_TABLE_MAX_VALUES`` values or a table is pinned to another sharding type."""
     why = (
         "optim.embedding_optimizer='adam' on CPU workers: FBGEMM's CPU kernels have no fused "
         "Adam, so the tables train dense (a replica on every worker, data_parallel) with "
         "torch's Adam at optim.embedding_lr"
     )
-    if cfg.embeddings.dtype != "fp32":
-        raise ConfigError(
-            f"embeddings.dtype={cfg.embeddings.dtype!r}: {why}, which holds fp32 tables only: "
-            "set embeddings.dtype to fp32, or use GPU workers"
-        )
     values = table_values(cfg)
     if values > DENSE_TABLE_MAX_VALUES:
         raise ConfigError(
@@ -76,7 +72,8 @@ def dense_adam(cfg: ExperimentConfig) -> ExperimentConfig:
             raise ConfigError(f"sharding.tables.{name}.sharding_types={pinned.sharding_types}: "
                               f"{why}; allow data_parallel, or use GPU workers")  # fmt: skip
     dense = {"sharding_types": ["data_parallel"], "compute_kernels": ["dense"]}
-    overrides: dict[str, Any] = {"sharding.default": dense, "optim.dense_tables": "embedding"}
+    overrides: dict[str, Any] = {"sharding.default": dense, "optim.dense_tables": "embedding",
+                                 "embeddings.dtype": "fp32"}  # fmt: skip
     overrides.update({f"sharding.tables.{n}": dense for n in cfg.sharding.tables})
     return cfg.with_overrides(overrides)
 

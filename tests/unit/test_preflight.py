@@ -42,17 +42,20 @@ def test_adam_tables_on_cpu_are_held_dense_and_trained_by_torchs_adam():
     assert preflight.for_device(cfg, "cuda") == cfg  # FBGEMM's fused Adam on GPUs
     assert preflight.for_device(debug(), "cpu") == debug()  # other optimizers: unchanged
     assert preflight.check(cfg, "cpu", 2) == cpu
+    half = preflight.for_device(debug(**ADAM, **{"embeddings.dtype": "fp16"}), "cpu")
+    assert half.embeddings.dtype == "fp32"  # dense replicas are fp32 (fp16: the fused storage)
+    assert preflight.for_device(debug(**ADAM, **{"embeddings.dtype": "fp16"}), "cuda") == debug(
+        **ADAM, **{"embeddings.dtype": "fp16"})  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("overrides", "named_key"),
     [
-        ({**ADAM, "embeddings.dtype": "fp16"}, "embeddings.dtype='fp16'"),
         ({**ADAM, "embeddings.num_embeddings": [10**7] * 3}, "optim.embedding_optimizer='adam'"),
         ({**ADAM, "sharding.tables": {"t_cat_1": {"sharding_types": ["table_wise"]}}},
          "sharding.tables.t_cat_1.sharding_types"),
     ],
-    ids=["fp16", "too-large", "pinned"],
+    ids=["too-large", "pinned"],
 )  # fmt: skip
 def test_adam_tables_that_cannot_be_held_dense_are_refused_naming_the_key(overrides, named_key):
     with pytest.raises(ConfigError) as e:
@@ -130,7 +133,6 @@ TRIGGERS: dict[str, list[tuple[Any, Any]]] = {
         ({"sharding.default.sharding_types": ["row_wise"]}, worker_constraints),
     ],
     "recsys.distributed.preflight:dense_adam": [
-        ({**ADAM, "embeddings.dtype": "fp16"}, lambda c: preflight.for_device(c, "cpu")),
         ({**ADAM, "embeddings.num_embeddings": [10**7] * 3},
          lambda c: preflight.for_device(c, "cpu")),
         ({**ADAM, "sharding.tables": {"t_cat_1": {"sharding_types": ["table_wise"]}}},
@@ -281,8 +283,9 @@ def test_a_refused_recsys_train_names_the_key_before_ray_starts(capsys):
 
     os.environ.setdefault("RAY_ADDRESS", "local")
     with pytest.raises(SystemExit) as e:
-        main(["--set", "optim.embedding_optimizer=adam", "--set", "embeddings.dtype=fp16"])
-    assert str(e.value).startswith("error: embeddings.dtype='fp16'"), e.value
+        main(["--set", "optim.embedding_optimizer=adam", "--set", "embeddings.dim=4096"])
+    assert str(e.value).startswith("error: optim.embedding_optimizer='adam'"), e.value
+    assert "more than the 16,777,216 a worker keeps as a replica" in str(e.value)
     import ray
 
     assert not ray.is_initialized()

@@ -10,6 +10,7 @@ import pytest
 
 from recsys.configlib import ConfigError
 from recsys.tune import space as spaces
+from recsys.tune.preflight import check_space
 from tests.helpers import metric_space, prepared_log, space_file
 
 SHIPPED = sorted(f[:-5] for f in os.listdir(spaces.SPACES_DIR) if f.endswith(".yaml"))
@@ -17,6 +18,7 @@ SHIPPED = sorted(f[:-5] for f in os.listdir(spaces.SPACES_DIR) if f.endswith(".y
 
 OWN_DATA = {"clicklogs"}  # spaces over a prepared folder of one's own data
 DATA = {"clicklogs": "demo_prepared", "criteo": "criteo_prepared"}  # the folder each space needs
+DEVICE = {"criteo": "cuda"}  # the workers a space is for (its decay on fp32 tables: GPUs only)
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -36,6 +38,20 @@ def test_shipped_spaces_load(name, smoke, request):
         assert space.config_for({"model.arch": "finalmlp"}).model.arch == "finalmlp"
     param_space = space.param_space()
     assert set(param_space) == keys
+    check_space(space, DEVICE.get(name, "cpu"), 2)  # every point trains on the space's workers
+
+
+def test_a_point_a_worker_would_refuse_refuses_the_sweep_before_it_launches(tmp_path):
+    space = spaces.load(
+        space_file(tmp_path, "space:\n  embeddings.dtype: {choice: [fp32, bf16]}\n")
+    )
+    check_space(space, "cuda", 2)  # GPU workers hold bf16 tables
+    with pytest.raises(ConfigError) as e:
+        check_space(space, "cpu", 2)
+    assert "the trial with embeddings.dtype='bf16' cannot train on 2 cpu worker(s): " in str(
+        e.value
+    )
+    assert "FBGEMM's CPU kernels have no bf16 tables" in str(e.value)
 
 
 def test_default_space_is_small_and_smoke_is_smaller():
