@@ -44,6 +44,7 @@ EmbeddingOptimizer = Literal["exact_rowwise_adagrad", "exact_adagrad", "exact_sg
 EmbeddingDecayMode = Literal["l2", "decoupled"]
 DenseOptimizer = Literal["adagrad", "sgd", "adam"]
 DenseTables = Literal["dense", "embedding"]
+Solver = Literal["sgd", "lbfgs"]
 ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel"]
 ComputeKernel = Literal["fused", "dense"]
 PipelineMode = Literal["auto", "on", "off"]
@@ -886,6 +887,14 @@ class TrainConfig:
             ``exact_*`` optimizers and its embedding Adam are deterministic by design (rows are
             sorted before their updates). ``false``: torch's faster defaults. CPU kernels are
             deterministic either way.
+        solver: ``sgd``: the optimizers above, a batch a step. ``lbfgs``: a full-batch convex
+            solver (``recsys.train.solver``): each step one L-BFGS iteration with a line search
+            over the whole training split, minimising the mean loss plus ``optim.weight_decay /
+            2`` times the squared parameters but the biases; ``steps`` is then the iteration
+            cap and a step that changes the objective by under 1e-9 (relative) ends the run
+            (``converged``). Logistic regression only (a convex problem: it starts from zero
+            weights and reaches its optimum for each L2 strength), every table a replica
+            (``sharding``: ``data_parallel``); ``optim.*`` rates and optimizers are unused.
     """
 
     batch_size: int = 256
@@ -903,6 +912,7 @@ class TrainConfig:
     quiet: bool = False
     checkpoint_staging: str = ""
     deterministic: bool = True
+    solver: Solver = "sgd"
 
     def __post_init__(self) -> None:
         check_choices(self, "train")
@@ -1001,6 +1011,28 @@ class ExperimentConfig:
         self._check_shared_sharding()
         if arch.table_width is None:  # the references sum a sequence's positions
             self._check_sequence_pooling()
+        if self.train.solver == "lbfgs":
+            self._check_full_batch()
+
+    def _check_full_batch(self) -> None:
+        """``train.solver: lbfgs`` solves a convex problem (logistic regression), passes over
+        every worker's rows with every table a replica and needs a deterministic objective (no
+        dropout, no batch norm)."""
+        arch = self.model.arch
+        why = "a convex solver: logistic regression (model.arch: lr) only"
+        check(arch == "lr", "train.solver", self.train.solver, f"{why}; model.arch is {arch!r}")
+        why = "train.solver=lbfgs passes over the whole split with every table a replica"
+        s = self.sharding
+        for name, t in [("sharding.default", s.default)] + [
+            (f"sharding.tables.{n}", t) for n, t in s.tables.items()
+        ]:
+            ok = t.sharding_types == ["data_parallel"] or t.compute_kernels == ["dense"]
+            check(ok, f"{name}.sharding_types", t.sharding_types, f"{why}: data_parallel only")
+        check(s.pipeline != "on", "sharding.pipeline", s.pipeline, f"{why}: no train pipeline")
+        m = self.model
+        why = "train.solver=lbfgs minimises a deterministic objective"
+        check(m.dropout == 0, "model.dropout", m.dropout, f"{why}: 0")
+        check(m.norm != "batch", "model.norm", m.norm, f"{why}: none or layer")
 
     def _check_sequence_pooling(self) -> None:
         """``attention`` and ``transformer`` need each sequence's target; the transformer's

@@ -59,9 +59,13 @@ class Loss(nn.Module):
     def forward(
         self, logits: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``logits: [B, T]``, data ``labels`` -> (scalar loss, outputs)."""
+        """``logits: [B, T]``, data ``labels`` -> (scalar loss, outputs). A row whose label is
+        NaN is no training row: it adds nothing to the loss or its gradient (the full-batch
+        solver's padding, ``recsys.train.solver``); the mean is still over ``B``."""
         y = self.select_labels(labels)
-        w = sample_weights(y, self.w0, self.w1)
+        valid = ~torch.isnan(y)
+        y = torch.where(valid, y, torch.zeros_like(y))
+        w = sample_weights(y, self.w0, self.w1) * valid
         total = logits.new_zeros(())
         for t, tw in enumerate(self.task_weights):
             total = total + tw * task_loss(self.kind, logits[:, t], y[:, t], w[:, t])

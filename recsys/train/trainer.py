@@ -44,6 +44,7 @@ from recsys.train.optim import LRPolicy
 from recsys.train.reporting import Reporter
 from recsys.train.resume import restore
 from recsys.train.scoring import Scorer
+from recsys.train.solver import FullBatchSolver
 from recsys.train.stepper import Stepper, use_pipeline
 
 
@@ -171,6 +172,12 @@ class Trainer:
         self.cost_mark = t_start  # the run's cost is counted up to here (``_cost``)
         self.scorer = Scorer.of(cfg.train)
         self.stopped_early = False
+        self.converged = False  # a full-batch solver's run ends there (``train.solver``)
+        self.solver = None
+        if cfg.train.solver == "lbfgs":
+            self.solver = FullBatchSolver(built.model, self.splits.train, cfg, env)
+            if self.state.step == 0:
+                self.solver.start_from_zero()
 
     def _reshard_position(self) -> str:
         """Carry a checkpoint of another number of workers or another plan to this one: the data
@@ -223,12 +230,16 @@ class Trainer:
         metrics: dict[str, Any] = {}
         while self.state.step < tc.steps:
             t0 = time.perf_counter()
-            lr_factor = self.policy.apply(self.state.step)
-            loss_sum += self.stepper(self.batches)["loss"].detach()
+            if self.solver is not None:
+                lr_factor = 1.0
+                loss_sum += self._solver_step()
+            else:
+                lr_factor = self.policy.apply(self.state.step)
+                loss_sum += self.stepper(self.batches)["loss"].detach()
+                self.state.data_position += tc.batch_size
+                self.state.samples_seen += tc.batch_size * self.env.world_size
             loss_n += 1
             self.state.step += 1
-            self.state.data_position += tc.batch_size
-            self.state.samples_seen += tc.batch_size * self.env.world_size
             if due(self.state.step, tc.log_every, tc.steps):
                 loss = collectives.mean_over_ranks(loss_sum / loss_n)
                 loss_sum.zero_()
@@ -236,11 +247,20 @@ class Trainer:
                 if not self._record_loss(loss, lr_factor):
                     return self._diverged(loss)
             self.clock.tick(time.perf_counter() - t0)
-            if due(self.state.step, tc.checkpoint_every, tc.steps):
+            if due(self.state.step, tc.checkpoint_every, tc.steps) or self.converged:
                 metrics = self._report_point(lr_factor)
-                if self.stopped_early:
+                if self.stopped_early or self.converged:
                     break
         return metrics
+
+    def _solver_step(self) -> torch.Tensor:
+        """One iteration of the full-batch solver: its objective where it started; every row
+        each of its passes read counts as a training sample."""
+        assert self.solver is not None
+        before = self.solver.evaluations
+        value, self.converged = self.solver.step()
+        self.state.samples_seen += self.solver.rows * (self.solver.evaluations - before)
+        return torch.tensor(value, device=self.env.device)
 
     def _record_loss(self, loss: float, lr_factor: float) -> bool:
         """Keep the loss for the next report; False if it is NaN/inf."""
@@ -299,12 +319,14 @@ class Trainer:
             if due(step, cfg.train.eval_every, cfg.train.steps):
                 metrics.update(evaluate(model, self.splits.val, cfg, env, "val"))
             metrics.update(self.scorer.update(self.state, metrics))
-            self.stopped_early = self.scorer.should_stop(self.state)
-            last = step == cfg.train.steps or self.stopped_early
+            self.stopped_early = self.scorer.should_stop(self.state) and not self.converged
+            last = step == cfg.train.steps or self.stopped_early or self.converged
             if last and len(self.splits.test):
                 metrics.update(evaluate(model, self.splits.test, cfg, env, "test"))
             if self.stopped_early:
                 metrics["early_stopped"] = 1.0
+            if self.converged:
+                metrics["converged"] = 1.0
             t1 = time.perf_counter()
             self.clock.eval_s += t1 - t0
             metrics.update(self.clock.as_metrics())
@@ -316,6 +338,8 @@ class Trainer:
         self.clock.new_interval()
         if env.is_main and "val_auc" in metrics and not cfg.train.quiet:
             self.log(f"step {step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
+        if env.is_main and self.converged and self.solver is not None:
+            self.log(f"step {step}: the solver converged (objective {self.solver.last:.6g})")
         if env.is_main and self.stopped_early:
             s = self.scorer
             self.log(

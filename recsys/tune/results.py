@@ -43,6 +43,8 @@ def trial_status(metrics: dict[str, Any], steps: int) -> str:
     for key in (INFEASIBLE, "diverged", "early_stopped"):
         if metrics.get(key):
             return key
+    if metrics.get("converged"):  # a full-batch solver's end (train.solver: lbfgs)
+        return "finished"
     own = metrics.get("train_steps")
     last = own if isinstance(own, (int, float)) and own > 0 else steps
     return "finished" if metrics.get("step", 0) >= last else STOPPED

@@ -75,3 +75,16 @@ def test_missing_label_column_is_clear():
 def test_bad_loss_configs(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         LossConfig(**kwargs)
+
+
+def test_a_row_labelled_nan_adds_nothing_to_the_loss_or_its_gradient():
+    """The full-batch solver pads a worker's last batch with rows labelled NaN."""
+    logits = torch.tensor([[0.3], [-1.2], [2.0]], requires_grad=True)
+    labels = torch.tensor([[1.0], [0.0], [float("nan")]])
+    loss, _ = Loss(LossConfig())(logits, labels)
+    loss.backward()
+    kept = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits[:2, 0].detach(), labels[:2, 0], reduction="sum"
+    )
+    assert float(loss) == pytest.approx(float(kept) / 3)  # the mean is still over the 3 rows
+    assert logits.grad is not None and float(logits.grad[2, 0]) == 0.0
