@@ -1,15 +1,16 @@
 """The architectures ``model.arch`` names, each registered once (``ARCHS``).
 
-An entry says everything the layers above need to know of a model without importing it: its
-builder (``module:Class``, imported by ``recsys.models.build`` when a model is built), the
+An entry says everything the configuration needs to know of a model without importing it: the
 ``model.*`` keys it reads (what a search space may sweep for it; a key it does not read is
 refused), the width of its tables (``None``: the embeddings as configured, mixed dims
-included), whether it reads whole rows (QR ``concat`` refused), its own check of a config, and,
-for a reference model that a sweep trains as a bar (``baselines``), its default grid.
+included), whether it reads whole rows (QR ``concat`` refused), and its own check of a config.
+Its class is ``recsys.models.build.BUILDERS[name]``; how a sweep searches it as a reference is
+the sweep's policy (``recsys.tune.references``).
 
 Adding a model is one module in ``recsys/models/`` (``Class(model, embeddings, num_tasks,
-embedding_device=..., init_seed=...)``, ``forward(dense [B, I], kjt) -> logits [B, T]``) plus
-one ``register`` call here; docs/extending.md walks through it with the tests to copy.
+embedding_device=..., init_seed=...)``, ``forward(dense [B, I], kjt) -> logits [B, T]``), one
+``register`` call here and its class in ``BUILDERS``; docs/extending.md walks through it with
+the tests to copy.
 
 Pure: this module imports no torch and no other ``recsys`` module than ``configlib``, so that
 ``recsys.config`` can check ``model.arch`` against it.
@@ -18,7 +19,7 @@ Pure: this module imports no torch and no other ``recsys`` module than ``configl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from recsys.configlib import ConfigError, check, nearest
@@ -32,9 +33,6 @@ class Arch:
 
     Attributes:
         name: the ``model.arch`` value.
-        builder: ``"module:Class"``; the class takes ``(model, embeddings, num_tasks,
-            embedding_device=..., init_seed=...)`` and maps ``(dense [B, I], kjt)`` to logits
-            ``[B, T]``.
         summary: one line for errors and the docs.
         reads: the ``model.*`` keys (besides ``model.arch`` and ``model.num_dense``) it reads.
         table_width: ``(embeddings.dim, tasks) -> width`` of every table it builds; ``None``:
@@ -42,22 +40,14 @@ class Arch:
         whole_rows: it reads whole rows of a table (QR ``concat``, which splits a row's columns
             between two tables, is refused).
         check: its own check of an ``ExperimentConfig`` (a ``ConfigError`` naming the key).
-        reference_grid: a reference model a sweep can train (``baselines``): its default grid
-            (dotted key -> values); ``None``: not a reference.
-        dense_reference: the default grid (``grid``) and fixed keys (``overrides``) of the
-            reference where its tables are small enough to train dense (``recsys.tune.space``:
-            every row decayed at every step by the dense optimizer's ``weight_decay``).
     """
 
     name: str
-    builder: str
     summary: str
     reads: tuple[str, ...] = ()
     table_width: Callable[[int, int], int] | None = None
     whole_rows: bool = False
     check: Callable[[Any], None] | None = None
-    reference_grid: dict[str, list[Any]] | None = field(default=None)
-    dense_reference: dict[str, dict[str, Any]] | None = field(default=None)
 
 
 ARCHS: dict[str, Arch] = {}
@@ -78,11 +68,6 @@ def get(name: str) -> Arch:
             f"model.arch={name!r}: not one of {tuple(ARCHS)}{nearest(str(name), list(ARCHS))}"
         )
     return ARCHS[name]
-
-
-def references() -> tuple[str, ...]:
-    """The reference models a sweep can train as bars (``baselines``), in registration order."""
-    return tuple(n for n, a in ARCHS.items() if a.reference_grid is not None)
 
 
 def check_tables(arch: Arch, emb: Any) -> None:
@@ -113,7 +98,6 @@ SEQUENCE_KEYS = (
 )  # how DLRM and FinalMLP pool a sequence
 register(Arch(
     name="dlrm",
-    builder="recsys.models.dlrm:DLRM",
     summary="DLRM: bottom MLP, an interaction (dot, cat, sum, dcn) over the embeddings, top MLP",
     reads=("model.bottom_mlp", "model.top_mlp", "model.interaction", "model.interaction_itself",
            "model.dcn_layers", "model.dcn_low_rank", "model.dropout", "model.norm",
@@ -124,38 +108,20 @@ register(Arch(
 ))  # fmt: skip
 register(Arch(
     name="finalmlp",
-    builder="recsys.models.finalmlp:FinalMLP",
     summary="FinalMLP: two gated MLP streams over the embeddings, fused by bilinear heads",
     reads=("model.finalmlp", "model.finalmlp.stream1", "model.finalmlp.stream2",
            "model.finalmlp.heads", "model.finalmlp.gate", "model.dropout", "model.norm",
            *SEQUENCE_KEYS),
 ))  # fmt: skip
-# Each reference's default grids (a space's ``baselines.<arch>.grid`` replaces its rule's): under
-# FBGEMM's fused rule two learning rates, without and with weight decay; under the dense rule
-# (small tables, ``dense_reference``) the dense optimizer's rates and decays over decades. LR's
-# tables are LINEAR_WIDTH columns whose sum is the weight: it learns at four times its table
-# learning rate, hence its smaller rates.
 register(Arch(
     name="lr",
-    builder="recsys.models.reference:LogisticRegression",
     summary="logistic regression: a weight per id and a bias",
     table_width=lambda dim, tasks: LINEAR_WIDTH * tasks,
     whole_rows=True,
-    reference_grid={"optim.embedding_lr": [0.01, 0.03],
-                    "optim.embedding_weight_decay": [0.0, 1.0e-3]},
-    dense_reference={"grid": {"optim.lr": [0.01, 0.03],
-                              "optim.weight_decay": [1.0e-4, 1.0e-3, 3.0e-3, 1.0e-2]},
-                     "overrides": {"optim.dense_optimizer": "adagrad"}},
 ))  # fmt: skip
 register(Arch(
     name="fm",
-    builder="recsys.models.reference:FactorizationMachine",
     summary="factorization machine: LR's terms plus the pairwise dot products of id factors",
     table_width=lambda dim, tasks: dim + LINEAR_WIDTH * tasks,
     whole_rows=True,
-    reference_grid={"optim.embedding_lr": [0.03, 0.1],
-                    "optim.embedding_weight_decay": [0.0, 1.0e-3]},
-    dense_reference={"grid": {"optim.lr": [1.0e-3, 3.0e-3, 1.0e-2],
-                              "optim.weight_decay": [0.0, 1.0e-5]},
-                     "overrides": {"optim.dense_optimizer": "adam"}},
 ))  # fmt: skip

@@ -504,7 +504,7 @@ def space_keys() -> dict[str, tuple[str, str]]:
 
 
 def _space() -> list[str]:
-    from recsys.tune import space
+    from recsys.tune import references, space
 
     keys = space_keys()
     none = "**undocumented** (comment it in the example of `recsys/tune/space.py`'s docstring)"
@@ -520,6 +520,12 @@ def _space() -> list[str]:
         "### Top-level keys",
         "",
         *_table(["Key", "Example", "Meaning"], rows),
+        "",
+        "### `baselines`: the reference models",
+        "",
+        "From `recsys/tune/references.py`:",
+        "",
+        markdown(references.__doc__ or ""),
     ]
 
 

@@ -1,21 +1,19 @@
-"""A sweep's phases besides the search: reference baselines, and the seed check of the best.
+"""A sweep's phases besides the search: the references' verdicts, and the seed check of the best.
 
-Each phase is a Tune experiment of its own in the sweep's folder (``baselines/``, ``confirm/``),
-restored like the search on ``--resume``; its trials are ordinary trials (``run_trial``), recorded
-in MLflow with their role (``Tag.KIND``). The order: baselines (the bar to beat), the search, then
-the seed check, whose K x N points come from the search's ranking and are kept in its own Tune
-state, so a resumed check re-trains exactly those.
+The references themselves are searched beside the search (``recsys.tune.baselines``); here their
+best (``chosen_references``: the best of an arch's trials trained to their end) joins the
+search's ranking, and each reference's verdict is drawn (``Outcome``). Each phase is a Tune
+experiment of its own in the sweep's folder, restored like the search on ``--resume``; its trials
+are ordinary trials (``run_trial``), recorded in MLflow with their role (``Tag.KIND``).
 
-- **Baselines**: each reference ``model.arch`` the space lists, searched by its rules
-  (``recsys.tune.space.Reference``: a small grid of learning rates and weight decays over the base
-  config, each point trained with a budget in epochs and patience), FIFO: no scheduler stops a
-  reference early. The best of an arch's trials by the space's metric is its reference: the one
-  the summary, the table and ``lead_over_<arch>`` compare with (``Outcome``), described as
-  ``best of N: lr=..., weight_decay=...`` on the parent run (``recsys.reference.<arch>``) and on its
-  own run (``recsys.reference``); every reference trial is in ``references.csv``.
+- **References**: the one the summary, the table and ``lead_over_<arch>`` compare with, described
+  as ``best of N: lr=..., weight_decay=...`` on the parent run (``recsys.reference.<arch>``) and on
+  its own run (``recsys.reference``); every reference trial is in ``references.csv``.
 - **Seed check**: the ``top`` best finished search trials (stopped early by patience or ASHA
   count too), each re-trained with ``seeds`` new seeds (``train.seed`` + 1 .. + N: init, data
   order and every random draw; the data itself is the same). Statistics: ``recsys.tune.confirm``.
+  Its K x N points come from the search's ranking and are kept in its own Tune state, so a
+  resumed check re-trains exactly those.
 """
 
 from __future__ import annotations
@@ -27,18 +25,18 @@ from typing import Any
 
 import pandas as pd
 
-from recsys.config import ExperimentConfig
 from recsys.runtime import storage
 from recsys.runtime.storage import ray_storage
 from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
-from recsys.tune.results import SCORED, status
+from recsys.tune.references import Walk
+from recsys.tune.results import SCORED, TRAINED_TO_END, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
 
-PHASE_DIRS = {"baseline": "baselines", "confirm": "confirm"}
+PHASE_DIRS = {"confirm": "confirm"}
 CONFIRMABLE = SCORED
 REFERENCE = "reference"  # the frame's column describing a chosen reference
 
@@ -51,28 +49,16 @@ def trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
     return tune.with_resources(trainable, {"CPU": opts.driver_cpus})
 
 
-def baseline_points(space: SearchSpace) -> list[dict[str, Any]]:
-    """Every reference trial's params (``SearchSpace.reference_points``)."""
-    return space.reference_points()
+def registered(opts: SweepOptions, spec: TrialSpec, role: str) -> str:
+    """``trainable(opts, spec)`` with the role ``role``, registered with Tune as
+    ``recsys-<role>``: every experiment of a sweep names its trainable, because the references'
+    thread runs beside the search and Tune's registry is not safe to write from two threads
+    (``recsys.tune.baselines``); call it from the driver's thread before that one starts."""
+    from ray.tune.registry import register_trainable
 
-
-def common_params(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """The keys every point sets to the same value (``model.arch`` aside): the baselines phase
-    puts them in its trials' base config, so that a trial's params (its console line, its
-    ``recsys.searched`` tag) are its arch and grid values alone."""
-    if not points:
-        return {}
-    first = points[0]
-    return {k: v for k, v in first.items()
-            if k != "model.arch" and all(k in p and p[k] == v for p in points[1:])}  # fmt: skip
-
-
-def baseline_header(space: SearchSpace) -> str:
-    """The console's line as the baselines phase starts: each reference and its trials."""
-    refs = [space.references[a] for a in space.baselines]
-    parts = ", ".join(f"{r.arch} ({r.trials} trial{'s' if r.trials > 1 else ''}, {r.rule})"
-                      for r in refs)  # fmt: skip
-    return f"baselines: {parts}; each reference is the best of its trials by {space.metric}"
+    name = f"recsys-{role}"
+    register_trainable(name, trainable(opts, dataclasses.replace(spec, role=role)))
+    return name
 
 
 def phase_steps(space: SearchSpace, points: list[dict[str, Any]], workers: int) -> int:
@@ -111,16 +97,16 @@ REFERENCE_OF = "_reference_of"  # in a reference's seed-check params: the arch i
 
 def reference_points(baselines: pd.DataFrame, space: SearchSpace) -> list[dict[str, Any]]:
     """``seeds`` params for each reference: its arch's best baseline trial (``baselines`` ranked,
-    with a score) with the rules every baseline shared (``common_params``), a new seed and the
+    with a score) with the fixed keys of its rules (``Reference.fixed``), a new seed and the
     trial's id (``CONFIRMS``)."""
     score = space.objectives[0].key
     if baselines.empty:
         return []
-    done = baselines[baselines["status"].isin(CONFIRMABLE) & baselines[score].notna()]
-    common = common_params(baseline_points(space))
+    done = baselines[baselines["status"].isin(TRAINED_TO_END) & baselines[score].notna()]
     points = []
     for _, row in done[~done.duplicated("arch", keep="first")].iterrows():
-        params = {**common, **dict(row["params"])}
+        ref = space.references[str(row["arch"])]
+        params = {**ref.fixed(space.base), **dict(row["params"])}
         seed = space.config_for(params).train.seed
         points += [
             {**params, "train.seed": seed + 1 + j, CONFIRMS: str(row["trial"]),
@@ -148,24 +134,18 @@ def phase_tuner(
     from recsys.tune.progress import Progress
 
     phase_spec = dataclasses.replace(spec, role=role)
-    if role == "baseline":  # the rules every reference trial shares go in the phase's base
-        common = common_params(points)
-        base = ExperimentConfig.from_dict(spec.base).with_overrides(common)
-        phase_spec = dataclasses.replace(phase_spec, base=base.to_dict())
-        points = [{k: v for k, v in p.items() if k not in common} for p in points]
     folder = folder or PHASE_DIRS[role]
     path, fs = ray_storage(storage.join(sweep_dir(opts), folder))
     if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(
-            path, trainable=trainable(opts, phase_spec), resume_unfinished=True,
+            path, trainable=f"recsys-{role}", resume_unfinished=True,
             resume_errored=True, storage_filesystem=fs,
         )  # fmt: skip
     score = space.objectives[0]
-    steps = phase_steps(space, baseline_points(space) if role == "baseline" else points,
-                        opts.num_workers)  # fmt: skip
+    steps = phase_steps(space, points, opts.num_workers)
     progress = Progress(space.metric, steps, mode=score.mode, total=len(points), label=role)
     return tune.Tuner(
-        trainable(opts, phase_spec),
+        f"recsys-{role}",
         param_space={"params": tune.grid_search(points)},
         tune_config=tune.TuneConfig(
             metric=score.key,
@@ -231,9 +211,8 @@ def restored_phase(folder: str, opts: SweepOptions, spec: TrialSpec) -> Any:
     path, fs = ray_storage(storage.join(sweep_dir(opts), folder))
     if not tune.Tuner.can_restore(path, storage_filesystem=fs):
         return None
-    confirm_spec = dataclasses.replace(spec, role="confirm")
     return tune.Tuner.restore(
-        path, trainable=trainable(opts, confirm_spec), resume_unfinished=True,
+        path, trainable="recsys-confirm", resume_unfinished=True,
         resume_errored=True, storage_filesystem=fs,
     )  # fmt: skip
 
@@ -273,21 +252,29 @@ def spreads(seeds: pd.DataFrame, space: SearchSpace) -> tuple[list[Spread], list
     return out, short
 
 
-def chosen_references(frame: pd.DataFrame, space: SearchSpace) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``frame`` (ranked) with each reference arch's trials reduced to its best by the space's
-    score (the first of its rows; its ``reference`` column says of how many and with what), and
-    every reference trial (``chosen`` marks the kept ones)."""
+def chosen_references(
+    frame: pd.DataFrame, space: SearchSpace, walks: dict[str, Walk] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``frame`` (ranked) with each reference arch's trials reduced to its best trained to its
+    end (``TRAINED_TO_END``: never one ASHA stopped at a rung; its ``reference`` column says of
+    how many, with what, and how far its grid's edges were walked: ``walks``), and every
+    reference trial (``chosen`` marks the kept ones)."""
     if frame.empty or "role" not in frame or not (frame["role"] == "baseline").any():
         return frame, pd.DataFrame()
     refs = frame[frame["role"] == "baseline"].copy()
-    refs["chosen"] = ~refs.duplicated("arch", keep="first")
-    common = common_params(baseline_points(space))  # (in the phase's base, not the params)
+    ended = refs["status"].isin(TRAINED_TO_END)
+    firsts = refs[ended].drop_duplicates("arch", keep="first").index
+    refs["chosen"] = refs.index.isin(firsts)
     described = []
     for _, row in refs.iterrows():
         arch = str(row["arch"])
-        ref, n = space.references.get(arch), int((refs["arch"] == arch).sum())
-        what = ref.describe({**common, **dict(row["params"])}) if ref is not None else ""
-        described.append(f"best of {n}: {what}" if what else f"best of {n}")
+        ref, mine = space.references.get(arch), ended[refs["arch"] == arch]
+        n, cut = int(mine.sum()), int((~mine).sum())
+        params = dict(row["params"])
+        what = ref.describe(params) if ref is not None else ""
+        head = f"best of {n}" + (f" ({cut} more cut short)" if cut else "")
+        walked = walks[arch].summary(params) if walks and arch in walks else ""
+        described.append(f"{head}: {what}" + (f"; {walked}" if walked else "") if what else head)
     refs[REFERENCE] = described
     kept = refs[refs["chosen"]].drop(columns="chosen")
     out = pd.concat([frame[frame["role"] != "baseline"], kept], ignore_index=False)
@@ -301,8 +288,11 @@ class Outcome:
     reference's (``reference_spreads``, by arch), and the best search trial (by confirmed mean
     when the seed check ran)."""
 
-    def __init__(self, frame: pd.DataFrame, seeds: pd.DataFrame, space: SearchSpace) -> None:
-        frame, self.references = chosen_references(frame, space)
+    def __init__(
+        self, frame: pd.DataFrame, seeds: pd.DataFrame, space: SearchSpace,
+        walks: dict[str, Walk] | None = None,
+    ) -> None:  # fmt: skip
+        frame, self.references = chosen_references(frame, space, walks)
         self.frame, self.seeds, self.space = frame, seeds, space
         found, self.short = spreads(seeds, space)
         trials = frame[frame["role"] == "trial"] if not frame.empty else frame

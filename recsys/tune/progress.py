@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from typing import IO, Any
 
@@ -47,6 +48,38 @@ def clock(seconds: float) -> str:
 PHASES = {"trial": "search", "baseline": "baselines", "confirm": "seed check"}
 
 
+class Console:
+    """The terminal two phases print to at once (the references beside the search): lines go
+    above the one table drawn in place (a terminal's), which is erased and drawn again below
+    them; one lock orders the threads' writes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.shown = ""  # the table now drawn ('' for none)
+
+    def _erase(self, out: IO[str]) -> None:
+        if self.shown and out.isatty():
+            print(f"\x1b[{self.shown.count(chr(10)) + 1}F\x1b[J", end="", file=out)
+
+    def line(self, text: str, out: IO[str]) -> None:
+        with self.lock:
+            self._erase(out)
+            print(text, file=out, flush=True)
+            if self.shown and out.isatty():
+                print(self.shown, file=out, flush=True)
+
+    def table(self, text: str, out: IO[str]) -> None:
+        """Draw ``text`` in place of the table drawn before ('' erases it)."""
+        with self.lock:
+            self._erase(out)
+            self.shown = text
+            if text:
+                print(text, file=out, flush=True)
+
+
+CONSOLE = Console()  # the process's one terminal
+
+
 class Progress(Callback):  # type: ignore[misc]
     """Prints the progress of the trials of a sweep scored by ``metric``."""
 
@@ -59,15 +92,17 @@ class Progress(Callback):  # type: ignore[misc]
         total: int = 0,
         top: int = 10,
         label: str = "trial",
+        table: bool = True,
     ) -> None:
         self.metric, self.steps, self.every_s = metric, steps, every_s  # (pickled by Tune)
         self.mode, self.total, self.top = mode, total, top
         self.label = label  # "trial", "baseline", "confirm": the phase's trials
+        self.draws = table  # False: its lines only (a phase beside another that draws its table)
         self.t0 = time.time()
         self.rows: dict[str, dict[str, Any]] = {}
         self.started: dict[str, float] = {}  # trial id -> when it started
         self.durations: list[float] = []  # of the trials that ended
-        self.drawn, self.last_table = 0, time.time()
+        self.last_table = time.time()
 
     @property
     def out(self) -> IO[str]:
@@ -78,10 +113,9 @@ class Progress(Callback):  # type: ignore[misc]
         return self.out.isatty()
 
     def _say(self, text: str) -> None:
-        self._erase()
         minutes, seconds = divmod(int(time.time() - self.t0), 60)
         phase = PHASES.get(self.label, self.label)
-        print(f"[{phase} {minutes:02d}:{seconds:02d}] {text}", file=self.out, flush=True)
+        CONSOLE.line(f"[{phase} {minutes:02d}:{seconds:02d}] {text}", self.out)
 
     def _row(self, trial: Any) -> dict[str, Any]:
         if trial.trial_id not in self.rows:
@@ -143,19 +177,14 @@ class Progress(Callback):  # type: ignore[misc]
         more = f"\n({hidden} more not shown; all in the final table)" if hidden else ""
         return self.summary() + "\n" + frame.map(fmt).to_string(index=False) + more
 
-    def _erase(self) -> None:
-        if self.tty and self.drawn:
-            print(f"\x1b[{self.drawn}F\x1b[J", end="", file=self.out)
-            self.drawn = 0
-
     def _draw(self) -> None:
+        if not self.draws:
+            return
         text = self.table()
         if self.tty:
-            self._erase()
-            print(text, file=self.out, flush=True)
-            self.drawn = text.count("\n") + 1
+            CONSOLE.table(text, self.out)
         elif time.time() - self.last_table >= self.every_s:
-            print(text, file=self.out, flush=True)
+            CONSOLE.line(text, self.out)
             self.last_table = time.time()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -189,4 +218,5 @@ class Progress(Callback):  # type: ignore[misc]
         self._draw()
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._erase()
+        if self.draws:
+            CONSOLE.table("", self.out)

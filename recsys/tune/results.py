@@ -27,6 +27,7 @@ COST = ["wall_s", "worker_s", "samples_seen"]  # what the trial cost, from its l
 
 STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
 SCORED = ("finished", "early_stopped", STOPPED)  # a trial with a score to stand on
+TRAINED_TO_END = ("finished", "early_stopped")  # not cut short by the scheduler (a reference's)
 
 
 def any_scored(rows: list[dict[str, Any]]) -> bool:

@@ -22,25 +22,8 @@ A space file::
 ``baselines`` and ``confirm`` are the sweep's later phases (``recsys.tune.phases``); ``smoke`` may
 set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
 
-A reference model is a fair bar only when it is trained as well as a plain recipe of its kind,
-so each one listed is searched by rules: a grid of a few learning rates and weight decays on the
-base config, each point trained with a budget in epochs and patience; the best by the space's
-metric is the reference. A reference whose tables hold at most ``DENSE_REFERENCE_MAX_VALUES``
-values in all, at every point of its grid, trains them dense (``DENSE_REFERENCE_RULES`` and the
-arch's ``dense_reference`` recipe: fp32 replicas, every row decayed at every step); larger ones
-train with FBGEMM's fused optimizer (``REFERENCE_RULES``, the arch's ``reference_grid``). A
-mapping sets an arch's grid, fixed keys and ``rule``; keys the rule sets or does not read are
-refused (``optim.embedding_*``, ``embeddings.dtype``, ``sharding.*`` under the dense rule; a grid
-of ``optim.lr`` / ``optim.weight_decay`` alone under the fused one)::
-
-    baselines:
-      lr:                            # its grid replaced (here 3 x 2 = 6 trials; at most 8)
-        grid: {optim.lr: [0.01, 0.03, 0.1], optim.weight_decay: [1.0e-3, 1.0e-2]}
-        overrides: {train.epochs: 20} # over the rules' fixed keys
-      fm: {rule: fused}              # auto (by size, the default), dense or fused
-
-Under ``--smoke-test`` each reference is one trial (the first value of each grid key) trained with
-the smoke variant's budget (the rules' and the arch's budget keys, ``BUDGET_KEYS``, left out).
+``baselines`` lists the reference models trained as bars, each by its rules
+(``recsys.tune.references``: a small grid trained to convergence, its edges walked).
 
 Several objectives search for a trade-off rather than a maximum (``--search optuna`` runs Optuna's
 multi-objective TPE; the results mark the non-dominated trials)::
@@ -67,12 +50,12 @@ from typing import Any
 
 import yaml
 
-from recsys import archs
 from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, monitor_parts
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
 from recsys.data.dataset import check_weighted, source_for, with_data
 from recsys.runtime.storage import resolved
+from recsys.tune.references import Reference, baselines_of, reference_params, unread
 
 PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
@@ -81,47 +64,6 @@ SECTIONS = (
     "constraints", "baselines", "confirm",
 )  # fmt: skip
 SMOKE_SECTIONS = ("num_samples", "overrides", "baselines", "confirm")
-MAX_REFERENCE_TRIALS = 8  # a reference's grid: a handful of trials, not a second search
-# What every reference trial gets (the rules; a space's ``baselines.<arch>.overrides`` go over
-# them): the optimizers and batch the grids' values are for (row-wise Adagrad on the tables with
-# L2 weight decay, Adagrad on the bias and dense terms, a constant learning rate, 512 rows a
-# worker); fp16 tables, because
-# FBGEMM's CPU kernel applies weight decay to fp16 tables only (LR and FM train as they do in
-# fp32: BENCHMARKS.md, quality); and a budget in epochs that patience ends once validation
-# stops improving (a reference is trained to convergence, not to the search's step budget).
-REFERENCE_RULES: dict[str, Any] = {
-    "embeddings.dtype": "fp16",
-    "optim.embedding_optimizer": "exact_rowwise_adagrad",
-    "optim.dense_optimizer": "adagrad",
-    "optim.embedding_weight_decay_mode": "l2",
-    "optim.warmup_steps": 0,
-    "optim.decay_steps": 0,
-    "train.batch_size": 512,
-    "train.epochs": 20.0,
-    "train.reports_per_epoch": 2,
-    "train.patience": 3,
-}
-# A reference whose tables hold at most this many values trains them dense instead (every
-# worker keeps a replica and all-reduces its whole gradient each step): the dense optimizer
-# decays every row at every step (``optim.weight_decay``, as a plain PyTorch optimizer's does),
-# where FBGEMM's fused optimizer decays a row only at the steps that read it (a rare id almost
-# never). On a long tail of rare ids that is what keeps LR and FM level with scikit-learn's LR and
-# a plain FM. The fused optimizer's decay is set to 0 (no table uses it; the base's value would
-# be refused on CPU workers with fp32 tables, ``check_fused_decay``).
-DENSE_REFERENCE_MAX_VALUES = 2**24
-DENSE_REFERENCE_RULES: dict[str, Any] = {
-    "embeddings.dtype": "fp32",
-    "optim.embedding_weight_decay": 0.0,
-    "sharding.default.sharding_types": ["data_parallel"],
-    "sharding.default.compute_kernels": ["dense"],
-    "sharding.tables": {},
-}
-BUDGET_KEYS = ("train.epochs", "train.steps", "train.batch_size", "train.reports_per_epoch",
-               "train.patience", "train.eval_every", "train.checkpoint_every")  # fmt: skip
-REFERENCE_SECTIONS = ("grid", "overrides", "rule")
-REFERENCE_RULE_NAMES = ("auto", "dense", "fused")  # auto: dense where the tables are small
-# keys that reach only the dense optimizer: a fused-rule reference's tables do not read them
-DENSE_ONLY_KEYS = frozenset({"optim.lr", "optim.weight_decay", "optim.dense_optimizer"})
 VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
 
 
@@ -199,47 +141,6 @@ class Confirm:
 
 
 @dataclass(frozen=True)
-class Reference:
-    """One reference model's search: ``arch`` (``model.arch``), its ``grid`` (dotted key ->
-    values: every combination is a trial) and the keys fixed for each trial (``overrides``: the
-    rules', then the space's)."""
-
-    arch: str
-    grid: dict[str, list[Any]]
-    overrides: dict[str, Any]
-    rule: str = "fused"  # how its tables train: "dense" or "fused" (DENSE_REFERENCE_RULES)
-
-    @property
-    def trials(self) -> int:
-        return math.prod(len(v) for v in self.grid.values())
-
-    def points(self, base: ExperimentConfig) -> list[dict[str, Any]]:
-        """Each trial's params over ``base``: the arch (its mixed dims dropped: a reference has
-        one table width), the fixed keys, then the grid's combination."""
-        arch = reference_params(base, self.arch)
-        keys = list(self.grid)
-        return [
-            {**arch, **self.overrides, **dict(zip(keys, combo, strict=True))}
-            for combo in itertools.product(*(self.grid[k] for k in keys))
-        ]
-
-    def describe(self, params: dict[str, Any]) -> str:
-        """The grid's values of a trial: ``lr=0.03, weight_decay=0.01``."""
-        return ", ".join(f"{k.rsplit('.', 1)[-1]}={params.get(k)!r}" for k in self.grid)
-
-
-def reference_params(base: ExperimentConfig, arch: str) -> dict[str, Any]:
-    """``model.arch: arch`` over ``base``, and its mixed dims dropped (a reference has one table
-    width)."""
-    params: dict[str, Any] = {"model.arch": arch}
-    if base.embeddings.dims is not None:
-        params["embeddings.dims"] = None
-    if base.embeddings.md_alpha is not None:
-        params["embeddings.md_alpha"] = None
-    return params
-
-
-@dataclass(frozen=True)
 class SearchSpace:
     name: str
     source: str
@@ -306,16 +207,6 @@ def _dimension(source: str, key: str, spec: Any, valid: list[str]) -> Dimension:
         if kind == "loguniform" and values[0] <= 0:
             raise _fail(source, f"space.{key}.{kind}", f"needs low > 0, got {values!r}")
     return Dimension(key, kind, values)
-
-
-MODEL_KEYS_OF_EVERY_ARCH = ("model.arch", "model.num_dense")
-
-
-def unread(arch_names: list[str], key: str) -> bool:
-    """Whether ``key`` is a model key that none of ``arch_names`` reads (``recsys.archs``)."""
-    if not key.startswith("model.") or key in MODEL_KEYS_OF_EVERY_ARCH:
-        return False
-    return not any(key in archs.get(n).reads for n in arch_names)
 
 
 def _check_read(
@@ -404,7 +295,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     _check_metric(path, base, objectives[0].metric)
     own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
     phases = {**raw, **own}  # the smoke variant's own phases, if it has them
-    references = _baselines(path, phases.get("baselines") or [], base, smoke)
+    references = baselines_of(path, phases.get("baselines") or [], base, smoke)
     confirm = _confirm(path, phases.get("confirm"))
     return SearchSpace(
         name=os.path.splitext(os.path.basename(path))[0],
@@ -430,168 +321,6 @@ def _smoke(path: str, smoke: Any) -> dict[str, Any]:
                 f"{path}: smoke: unknown section {key!r}{nearest(str(key), SMOKE_SECTIONS)}"
             )
     return smoke
-
-
-def _baselines(
-    path: str, value: Any, base: ExperimentConfig, smoke: bool = False
-) -> dict[str, Reference]:
-    """``baselines``: a list of reference ``model.arch`` values (each by the default rules), or
-    a mapping of each to ``{grid: {key: [values]}, overrides: {key: value}}`` (either optional;
-    ``{}`` or null: the default rules). Every trial must build from the base."""
-    where = f"{path}: baselines"
-    if isinstance(value, list):
-        if len(set(map(str, value))) != len(value):
-            raise ConfigError(f"{where}: {value} lists a model twice")
-        value = {arch: None for arch in value}
-    if not isinstance(value, dict):
-        raise ConfigError(
-            f"{where}: a list of {list(archs.references())}, or a mapping of each to "
-            f"{{grid: ..., overrides: ...}}; got {value!r}"
-        )
-    out = {}
-    for arch, spec in value.items():
-        if arch not in archs.references():
-            raise ConfigError(
-                f"{where}: {arch!r} is not a reference model; one of "
-                f"{list(archs.references())}{nearest(str(arch), archs.references())}"
-            )
-        ref = _reference(f"{where}.{arch}", arch, spec, smoke, base)
-        _check_reference(where, ref, base)
-        out[arch] = ref
-    return out
-
-
-def _trains_dense(base: ExperimentConfig, arch: str, spec: dict[str, Any]) -> bool:
-    """Whether reference ``arch``'s tables over ``base`` with its entry's ``overrides`` hold at
-    most ``DENSE_REFERENCE_MAX_VALUES`` values (every worker can keep a replica) at every point
-    of the entry's ``grid`` (a grid may size the tables: ``embeddings.dim``, ``qr.*``)."""
-    from recsys.models.accounting import table_stats
-
-    overrides, grid = spec.get("overrides") or {}, spec.get("grid") or {}
-    if not isinstance(overrides, dict) or not isinstance(grid, dict):
-        return False  # (_reference names why)
-    sized = {k: v for k, v in grid.items() if isinstance(v, list) and v}  # (the rest: named later)
-    for point in Reference(arch, sized, overrides).points(base):
-        try:
-            cfg = base.with_overrides(point)
-        except ConfigError:
-            return False  # (_check_reference names why)
-        if sum(t.params for t in table_stats(cfg.tables)) > DENSE_REFERENCE_MAX_VALUES:
-            return False
-    return True
-
-
-def _rule(where: str, arch: str, spec: dict[str, Any], base: ExperimentConfig) -> str:
-    """``dense`` or ``fused``: the entry's ``rule``, or by the tables' size (``auto``)."""
-    rule = spec.get("rule", "auto")
-    if rule not in REFERENCE_RULE_NAMES:
-        raise ConfigError(f"{where}.rule: {rule!r}, one of {list(REFERENCE_RULE_NAMES)}"
-                          f"{nearest(str(rule), REFERENCE_RULE_NAMES)}")  # fmt: skip
-    recipe = archs.get(arch).dense_reference
-    if rule == "dense" and recipe is None:
-        raise ConfigError(f"{where}.rule: dense: {arch} has no dense recipe (recsys.archs)")
-    if rule == "auto":
-        dense = recipe is not None and _trains_dense(base, arch, spec)
-        return "dense" if dense else "fused"
-    return str(rule)
-
-
-def _reference(where: str, arch: str, spec: Any, smoke: bool, base: ExperimentConfig) -> Reference:
-    """One arch's grid and fixed keys from its entry (``None``: the default rules): its
-    ``rule``'s (``dense``: the arch's dense recipe over ``DENSE_REFERENCE_RULES``; ``fused``:
-    ``REFERENCE_RULES``), then the entry's; under ``smoke``, one trial (each grid key's first
-    value) without the budget keys."""
-    spec = {} if spec is None else spec
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where}: expected {{grid: ..., overrides: ...}} or {{}}, got {spec!r}")
-    for key in spec:
-        if key not in REFERENCE_SECTIONS:
-            why = f"unknown {key!r}{nearest(str(key), REFERENCE_SECTIONS)}"
-            raise ConfigError(f"{where}: {why} (one of {list(REFERENCE_SECTIONS)})")
-    rule = _rule(where, arch, spec, base)
-    valid = ExperimentConfig.all_keys()
-    recipe = archs.get(arch).dense_reference if rule == "dense" else None
-    default = recipe["grid"] if recipe else archs.get(arch).reference_grid
-    grid: dict[str, Any] = spec.get("grid", default or {})
-    overrides = spec.get("overrides") or {}
-    for section, keys in (("grid", grid), ("overrides", overrides)):
-        if not isinstance(keys, dict) or (section == "grid" and not keys):
-            what = "a non-empty mapping of config keys to lists" if section == "grid" else (
-                "a mapping of config keys to values")  # fmt: skip
-            raise ConfigError(f"{where}.{section}: {what}, got {keys!r}")
-        for key in keys:
-            if key not in valid and not is_map_key(key):
-                raise ConfigError(
-                    f"{where}.{section}: unknown config key {key!r}{nearest(str(key), valid)}"
-                )
-            if key == "model.arch":
-                raise ConfigError(f"{where}.{section}: model.arch is the reference's own ({arch})")
-            if unread([arch], key):
-                raise ConfigError(f"{where}.{section}: {arch} does not read {key} (recsys.archs)")
-            _check_rule_key(f"{where}.{section}", key, rule)
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}.grid.{key}: a non-empty list of values, got {values!r}")
-    if rule == "fused" and grid and set(grid) <= DENSE_ONLY_KEYS:
-        raise ConfigError(
-            f"{where}.grid: {sorted(grid)} under the fused rule (rule: fused, or auto where the "
-            f"tables hold more than {DENSE_REFERENCE_MAX_VALUES} values) tunes only the weights "
-            f"outside the tables: the tables train with optim.embedding_lr and "
-            f"optim.embedding_weight_decay; search those, or set rule: dense"
-        )
-    rules = {**REFERENCE_RULES, **DENSE_REFERENCE_RULES, **recipe["overrides"]} if recipe else {}
-    fixed = {**(rules or REFERENCE_RULES), **overrides}
-    if smoke:
-        grid = {k: v[:1] for k, v in grid.items()}
-        fixed = {k: v for k, v in fixed.items() if k not in BUDGET_KEYS}
-    ref = Reference(arch, {k: list(v) for k, v in grid.items()}, fixed, rule)
-    if ref.trials > MAX_REFERENCE_TRIALS:
-        sizes = " x ".join(str(len(v)) for v in grid.values())
-        raise ConfigError(
-            f"{where}.grid: {sizes} = {ref.trials} trials; a reference's grid has at most "
-            f"{MAX_REFERENCE_TRIALS} (a few values of its learning rate and weight decay)"
-        )
-    return ref
-
-
-def _check_rule_key(where: str, key: str, rule: str) -> None:
-    """Refuse an entry key that the dense rule sets or that does nothing under it (``where``:
-    the entry's section), naming the rule."""
-    if rule != "dense":
-        return
-    dense = (f"this reference trains its tables dense (rule: dense; by default where they hold "
-             f"at most {DENSE_REFERENCE_MAX_VALUES} values)")  # fmt: skip
-    if key.startswith("optim.embedding_"):
-        raise ConfigError(
-            f"{where}: {key} does nothing here: {dense} with optim.lr, optim.weight_decay and "
-            f"optim.dense_optimizer; search those, or set rule: fused"
-        )
-    if key == "embeddings.dtype" or key.startswith("sharding."):
-        raise ConfigError(
-            f"{where}: {key} is the dense rule's own: {dense} as fp32 replicas on every worker "
-            f"(data_parallel); set rule: fused to choose the tables' precision or placement"
-        )
-
-
-def _check_reference(where: str, ref: Reference, base: ExperimentConfig) -> None:
-    """``ref``'s arch builds from ``base``, and so does each of its trials, its budget in epochs
-    made steps (``where``: ``<space>: baselines``)."""
-    from recsys.data.dataset import train_rows, with_budget
-
-    try:
-        base.with_overrides(reference_params(base, ref.arch))
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {ref.arch} cannot build from the base: {e}") from None
-    for point in ref.points(base):
-        try:
-            cfg = base.with_overrides(point)
-            if cfg.train.epochs > 0:
-                with_budget(cfg, train_rows(cfg), 1)
-        except ConfigError as e:
-            shown = {k: v for k, v in point.items() if k in ref.grid}
-            raise ConfigError(
-                f"{where}.{ref.arch}: the trial with {shown} cannot build: {e}"
-            ) from None
 
 
 def _confirm(path: str, value: Any) -> Confirm:

@@ -30,15 +30,7 @@ from recsys.runtime.cluster import RaySource
 from recsys.runtime.shared_storage import check_nodes_see, run_paths
 from recsys.runtime.storage import check_storage, ray_storage
 from recsys.tracking.tracker import Tag, Tracker, compare_line
-from recsys.tune.phases import (
-    Outcome,
-    baseline_header,
-    baseline_points,
-    log_confirmation,
-    phase_tuner,
-    seed_check,
-    trainable,
-)
+from recsys.tune.phases import Outcome, log_confirmation, registered, seed_check
 from recsys.tune.results import (
     METRICS,
     any_scored,
@@ -220,13 +212,13 @@ def build_tuner(
     progress = Progress(space.metric, steps, mode=space.mode, total=total)
     if restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(
-            path, trainable=trainable(opts, spec), resume_unfinished=True, resume_errored=True,
+            path, trainable="recsys-trial", resume_unfinished=True, resume_errored=True,
             storage_filesystem=fs,
         )  # (Tune restores its run config, the progress callback included)  # fmt: skip
     score = space.objectives[0]
     single = len(space.objectives) == 1 or opts.search == "random"
     return tune.Tuner(
-        trainable(opts, spec),
+        "recsys-trial",  # (registered by run_phases: ``registered``)
         param_space={"params": space.param_space()},
         tune_config=tune.TuneConfig(
             metric=score.key if single else None,  # several objectives: the searcher's
@@ -473,15 +465,25 @@ def ran(tuner: Any, finished: bool) -> Any:
 
 
 def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore: bool) -> Outcome:
-    """Baselines (if the space lists any), the search and each of its growths, the seed check
-    (if asked)."""
-    baselines = pd.DataFrame()
+    """The references (if the space lists any) beside the search and each of its growths, then
+    the seed check (if asked)."""
+    from recsys.runtime.cluster import alive_nodes
+    from recsys.tune.baselines import Beside, Found, Run, header, room_beside, search_references
+
     parts = growths(opts)  # a part before the last one finished: read, never run again
     with legacy_tune_output():
-        if points := baseline_points(space):
-            print(baseline_header(space))
-            tuner = phase_tuner("baseline", points, space, opts, spec, restore)
-            baselines = trial_frame(ran(tuner, restore and bool(parts)), space, role="baseline")
+        for role in ("trial", "confirm"):  # (names registered in this thread: ``registered``)
+            registered(opts, spec, role)
+        beside, found = None, Found()
+        if space.baselines:
+            run = Run(space, opts, spec, restore, finished=restore and bool(parts))
+            run.register()
+            together = room_beside(opts, alive_nodes())
+            print(header(space, opts.scheduler, together))
+            if together:
+                beside = Beside(run).start()
+            else:
+                found = search_references(run)
         results = list(ran(build_tuner(space, opts, spec, restore), restore and bool(parts)))
         for k, options in enumerate(parts, 1):
             grown, prior = dataclasses.replace(opts, **options), trial_frame(results, space)
@@ -490,6 +492,8 @@ def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore:
                 print(f"the {grown.search} search is warm-started with {warm} earlier trials")
             tuner = build_tuner(space, grown, spec, True, growth=k, prior=prior)
             results += list(ran(tuner, k < len(parts)))
+        found = beside.result() if beside is not None else found
         trials = trial_frame(results, space)
-        seeds = seed_check(space, opts, spec, restore, trials, baselines, len(parts))
-    return Outcome(with_baselines(trials, baselines, space), seeds, space)
+        seeds = seed_check(space, opts, spec, restore, trials, found.frame, len(parts))
+    frame = with_baselines(trials, found.frame, space)
+    return Outcome(frame, seeds, space, found.walks)

@@ -49,12 +49,21 @@ class Bias(nn.Module):
 
 @pytest.fixture
 def toy_arch():
+    from recsys.models.build import BUILDERS
+
     arch = archs.register(archs.Arch(
-        name="toy", builder=f"{__name__}:Bias", summary="a bias", reads=("model.dropout",),
+        name="toy", summary="a bias", reads=("model.dropout",),
         table_width=lambda dim, tasks: 4, whole_rows=True,
     ))  # fmt: skip
+    BUILDERS["toy"] = Bias
     yield arch
-    del archs.ARCHS["toy"]
+    del archs.ARCHS["toy"], BUILDERS["toy"]
+
+
+def test_every_registered_arch_has_a_class():
+    from recsys.models.build import BUILDERS
+
+    assert set(BUILDERS) == set(archs.ARCHS)
 
 
 def test_one_registration_makes_an_arch_configurable_and_buildable(toy_arch, tmp_path):

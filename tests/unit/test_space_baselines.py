@@ -9,17 +9,11 @@ import math
 import pandas as pd
 import pytest
 
-from recsys import archs
 from recsys.configlib import ConfigError
+from recsys.tune import references as refs
 from recsys.tune import space as spaces
-from recsys.tune.phases import (
-    REFERENCE,
-    Outcome,
-    baseline_header,
-    baseline_points,
-    chosen_references,
-    common_params,
-)
+from recsys.tune.baselines import header
+from recsys.tune.phases import REFERENCE, Outcome, chosen_references
 from tests.helpers import space_file
 
 SEARCH = "space:\n  optim.lr: {loguniform: [0.01, 0.1]}\n"
@@ -30,18 +24,20 @@ def load(tmp_path, body: str, smoke: bool = False) -> spaces.SearchSpace:
     return spaces.load(space_file(tmp_path, BUDGET + SEARCH + body), smoke=smoke)
 
 
-# tables of 8 x 3M rows: more values than a reference trains dense (DENSE_REFERENCE_MAX_VALUES)
+# tables of 8 x 3M rows: more values than a reference trains dense (DENSE_TABLE_MAX_VALUES)
 BIG = "overrides: {embeddings.num_embeddings: [3000000, 3000000, 3000000, 3000000, 3000000, " \
       "3000000, 3000000, 3000000]}\n"  # fmt: skip
 
 
 def rules(arch: str, dense: bool) -> tuple[dict, dict]:
     """The default grid and fixed keys of reference ``arch``: its dense recipe or fused one."""
-    if dense:
-        recipe = archs.get(arch).dense_reference
-        fixed = {**spaces.REFERENCE_RULES, **spaces.DENSE_REFERENCE_RULES, **recipe["overrides"]}
-        return recipe["grid"], fixed
-    return archs.get(arch).reference_grid, spaces.REFERENCE_RULES
+    recipe = refs.RECIPES[arch]["dense" if dense else "fused"]
+    extra = refs.DENSE_REFERENCE_RULES if dense else {}
+    return recipe.grid, {**refs.REFERENCE_RULES, **extra, **recipe.overrides}
+
+
+def baseline_points(space: spaces.SearchSpace) -> list[dict]:
+    return space.reference_points()
 
 
 @pytest.mark.parametrize("dense", [True, False], ids=["small-tables", "big-tables"])
@@ -64,16 +60,18 @@ def test_a_list_takes_the_default_rules(tmp_path, dense):
         for key, values in grid.items():
             assert point[key] in values
         if dense:  # building the big tables' configs is the fused case's cost alone
-            cfg = space.config_for(point)  # every trial builds, trained by epochs with patience
-            assert cfg.model.arch == arch and cfg.train.epochs > 0 and cfg.train.patience > 0
+            cfg = space.config_for(point)  # every trial builds, trained to convergence
+            assert cfg.model.arch == arch and cfg.train.patience > 0
+            assert (cfg.train.solver == "lbfgs") == (arch == "lr")  # LR solved, FM by epochs
+            assert cfg.train.epochs > 0 or arch == "lr"
             assert cfg.sharding.default.compute_kernels == ["dense"]
     for arch in ("lr", "fm"):  # each grid point once
         grid = expect[arch][0]
         mine = [tuple(p[k] for k in grid) for p in points if p["model.arch"] == arch]
-        assert len(set(mine)) == len(mine) <= spaces.MAX_REFERENCE_TRIALS
-    trials = ("lr (8 trials, dense), fm (6 trials, dense)" if dense
+        assert len(set(mine)) == len(mine) <= refs.MAX_REFERENCE_TRIALS
+    trials = ("lr (4 trials, dense: L-BFGS to its optimum), fm (6 trials, dense)" if dense
               else "lr (4 trials, fused), fm (4 trials, fused)")  # fmt: skip
-    assert baseline_header(space).startswith(f"baselines: {trials}")
+    assert header(space, "asha").startswith(f"baselines: {trials}")
 
 
 def test_the_smoke_variant_trains_each_reference_once_with_its_own_budget(tmp_path):
@@ -82,7 +80,7 @@ def test_the_smoke_variant_trains_each_reference_once_with_its_own_budget(tmp_pa
     points = baseline_points(space)
     assert [p["model.arch"] for p in points] == ["lr", "fm"]
     for point in points:
-        assert not set(point) & set(spaces.BUDGET_KEYS)  # the smoke budget governs
+        assert not set(point) & set(refs.BUDGET_KEYS)  # the smoke budget governs
         grid, _ = rules(point["model.arch"], dense=True)
         assert all(point[k] == v[0] for k, v in grid.items())  # each key's first value
         cfg = space.config_for(point)
@@ -119,7 +117,7 @@ def test_the_rule_follows_the_tables_the_entry_makes(tmp_path):
     body = f"baselines:\n  lr: {{overrides: {{embeddings.num_embeddings: [{rows}]}}}}\n  fm: {{}}\n"
     space = load(tmp_path, body)
     assert (space.references["lr"].rule, space.references["fm"].rule) == ("fused", "dense")
-    assert space.references["lr"].grid == archs.get("lr").reference_grid
+    assert space.references["lr"].grid == refs.RECIPES["lr"]["fused"].grid
     big, small = ", ".join(["3000000"] * 8), ", ".join(["1000"] * 8)  # a grid point sizes too
     body = f"baselines:\n  lr: {{grid: {{embeddings.num_embeddings: [[{small}], [{big}]]}}}}\n"
     assert load(tmp_path, body).references["lr"].rule == "fused"
@@ -204,18 +202,28 @@ def test_a_bad_reference_is_named_with_its_key(tmp_path, body, match):
     assert "s.yaml" in str(err.value)
 
 
-def test_the_rules_every_trial_shares_go_in_the_phase_base(tmp_path):
-    """``phase_tuner`` puts the common keys in the phase's base config and keeps the arch and the
-    grid in each trial's params (its console line and ``recsys.searched`` tag)."""
-    points = baseline_points(load(tmp_path, "baselines: [lr, fm]\n"))
-    common = common_params(points)
-    assert "model.arch" not in common and set(spaces.DENSE_REFERENCE_RULES) <= set(common)
-    rest = [{k: v for k, v in p.items() if k not in common} for p in points]
-    for r in rest:  # the arch, its grid, and its recipe's own keys (the FM's Adam) differ
-        own = archs.get(r["model.arch"]).dense_reference
-        assert set(r) <= {"model.arch", *own["grid"], *own["overrides"]}
-    assert [{**common, **r} for r in rest] == points  # nothing lost
-    assert common_params([]) == {}
+def test_the_keys_every_trial_of_a_reference_sets_go_in_its_specs_base(tmp_path):
+    """A reference's trials carry the arch and their grid values as params (the console line,
+    ``recsys.searched``); the rules' fixed keys are in their spec's base (``Run.spec_of``)."""
+    from recsys.config import ExperimentConfig
+    from recsys.tune.baselines import Run
+    from recsys.tune.state import SweepOptions
+    from recsys.tune.trial import TrialSpec
+
+    space = load(tmp_path, "baselines: [lr, fm]\n")
+    spec = TrialSpec(sweep="s", base=space.base.to_dict(), storage="runs", tracking_uri="x",
+                     experiment_id="1", parent_run_id="p", num_workers=1, use_gpu=False,
+                     cpus_per_worker=1.0, max_failures=0)  # fmt: skip
+    run = Run(space, SweepOptions(name="s", storage="runs", tracking_uri="x"), spec, False)
+    for arch in ("lr", "fm"):
+        ref = space.references[arch]
+        base = ExperimentConfig.from_dict(run.spec_of(ref).base)
+        for point in ref.points(space.base):  # nothing lost: the base with the grid's values
+            grid = {k: point[k] for k in ref.grid}
+            assert base.with_overrides(grid) == space.config_for(point)
+        assert (
+            run.spec_of(ref).role == "baseline" and run.trainable(ref) == f"recsys-baseline-{arch}"
+        )
 
 
 def frame(space, rows):
@@ -245,11 +253,11 @@ def test_each_reference_is_the_best_of_its_trials(tmp_path):
     assert list(kept["trial"]) == ["b3", "t1", "b1"]  # ranked; one reference per arch
     assert len(every) == 4 and list(every.loc[every["chosen"], "trial"]) == ["b3", "b1"]
     lr_row = kept[kept["trial"] == "b1"].iloc[0]
-    assert lr_row[REFERENCE] == "best of 2: lr=0.01, weight_decay=0.001"
+    assert lr_row[REFERENCE] == "best of 2: weight_decay=0.001"
     result = Outcome(frame(space, rows), pd.DataFrame(), space)
     assert result.leads() == pytest.approx({"lr": 0.10, "fm": -0.02})
     text = result.lines()
-    assert "beats lr (trial b1, best of 2: lr=0.01, weight_decay=0.001)" in text
+    assert "beats lr (trial b1, best of 2: weight_decay=0.001)" in text
     assert "does NOT beat fm (trial b3, best of 2: lr=0.003, " in text
     # a reference beats every trial of the search: said first
     headline = (
@@ -337,6 +345,6 @@ def test_seed_checked_references_are_judged_interval_with_interval(tmp_path):
         f"beats: lead +0.0033, 95% CI [{sep.low:+.4f}, {sep.high:+.4f}] (both checked)"
     )
     text = result.lines()
-    assert "beats lr (trial b1, best of 2: lr=0.01, " in text
+    assert "beats lr (trial b1, best of 2: weight_decay=" in text
     assert "val_auc confirmed mean 0.8100 of 3 seeds: lead +0.0033, 95% CI [+0" in text
     assert "ties fm (trial b3" in text and "of the difference" in text

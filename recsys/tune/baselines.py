@@ -1,0 +1,274 @@
+"""The baselines phase: each reference model of a space searched by its rules
+(``recsys.tune.references``), beside the search.
+
+- **Beside the search**: where the cluster holds a reference's trial beside the search's
+  ``--max-concurrent`` ones (``room_beside``), the references run in a thread of the sweep's
+  driver while the search runs in its main thread (``Beside``), instead of a phase before the
+  first search trial; elsewhere (one trial at a time: a laptop) they run first. Both are Tune
+  experiments of their own; Tune's trainables are registered by name before the thread starts
+  (its registry is not safe to write from two threads).
+- **Successive halving**: each reference's grid is one Tune experiment (``baselines-<arch>``)
+  under ASHA on the same kind of budget as its trials (the rungs in the reports' epochs, or in
+  steps for a budget in steps: the solver's iterations) unless the sweep's scheduler is FIFO:
+  points that trail the others at a rung stop there. The reference is the best point trained to
+  its end (finished, converged or stopped by patience; never one ASHA stopped).
+- **Edges**: where that best sits on an edge of a numeric grid key, one point a step beyond it
+  runs (``baselines-<arch>-edge-<k>``, FIFO, to its end), and so on until the best is inside or
+  the walk reached its bound (``Walk``). Under the smoke variant no edge is walked.
+
+A resumed sweep restores each experiment from its folder and walks the same edges again from
+the same results; a grown sweep (``--more``) reads them without training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from recsys.config import ExperimentConfig
+from recsys.runtime import storage
+from recsys.runtime.storage import ray_storage
+from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
+from recsys.tune.results import STOPPED, TRAINED_TO_END, trial_frame
+from recsys.tune.space import SearchSpace
+from recsys.tune.state import SweepOptions, sweep_dir
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec
+
+REDUCTION = 3  # ASHA's reduction factor for a reference's grid: a third go on at each rung
+
+
+def folder_of(arch: str, edge: int = 0) -> str:
+    """The Tune experiment of ``arch``'s grid (``edge`` 0) or of its ``edge``-th walk step."""
+    return f"baselines-{arch}" + (f"-edge-{edge}" if edge else "")
+
+
+def room_beside(opts: SweepOptions, nodes: list[dict[str, float]]) -> bool:
+    """Whether the cluster holds a reference's trial beside the ``--max-concurrent`` trials of
+    the search: ``max_concurrent + 1`` trials' workers and drivers at once. Where it does not,
+    the references run first (two trials waiting on each other's workers would wait forever)."""
+    from recsys.runtime.cluster import placeable_workers
+
+    trials = opts.max_concurrent + 1
+    gpus = 1.0 if opts.use_gpu else 0.0
+    cpus = sum(n.get("CPU", 0.0) for n in nodes)
+    need = trials * (opts.num_workers * opts.cpus_per_worker + opts.driver_cpus)
+    workers = placeable_workers(nodes, opts.cpus_per_worker, gpus)
+    return cpus + 1e-9 >= need and workers >= trials * opts.num_workers
+
+
+def header(space: SearchSpace, scheduler: str, beside: bool = True) -> str:
+    """The console's line as the references start: each one, its trials and how it trains."""
+    refs = [space.references[a] for a in space.baselines]
+    parts = ", ".join(f"{r.arch} ({r.trials} trial{'s' if r.trials > 1 else ''}, {r.label()})"
+                      for r in refs)  # fmt: skip
+    when = ("beside the search" if beside else
+            "before the search (the cluster holds no trial beside the search's)")  # fmt: skip
+    halving = "" if scheduler == "fifo" else ", under successive halving (ASHA)"
+    walked = any(r.edges for r in refs)
+    walks = f" its grid's edges walked (at most {MAX_EDGE_STEPS} steps a side)," if walked else ""
+    return (f"baselines: {parts}; {when}{halving}; each the best of its trials "
+            f"trained to their end,{walks} by {space.metric}")  # fmt: skip
+
+
+def best_trained(frame: pd.DataFrame, space: SearchSpace) -> pd.Series | None:
+    """The best row (``frame`` ranked) trained to its end with a score; None without one."""
+    if frame.empty:
+        return None
+    key = space.objectives[0].key
+    done = frame[frame["status"].isin(TRAINED_TO_END) & frame[key].notna()]
+    return done.iloc[0] if not done.empty else None
+
+
+def scheduler_of(cfg: ExperimentConfig, scheduler: str, edge: bool) -> Any:
+    """ASHA over one reference's trials (``cfg``: a trial's config; its time: ``epochs_done``
+    with a budget in epochs, else ``step``), FIFO for a walk's points or a FIFO sweep."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if scheduler == "fifo" or edge:
+        return FIFOScheduler()
+    tc = cfg.train
+    if tc.epochs > 0:
+        in_epochs: dict[str, Any] = {"max_t": tc.epochs, "grace_period": min(1.0, tc.epochs)}
+        return ASHAScheduler(  # (typed int, but any number: compared with the time attribute)
+            time_attr="epochs_done", stop_last_trials=False, reduction_factor=REDUCTION,
+            **in_epochs,
+        )  # fmt: skip
+    every = tc.checkpoint_every or tc.steps
+    return ASHAScheduler(
+        time_attr="step", max_t=tc.steps, stop_last_trials=False,
+        grace_period=min(2 * every, tc.steps), reduction_factor=REDUCTION,
+    )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Run:
+    """What one reference's search needs: the space, the sweep's options and trial spec, whether
+    its experiments may be restored, and whether they are only read (a part before a growth)."""
+
+    space: SearchSpace
+    opts: SweepOptions
+    spec: TrialSpec
+    restore: bool
+    finished: bool = False
+
+    def spec_of(self, ref: Reference) -> TrialSpec:
+        """The spec of ``ref``'s trials: the sweep's, its role ``baseline``, its base config
+        with the keys every one of its trials sets (``Reference.fixed``, the arch included)."""
+        base = ExperimentConfig.from_dict(self.spec.base).with_overrides(ref.fixed(self.space.base))
+        return dataclasses.replace(self.spec, role="baseline", base=base.to_dict())
+
+    def trainable(self, ref: Reference) -> str:
+        """The name ``register`` gave ``ref``'s trainable."""
+        return f"recsys-baseline-{ref.arch}"
+
+    def register(self) -> None:
+        """Register every reference's trainable by name, in the driver's thread (Tune's
+        registry is not safe to write from two threads)."""
+        from ray.tune.registry import register_trainable
+
+        from recsys.tune.phases import trainable
+
+        for arch in self.space.baselines:
+            ref = self.space.references[arch]
+            register_trainable(self.trainable(ref), trainable(self.opts, self.spec_of(ref)))
+
+
+def tuner_of(run: Run, ref: Reference, points: list[dict[str, Any]], edge: int) -> Any:
+    """The Tune experiment of ``ref``'s ``points`` (its grid values, or a walk's step
+    ``edge``): restored from its folder where it has state, else new (``None`` when only read
+    and absent). Its trials' params are the arch and the grid's values (the console line, the
+    ``recsys.searched`` tag); the keys they all set are in their spec's base (``Run.spec_of``)."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from recsys.tune.progress import Progress
+
+    spec = run.spec_of(ref)
+    folder = folder_of(ref.arch, edge)
+    path, fs = ray_storage(storage.join(sweep_dir(run.opts), folder))
+    if run.restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
+        return tune.Tuner.restore(path, trainable=run.trainable(ref), resume_unfinished=True,
+                                  resume_errored=True, storage_filesystem=fs)  # fmt: skip
+    if run.finished:
+        return None
+    points = [{"model.arch": ref.arch, **p} for p in points]
+    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(points[0])
+    steps = cfg.train.steps
+    if cfg.train.epochs > 0:
+        from recsys.data.dataset import train_rows, with_budget
+
+        cfg = with_budget(cfg, train_rows(cfg), run.opts.num_workers)
+        steps = cfg.train.steps
+    score = run.space.objectives[0]
+    progress = Progress(run.space.metric, steps, mode=score.mode, total=len(points),
+                        label="baseline", table=False)  # fmt: skip
+    return tune.Tuner(
+        run.trainable(ref),
+        param_space={"params": tune.grid_search(points)},
+        tune_config=tune.TuneConfig(
+            metric=score.key, mode=score.mode,
+            scheduler=scheduler_of(cfg, run.opts.scheduler, bool(edge)),
+            search_alg=BasicVariantGenerator(max_concurrent=run.opts.max_concurrent),
+        ),
+        run_config=tune.RunConfig(
+            name=folder, storage_path=ray_storage(sweep_dir(run.opts))[0], storage_filesystem=fs,
+            verbose=0, callbacks=[progress, FinishStoppedTrials(spec, steps)],
+        ),
+    )  # fmt: skip
+
+
+def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
+    """``ref``'s trials (its grid, then its walk's steps; ranked) and the walk."""
+    walk = Walk({k: list(v) for k, v in ref.grid.items()})
+    frames, edge = [], 0
+    keys = list(ref.grid)
+    points = [dict(zip(keys, c, strict=True)) for c in itertools.product(*ref.grid.values())]
+    while points:
+        tuner = tuner_of(run, ref, points, edge)
+        if tuner is None:
+            break
+        results = tuner.get_results() if run.finished else tuner.fit()
+        frames.append(trial_frame(results, run.space, role="baseline"))
+        frame = ranked_refs(frames, run.space)
+        best = best_trained(frame, run.space)
+        if not ref.edges or best is None:
+            break
+        edge += 1
+        points = walk.next_points(dict(best["params"]))
+    return ranked_refs(frames, run.space), walk
+
+
+def ranked_refs(frames: list[pd.DataFrame], space: SearchSpace) -> pd.DataFrame:
+    from recsys.tune.results import ranked
+
+    frames = [f for f in frames if not f.empty]
+    return ranked(pd.concat(frames, ignore_index=True), space) if frames else pd.DataFrame()
+
+
+@dataclasses.dataclass
+class Found:
+    """The baselines phase's result: every reference trial (ranked), and each arch's walk."""
+
+    frame: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    walks: dict[str, Walk] = dataclasses.field(default_factory=dict)
+
+
+def search_references(run: Run, log: Callable[[str], None] = print) -> Found:
+    """Every reference of the space, arch after arch (``search_reference``), a line each."""
+    found = Found()
+    frames = []
+    for arch in run.space.baselines:
+        frame, walk = search_reference(run, run.space.references[arch])
+        frames.append(frame)
+        found.walks[arch] = walk
+        log(done_line(arch, frame, walk, run.space))
+    found.frame = ranked_refs(frames, run.space)
+    return found
+
+
+def done_line(arch: str, frame: pd.DataFrame, walk: Walk, space: SearchSpace) -> str:
+    """``reference lr: best of 5 trained to their end (2 stopped at a rung): weight_decay=...``."""
+    best = best_trained(frame, space)
+    if best is None:
+        return f"reference {arch}: no trial trained to its end with a score"
+    stopped = int((frame["status"] == STOPPED).sum())
+    cut = f" ({stopped} stopped at a rung)" if stopped else ""
+    ref = space.references[arch]
+    walked = walk.summary(dict(best["params"]))
+    score = float(best[space.objectives[0].key])
+    return (f"reference {arch}: {space.metric} {score:.4f}, best of {len(frame) - stopped} "
+            f"trained to their end{cut}: {ref.describe(dict(best['params']))}"
+            + (f"; {walked}" if walked else ""))  # fmt: skip
+
+
+class Beside:
+    """``search_references`` in a thread of the driver, while the caller runs the search:
+    ``start()``, then ``result()`` (re-raising what the thread raised)."""
+
+    def __init__(self, run: Run, log: Callable[[str], None] = print) -> None:
+        self.run, self.log = run, log
+        self.found: Found | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name="references", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self.found = search_references(self.run, self.log)
+        except BaseException as e:  # (re-raised in the driver's thread)
+            self.error = e
+
+    def start(self) -> Beside:
+        self.thread.start()
+        return self
+
+    def result(self) -> Found:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.found is not None
+        return self.found

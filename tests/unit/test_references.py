@@ -1,0 +1,92 @@
+"""A reference's grid walks its edges: where the best point sits on the edge of a numeric key,
+one point a step beyond it (the ratio at that edge; a decade beside a 0), until the best is
+inside or the walk took ``MAX_EDGE_STEPS`` steps that side; a 0 at the low edge is closed. And
+the default recipes: logistic regression solved over decades of L2, the FM by Adam."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from recsys.tune import references as refs
+from recsys.tune.baselines import best_trained, done_line, header
+from recsys.tune.references import MAX_EDGE_STEPS, Walk, next_value, walkable
+from recsys.tune.space import load
+from tests.helpers import space_file
+
+
+def test_a_step_beyond_an_edge_keeps_the_grids_ratio_there():
+    assert next_value([1e-5, 1e-4, 1e-3, 1e-2], "low") == pytest.approx(1e-6)
+    assert next_value([1e-5, 1e-4, 1e-3, 1e-2], "high") == pytest.approx(1e-1)
+    assert next_value([1e-3, 3e-3, 1e-2], "high") == pytest.approx(1e-2 * 10 / 3)
+    assert next_value([0.0, 1e-5], "high") == pytest.approx(1e-4)  # a decade beside the 0
+    assert next_value([0.0, 1e-5], "low") is None  # no decay is the end of decays
+
+
+def test_only_numeric_lines_are_walked():
+    assert walkable([1e-3, 1e-2]) and walkable([0, 1e-5])
+    assert not walkable([1e-3]) and not walkable([True, False]) and not walkable(["a", "b"])
+    assert not walkable([-1.0, 1.0])
+
+
+def test_a_walk_goes_until_the_best_is_inside_or_its_bound():
+    walk = Walk({"optim.weight_decay": [1e-5, 1e-4, 1e-3, 1e-2], "optim.lr": [0.01]})
+    best = {"model.arch": "lr", "optim.weight_decay": 1e-2, "optim.lr": 0.01}
+    assert walk.edges(best) == [("optim.weight_decay", "high")]
+    step = walk.next_points(best)
+    assert step == [{"optim.weight_decay": 0.1, "optim.lr": 0.01}]
+    assert walk.summary({**best, "optim.weight_decay": 1e-2}) == (
+        "weight_decay extended up 1 step to 0.1; best 0.01, inside"
+    )
+    for _ in range(MAX_EDGE_STEPS + 2):  # the best keeps to the newest edge
+        best = {**best, "optim.weight_decay": max(walk.grid["optim.weight_decay"])}
+        walk.next_points(best)
+    assert walk.steps == {("optim.weight_decay", "high"): MAX_EDGE_STEPS}
+    assert max(walk.grid["optim.weight_decay"]) == pytest.approx(10.0)
+    assert walk.next_points(best) == []  # at its bound
+    assert "still on its edge at the bound" in walk.summary(best)
+    assert walk.still_on_edge(best) == ["weight_decay (high)"]
+
+
+def test_a_best_inside_walks_nothing():
+    walk = Walk({"optim.lr": [1e-3, 3e-3, 1e-2], "optim.weight_decay": [0.0, 1e-5]})
+    best = {"optim.lr": 3e-3, "optim.weight_decay": 0.0}
+    assert walk.next_points(best) == [] and walk.summary(best) == ""  # 0: a closed low edge
+
+
+def test_logistic_regression_is_solved_over_decades_of_l2(tmp_path):
+    body = ("overrides: {train.steps: 40, data.synthetic.num_samples: 4000}\n"
+            "space:\n  optim.lr: {loguniform: [0.01, 0.1]}\nbaselines: [lr, fm]\n")  # fmt: skip
+    space = load(space_file(tmp_path, body))
+    lr, fm = space.references["lr"], space.references["fm"]
+    assert lr.rule == fm.rule == "dense" and lr.solved and not fm.solved
+    assert lr.grid == {"optim.weight_decay": [1e-5, 1e-4, 1e-3, 1e-2]}
+    cfg = space.config_for(lr.points(space.base)[0])
+    assert cfg.train.solver == "lbfgs" and cfg.train.epochs == 0 and cfg.model.arch == "lr"
+    assert cfg.sharding.default.sharding_types == ["data_parallel"]
+    assert fm.overrides["optim.dense_optimizer"] == "adam"
+    line = header(space, "asha")
+    assert line.startswith(
+        "baselines: lr (4 trials, dense: L-BFGS to its optimum), fm (6 trials, dense); beside "
+        "the search, under successive halving (ASHA)"
+    )
+    assert "edges walked" in line and "edges walked" not in header(
+        load(space_file(tmp_path, body), smoke=True), "fifo")  # fmt: skip
+    assert refs.references() == ("lr", "fm")
+
+
+def test_the_reference_is_the_best_trained_to_its_end(tmp_path):
+    body = "overrides: {train.steps: 40}\nspace:\n  optim.lr: {choice: [0.1]}\nbaselines: [lr]\n"
+    space = load(space_file(tmp_path, body))
+    rows = [("a", "stopped", 0.81, 1e-3), ("b", "finished", 0.80, 1e-4),
+            ("c", "early_stopped", 0.79, 1e-5)]  # fmt: skip
+    frame = pd.DataFrame([{"trial": t, "role": "baseline", "arch": "lr", "status": s,
+                           "best_val_auc": v, "params": {"model.arch": "lr",
+                                                         "optim.weight_decay": wd}}
+                          for t, s, v, wd in rows])  # fmt: skip
+    best = best_trained(frame, space)
+    assert best is not None and best["trial"] == "b"  # a: stopped at a rung by ASHA
+    walk = Walk(dict(space.references["lr"].grid))
+    line = done_line("lr", frame, walk, space)
+    assert line == ("reference lr: val_auc 0.8000, best of 2 trained to their end (1 stopped at "
+                    "a rung): weight_decay=0.0001")  # fmt: skip
