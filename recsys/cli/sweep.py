@@ -105,6 +105,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "every earlier trial's score; --search, --scheduler, --max-concurrent as it last ran "
         "unless given",
     )  # fmt: skip
+    p.add_argument(
+        "--widen", action="store_true",
+        help="with --more: grow the sweep with each range its best trials pressed against "
+        "(the edges its last search printed) widened on that side",
+    )  # fmt: skip
     again.add_argument(
         "--restart", action="store_true",
         help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
@@ -146,6 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "epochs where it peaked, and export that model (as recsys-export --refit)",
     )  # fmt: skip
     args = p.parse_args(argv)
+    if args.widen and not args.more:
+        p.error("--widen widens the ranges of a growth: it needs --more N")
     if args.refit and not args.export:
         p.error("--refit exports the refitted model: it needs --export DTYPE")
     return args
@@ -229,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
             device_memory_gb=args.device_memory_gb,
             wait_for_nodes=args.wait_for_nodes,
             more=args.more or 0,
+            widen=args.widen,
             system_metrics=args.system_metrics or 0.0,
         )
         check_storage(opts.storage)  # before Ray, torch and MLflow load

@@ -53,6 +53,9 @@ class Tag:
     METRIC = "recsys.metric"  # on a sweep's parent run: the metric that scores its trials
     MODE = "recsys.mode"  # ... and whether higher ("max") or lower is better
     BEST_TRIAL = "recsys.best_trial"  # on a sweep's parent run: its best trial's id
+    WINNER = "recsys.winner"  # on a sweep's parent run: its best model, whatever its kind
+    WINNER_TRIAL = "recsys.winner_trial"  # ... its trial id (a search trial's or a reference's)
+    WINNER_KIND = "recsys.winner_kind"  # ... "search" or "reference"
     SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
     REFERENCE = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate";
     # on the parent, + ".<arch>": that arch's chosen reference trial
@@ -61,6 +64,8 @@ class Tag:
     REFIT_OF = "recsys.refit_of"  # a refit's run (kind "refit"): the trial it trains again
     REFIT_ROWS = "recsys.refit_rows"  # ... and the rows it trained on
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
+    EDGE = "recsys.edge"  # on the parent, + ".<key>": the best trials pressed against its range
+    EARLY_PEAKS = "recsys.early_peaks"  # on the parent: most trials peaked in their first tenth
     BEST_CHECKPOINT = "checkpoint.best"
     LAST_CHECKPOINT = "checkpoint.last"
     PARENT = "mlflow.parentRunId"  # MLflow's own: nests trial runs under the sweep's run

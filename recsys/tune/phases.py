@@ -281,6 +281,20 @@ def chosen_references(
     return out.sort_index().reset_index(drop=True), refs.reset_index(drop=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class Winner:
+    """The best model of a sweep: ``kind`` ``search`` (a trial of the search) or ``reference``,
+    its ``arch`` and trial id (MLflow: ``recsys.winner`` on the sweep's run)."""
+
+    kind: str
+    arch: str
+    trial: str
+
+    def tag(self) -> str:
+        what = "the search's best" if self.kind == "search" else "a reference"
+        return f"{self.arch} ({what}, trial {self.trial})"
+
+
 class Outcome:
     """What a sweep's phases found: the search's rows and each reference's best in one ranking
     (``frame``; every reference trial in ``references``), the seed runs (``seeds``), each
@@ -388,24 +402,42 @@ class Outcome:
             out += self.baseline_lines()
         return "\n".join(out)
 
-    def reference_wins(self) -> list[str]:
-        """The headline where a reference does better than the search's best trial, outside the
-        noise (verdict ``does not beat``): the search found nothing better than a reference."""
+    def beating_references(self) -> list[str]:
+        """The references the search's best trial does not beat and trails (verdict ``does not
+        beat``: outside the seed noise where the seed check ran), the strongest first."""
         if self.best is None or self.baselines.empty:
             return []
         verdicts, leads = self.verdicts(), self.leads()
         losses = [a for a, v in verdicts.items() if v == "does not beat" and leads[a] < 0]
+        return sorted(losses, key=leads.__getitem__)
+
+    def winner(self) -> Winner | None:
+        """The best model of the sweep, whatever its kind: the strongest reference the search's
+        best does not beat (``beating_references``), else the search's best trial."""
+        if self.best is None:
+            return None
+        if losses := self.beating_references():
+            row = self.baselines[self.baselines["arch"] == losses[0]].iloc[0]
+            return Winner("reference", str(row["arch"]), str(row["trial"]))
+        return Winner("search", str(self.best["arch"]), str(self.best["trial"]))
+
+    def reference_wins(self) -> list[str]:
+        """The headline where a reference does better than the search's best trial, outside the
+        noise: the best model of the sweep is that reference, and the export takes it."""
+        losses, leads = self.beating_references(), self.leads()
         if not losses:
             return []
+        winner = self.winner()
+        assert winner is not None and self.best is not None
         value, what = self.best_value()
-        by = ", ".join(f"{a} by {-leads[a]:.4f}" for a in sorted(losses, key=leads.__getitem__))
-        if not self.spreads:
-            by += "; single reports, no seed check"
+        by = ", ".join(f"{a} by {-leads[a]:.4f}" for a in losses)
+        basis = "beyond the seed noise" if self.spreads else "by single reports, no seed check"
         return [
-            f"\nverdict: a reference wins: no trial of the search beats {' or '.join(losses)} "
-            f"(best trial {self.best['trial']}, {what}: {self.space.metric} {value:.4f}; trails "
-            f"{by}); serve the "
-            f"reference, or widen the search"
+            f"\nthe best model here is {winner.arch} (the reference, trial {winner.trial}): no "
+            f"trial of the search beats {' or '.join(losses)} (best trial {self.best['trial']}, "
+            f"{what}: {self.space.metric} {value:.4f}; trails {by}, {basis}); --export and "
+            f"recsys-export --sweep take it; --more N --widen looks further for a model that "
+            f"beats it"
         ]
 
     def baseline_lines(self) -> list[str]:

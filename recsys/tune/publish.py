@@ -29,27 +29,54 @@ from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune.results import SCORED
 
 
-def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str, list[str]]:
-    """The metric and mode that score the sweep's trials, and its trials by confirmed mean
-    (empty without a seed check): tags of its parent run."""
+def parent_tags(tracker: Tracker, sweep: str) -> dict[str, str]:
+    """The tags of the sweep's parent run ({} before its summary; an unknown sweep is named)."""
     parents = tracker.runs(sweep, f"tags.`{Tag.KIND}` = 'sweep:{sweep}'")
     if not parents:
         if not tracker.has_experiment(sweep):
             raise ValueError(f"no sweep named {sweep!r} in {tracker.uri}")
-        return "val_auc", "max", []
-    tags = parents[0].data.tags
+        return {}
+    return dict(parents[0].data.tags)
+
+
+def scored_by(tracker: Tracker, sweep: str) -> tuple[str, str, list[str]]:
+    """The metric and mode that score the sweep's trials, and its trials by confirmed mean
+    (empty without a seed check): tags of its parent run."""
+    tags = parent_tags(tracker, sweep)
     order = json.loads(tags.get(Tag.CONFIRMED_ORDER, "[]"))
     return tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max"), order
+
+
+def winning_reference(tracker: Tracker, sweep: str, max_emb_bytes: float | None) -> Any:
+    """The run of the reference that is the sweep's best model (``recsys.winner_trial`` naming
+    a baseline's trial: no search trial beats it), where its tables fit ``max_emb_bytes``; None
+    where the best is a search trial."""
+    tags = parent_tags(tracker, sweep)
+    trial = tags.get(Tag.WINNER_TRIAL)
+    if not trial or tags.get(Tag.WINNER_KIND) != "reference":
+        return None
+    where = f"tags.`{Tag.KIND}` = 'baseline' and tags.`{Tag.TRIAL}` = '{trial}'"
+    runs = tracker.runs(sweep, where)
+    if not runs:
+        return None
+    emb = runs[0].data.metrics.get("emb_bytes")
+    if max_emb_bytes is not None and (emb is None or emb > max_emb_bytes):
+        return None
+    return runs[0]
 
 
 def best_trial(
     tracker: Tracker, sweep: str, max_emb_bytes: float | None = None
 ) -> tuple[str, str, Any]:
-    """The sweep's best trial (finished, or stopped early by patience or ASHA), among those whose
-    tables fit ``max_emb_bytes``: by confirmed mean when the sweep ran a seed check (the
-    confirmed trials first, ``recsys.tune.confirm`` says why the mean), else by its best report
-    of the sweep's metric. Baselines and seed-check runs are never picked. Its run id, best
-    checkpoint, config."""
+    """The sweep's best model among those whose tables fit ``max_emb_bytes``: the reference that
+    no search trial beats where there is one (``winning_reference``: a user asked for the best
+    model, not the best DLRM), else its best search trial (finished, or stopped early by
+    patience or ASHA): by confirmed mean when the sweep ran a seed check (the confirmed trials
+    first, ``recsys.tune.confirm`` says why the mean), else by its best report of the sweep's
+    metric. Seed-check runs are never picked. Its run id, best checkpoint, config."""
+    if (ref := winning_reference(tracker, sweep, max_emb_bytes)) is not None:
+        run_id = ref.info.run_id
+        return run_id, ref.data.tags[Tag.BEST_CHECKPOINT], run_config(tracker, run_id)
     metric, mode, confirmed = scored_by(tracker, sweep)
     where = f"tags.`{Tag.KIND}` = 'trial'"
     if max_emb_bytes is not None:
@@ -177,6 +204,9 @@ def champion_verdict(tracker: Tracker, sweep: str, run_id: str) -> tuple[bool, d
     trial = run_tags.get(Tag.REFIT_OF) or run_tags.get(Tag.TRIAL, "")
     order = json.loads(tags.get(Tag.CONFIRMED_ORDER, "[]"))
     verdicts = {k: v for k, v in tags.items() if k.startswith(f"{Tag.VERDICT}.")}
+    won = tags.get(Tag.WINNER_KIND) == "reference" and trial == tags.get(Tag.WINNER_TRIAL)
+    if trial and won:
+        return reference_verdict(sweep, trial, tags, bool(order))
     why = []
     if not order:
         why.append("no seed check confirmed it")
@@ -188,6 +218,17 @@ def champion_verdict(tracker: Tracker, sweep: str, run_id: str) -> tuple[bool, d
             if not v.startswith("beats")]  # fmt: skip
     said = "yes" if not why else "no: " + "; ".join(why)
     return not why, {Tag.SWEEP: sweep, Tag.TRIAL: trial, **verdicts, Tag.CHAMPION: said}
+
+
+def reference_verdict(
+    sweep: str, trial: str, tags: dict[str, str], checked: bool
+) -> tuple[bool, dict[str, str]]:
+    """A reference that is its sweep's best model (``recsys.winner``): the champion where the
+    search's best was seed-checked and still trails it (outside the noise), not on single
+    reports."""
+    said = "yes" if checked else "no: no seed check: the search's best trails it by single reports"
+    winner = {Tag.WINNER: tags.get(Tag.WINNER, "")}
+    return checked, {Tag.SWEEP: sweep, Tag.TRIAL: trial, **winner, Tag.CHAMPION: said}
 
 
 def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, str]:
@@ -205,7 +246,8 @@ def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, st
     if not wins:
         return f"models:/{name}/{version}", f"not @{CHAMPION}: {tags[Tag.CHAMPION][4:]}"
     client.set_registered_model_alias(name, CHAMPION, version)
-    return f"models:/{name}@{CHAMPION}", f"@{CHAMPION}: version {version}, the confirmed winner"
+    kind = "a reference no trial beats" if Tag.WINNER in tags else "the confirmed winner"
+    return f"models:/{name}@{CHAMPION}", f"@{CHAMPION}: version {version}, {kind}"
 
 
 def registered_trial(tracker: Tracker, model_uri: str) -> tuple[str, str, Any]:

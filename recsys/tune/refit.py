@@ -78,7 +78,10 @@ def peak_epochs(tracker: Tracker, run_id: str) -> float:
 def refit_config(cfg: ExperimentConfig, epochs: float, scale: float = 1.0) -> ExperimentConfig:
     """``cfg`` trained on its training and validation rows for ``epochs`` (of those rows), to
     the end (no patience); its learning-rate schedule's steps (warmup, decay start, decay)
-    stretched by ``scale``, the rows' growth, as its steps are."""
+    stretched by ``scale``, the rows' growth, as its steps are. A solved model (``train.solver:
+    lbfgs``, a reference that won) is solved again on those rows, to convergence."""
+    if cfg.train.solver == "lbfgs":  # solved: to convergence again, on the rows it now has
+        return cfg.with_overrides({"data.refit": True, "train.patience": 0})
     if epochs <= 0:
         raise ValueError(f"a refit needs the epochs of its trial's peak, got {epochs}")
     o = cfg.optim
@@ -94,7 +97,7 @@ def plan_refit(tracker: Tracker, sweep: str, max_emb_bytes: float | None = None)
     """The refit of ``sweep``'s best trial (``recsys.tune.publish.best_trial``)."""
     run_id, _, cfg = best_trial(tracker, sweep, max_emb_bytes)
     trial = tracker.client.get_run(run_id).data.tags.get(Tag.TRIAL, run_id)
-    epochs = peak_epochs(tracker, run_id)
+    epochs = 0.0 if cfg.train.solver == "lbfgs" else peak_epochs(tracker, run_id)
     train, val = split_rows(cfg)
     if val == 0:
         raise ValueError(f"sweep {sweep!r}: its data has no validation rows to refit on")
@@ -156,10 +159,9 @@ def refit_best(
     The refit's run id, the export's report and the MLflow model's URI."""
     tracker = Tracker(tracking_uri)
     refit = refit or checked_refit(tracking_uri, sweep, resources, max_emb_mb)
-    log(
-        f"refitting trial {refit.trial} (run {refit.trial_run}) on {refit.rows_note}, "
-        f"{refit.epochs:.3g} epochs (where it peaked)"
-    )
+    budget = ("solved to convergence" if refit.cfg.train.solver == "lbfgs"
+              else f"{refit.epochs:.3g} epochs (where it peaked)")  # fmt: skip
+    log(f"refitting trial {refit.trial} (run {refit.trial_run}) on {refit.rows_note}, {budget}")
     run_id = open_refit_run(tracker, sweep, refit, resources.num_workers)
     try:
         t0, before = time.time(), tracker.last_step(run_id)

@@ -105,6 +105,7 @@ def _row(result: Any, space: SearchSpace, role: str) -> dict[str, Any]:
         row[o.key] = last.get(o.key, math.nan)
     row["best_step"] = best.get("step", math.nan)
     row["last_step"] = last.get("step", math.nan)
+    row["train_steps"] = last.get("train_steps", math.nan)  # its budget, as its workers made it
     row.update({m: best.get(m, math.nan) for m in METRICS + task_aucs(space)})
     row["emb_bytes"] = last.get("emb_bytes", math.nan)
     row["samples_per_s"] = last.get("samples_per_s", math.nan)
@@ -159,8 +160,9 @@ def short(key: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2] == "qr" else parts[-1]
 
 
-def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10) -> str:
-    """The best ``top`` search trials and every baseline, in one ranking: model, params, status,
+def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10, winner: str = "") -> str:
+    """The best ``top`` search trials and every baseline, in one ranking: model (``[best]`` on
+    the ``winner`` trial's row: the sweep's best model, whatever its kind), params, status,
     score, step, metrics of the best report, MB, cost (worker-seconds)."""
     if frame.empty:
         return "(no trials)"
@@ -174,6 +176,7 @@ def format_table(frame: pd.DataFrame, space: SearchSpace, top: int = 10) -> str:
     if (role != "trial").any():
         ref = role[keep] != "trial"
         shown["model"] = shown["arch"].where(~ref, shown["arch"] + " (ref)")
+        shown.loc[shown["trial"] == winner, "model"] += " [best]"
         models = ["model"]
         for p in params:  # a reference's row shows no searched value
             shown[p] = shown[p].astype(object).where(~ref, "")

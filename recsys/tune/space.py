@@ -225,7 +225,7 @@ def _check_read(
             raise _fail(source, f"overrides.{key}", why)
 
 
-def _check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
+def check_builds(source: str, base: ExperimentConfig, dims: list[Dimension]) -> None:
     for d in dims:
         for v in d.probes():
             try:
@@ -289,7 +289,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         where = "space.data.refit" if "data.refit" in space else "data.refit"
         raise _fail(path, where, "a sweep chooses by its validation rows, which a refit trains "
                     "on: refit its winner instead (recsys-export --refit)")  # fmt: skip
-    _check_builds(path, base, dims)
+    check_builds(path, base, dims)
     _check_read(path, base, dims, overrides)
     objectives = _objectives(path, raw)
     _check_metric(path, base, objectives[0].metric)

@@ -41,6 +41,7 @@ class SweepOptions:
     device_memory_gb: float | None = None  # one worker's device; None: measured at launch
     wait_for_nodes: float = 0.0  # seconds to wait for nodes that can hold a trial (autoscaling)
     more: int = 0  # --more N: grow the finished sweep of this name by N trials
+    widen: bool = False  # --widen: that growth with the edges the sweep flagged widened
     system_metrics: float = 0.0  # --system-metrics S: each trial's hosts sampled every S s
 
 
@@ -84,6 +85,8 @@ RESTORED = {
 }
 NEW_SWEEP = "use a new --name, or --restart to archive this sweep and start it over"
 GROWTHS = "growths"  # sweep.json: the options of each --more, in order
+EDGES = "edges"  # sweep.json: the edges the last search flagged (recsys.tune.edges)
+WIDENED = "widened"  # in a growth's options: the edges it widened (--widen)
 
 
 def saved_state(opts: SweepOptions) -> dict[str, Any] | None:
@@ -179,11 +182,32 @@ def grown_options(opts: SweepOptions, typed: frozenset[str]) -> SweepOptions:
     return dataclasses.replace(opts, **keep, num_samples=opts.more)
 
 
+def saved_edges(opts: SweepOptions) -> list[dict[str, Any]]:
+    """The edges the sweep's last search flagged (``recsys.tune.edges``), as ``sweep.json``
+    keeps them: ``[{key, side}]``."""
+    return list((saved_state(opts) or {}).get(EDGES) or [])
+
+
+def widenings(options: dict[str, Any]) -> list[dict[str, Any]]:
+    """The edges a growth's recorded options widened (``--widen``), ``[]`` for none."""
+    return list(options.get(WIDENED) or [])
+
+
+def part_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A growth's recorded options without its widenings: ``SweepOptions`` fields."""
+    return {k: v for k, v in options.items() if k != WIDENED}
+
+
 def start_growth(opts: SweepOptions) -> int:
     """Record in ``sweep.json`` that the finished sweep grows by ``opts.more`` trials (it is
-    unfinished again until they end: a killed growth resumes); returns the growth's number."""
+    unfinished again until they end: a killed growth resumes), with ``--widen`` the edges it
+    widens (the space it searches: its fingerprint beside the start's); returns the growth's
+    number."""
     saved = saved_state(opts) or {}
-    saved.setdefault(GROWTHS, []).append({k: getattr(opts, k) for k in RESTORED})
+    part = {k: getattr(opts, k) for k in RESTORED}
+    if opts.widen:
+        part[WIDENED] = list(saved.get(EDGES) or [])
+    saved.setdefault(GROWTHS, []).append(part)
     saved.pop("finished", None)
     saved.pop("errored", None)
     storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
@@ -197,14 +221,17 @@ def restored_options(opts: SweepOptions) -> SweepOptions:
     return dataclasses.replace(opts, **{k: was[k] for k in RESTORED if k in was})
 
 
-def mark_finished(opts: SweepOptions, trials: int, errored: int = 0) -> None:
+def mark_finished(
+    opts: SweepOptions, trials: int, errored: int = 0, edges: list[dict[str, Any]] | None = None
+) -> None:
     """Record in ``sweep.json`` that the sweep ran to its end: a re-run of its name is then
     refused (``check_resume``), but for ``--resume`` of one with ``errored`` trials, which
-    retries them."""
+    retries them; and the edges its search flagged (what ``--widen`` widens)."""
     saved = saved_state(opts) or {}
     failed = f", {errored} errored (--resume retries them)" if errored else ""
     saved["finished"] = f"{trials} trials{failed}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
     saved["errored"] = errored
+    saved[EDGES] = list(edges or [])
     storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
 
 

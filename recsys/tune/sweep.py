@@ -30,6 +30,7 @@ from recsys.runtime.cluster import RaySource
 from recsys.runtime.shared_storage import check_nodes_see, run_paths
 from recsys.runtime.storage import check_storage, ray_storage
 from recsys.tracking.tracker import Tag, Tracker, compare_line
+from recsys.tune.edges import EarlyPeaks, Edge, early_peaks, search_edges, widen
 from recsys.tune.phases import Outcome, log_confirmation, registered, seed_check
 from recsys.tune.results import (
     METRICS,
@@ -48,10 +49,13 @@ from recsys.tune.state import (
     grown_options,
     growths,
     mark_finished,
+    part_options,
     save_state,
+    saved_edges,
     start_growth,
     sweep_dir,
     unlogged_dir,
+    widenings,
     worker_change,
 )
 from recsys.tune.trial import FinishStoppedTrials, TrialSpec
@@ -266,6 +270,9 @@ def log_sweep_summary(
     tracker.log_values(parent, values)
     verdicts = {f"{Tag.VERDICT}.{arch}": result.verdict_text(arch) for arch in result.verdicts()}
     tracker.set_tags(parent, {Tag.BEST_TRIAL: str(best["trial"]), **verdicts})
+    if (winner := result.winner()) is not None:
+        tracker.set_tags(parent, {Tag.WINNER: winner.tag(), Tag.WINNER_TRIAL: winner.trial,
+                                  Tag.WINNER_KIND: winner.kind})  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         plot = os.path.join(tmp, "auc_vs_memory.png")
         pareto_plot(frame, space, plot)
@@ -360,7 +367,16 @@ def launch(
         print(change)
     from recsys.tune.preflight import check_space
 
-    check_space(space, "cuda" if opts.use_gpu else "cpu", opts.num_workers)  # before Ray starts
+    parts = growths(opts) if restore else []
+    if opts.more and opts.widen:
+        if not (edges := saved_edges(opts)):
+            raise ConfigError(
+                f"--widen: the last search of sweep {opts.name!r} pressed against no edge of its "
+                "space: nothing to widen; --more N alone grows it"
+            )
+        parts = [*parts, {"widened": edges}]
+    searched = searched_space(space, parts)
+    check_space(searched, "cuda" if opts.use_gpu else "cpu", opts.num_workers)  # before Ray
     tracker = Tracker(opts.tracking_uri, keep=unlogged_dir(opts.storage, opts.name))
     tracker.check_reachable()
     tracker.check_artifact_space(opts.name)
@@ -446,16 +462,47 @@ def run_sweep(
     if line := budget_line(space, opts.num_workers):
         print(line)
     result = run_phases(space, opts, spec, restore)
+    searched = searched_space(space, growths(opts))
+    edges, peaks = search_edges(result.frame, searched), early_peaks(result.frame, searched)
     log_sweep_summary(tracker, parent, experiment_id, space, result)
+    tracker.set_tags(parent, edge_tags(edges, peaks))
     tracker.finish(parent)
     rows = list(result.frame.to_dict("records"))
     if any_scored(rows):  # a re-run is refused (unscored, --resume retries it all)
         trials = [r for r in rows if r.get("role", "trial") == "trial"]
-        mark_finished(opts, len(trials), sum(r.get("status") == "error" for r in trials))
+        errored = sum(r.get("status") == "error" for r in trials)
+        mark_finished(opts, len(trials), errored, [e.saved() for e in edges])
     print(f"\nbest trials (each by its best {space.metric} report):")
-    print(format_table(result.frame, space))
+    winner = result.winner()
+    print(format_table(result.frame, space, winner=winner.trial if winner else ""))
     print(result.lines())
+    for line in [e.line() for e in edges] + ([peaks.line()] if peaks.most else []):
+        print(line)
     return rows
+
+
+def searched_space(space: SearchSpace, parts: list[dict[str, Any]]) -> SearchSpace:
+    """The space the sweep's last part searched: ``space`` with each growth's widened edges
+    (``--widen``) applied in order."""
+    for options in parts:
+        if edges := widenings(options):
+            space = widen(space, edges)
+    return space
+
+
+def edge_tags(edges: list[Edge], peaks: EarlyPeaks) -> dict[str, str]:
+    """The parent run's tags of the search's edges (``recsys.edge.<key>``) and early peaks."""
+    tags = {f"{Tag.EDGE}.{e.dim.key}": e.tag() for e in edges}
+    if peaks.most:
+        tags[Tag.EARLY_PEAKS] = f"{peaks.early} of {peaks.of} trials within their first tenth"
+    return tags
+
+
+def widened_text(space: SearchSpace, edges: list[dict[str, Any]]) -> list[str]:
+    """Each widened dimension as the growth searches it: ``optim.lr loguniform [0.01, 1.0]``."""
+    dims = {d.key: d for d in space.dimensions}
+    return [f"{e['key']} {dims[e['key']].kind} {dims[e['key']].values} ({e['side']})"
+            for e in edges if e["key"] in dims]  # fmt: skip
 
 
 def ran(tuner: Any, finished: bool) -> Any:
@@ -485,12 +532,18 @@ def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore:
             else:
                 found = search_references(run)
         results = list(ran(build_tuner(space, opts, spec, restore), restore and bool(parts)))
+        searched = space
         for k, options in enumerate(parts, 1):
-            grown, prior = dataclasses.replace(opts, **options), trial_frame(results, space)
+            grown = dataclasses.replace(opts, **part_options(options))
+            if edges := widenings(options):  # --widen: this growth searches wider ranges
+                searched = widen(searched, edges)
+                if opts.more and k == len(parts):
+                    print(f"widened: {', '.join(widened_text(searched, edges))}")
+            prior = trial_frame(results, searched)
             if opts.more and k == len(parts) and grown.search != "random":
-                warm = len(warm_points(prior, space, worst(space)))
+                warm = len(warm_points(prior, searched, worst(searched)))
                 print(f"the {grown.search} search is warm-started with {warm} earlier trials")
-            tuner = build_tuner(space, grown, spec, True, growth=k, prior=prior)
+            tuner = build_tuner(searched, grown, spec, True, growth=k, prior=prior)
             results += list(ran(tuner, k < len(parts)))
         found = beside.result() if beside is not None else found
         trials = trial_frame(results, space)

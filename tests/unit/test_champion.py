@@ -59,3 +59,44 @@ def test_no_alias_where_the_verdict_does_not_say_it_won(tmp_path, tags, why):
     version = MlflowClient(uri).get_model_version("m", "1")
     assert version.tags[Tag.CHAMPION].startswith("no: ") and why in version.tags[Tag.CHAMPION]
     assert not version.aliases
+
+
+def reference_won(uri: str, checked: bool) -> tuple[Tracker, str]:
+    """A sweep `s` whose best model is reference `r1` (its trial t1 trails it), with a
+    registered version of `m` logged by the reference's run."""
+    t = Tracker(uri)
+    exp = t.experiment("s")
+    parent = t.parent_run(exp, "s")
+    order = ["t1"] if checked else []
+    t.set_tags(parent, {Tag.CONFIRMED_ORDER: json.dumps(order), Tag.WINNER: "lr (a reference, "
+                        "trial r1)", Tag.WINNER_TRIAL: "r1", Tag.WINNER_KIND: "reference",
+                        f"{Tag.VERDICT}.lr": "does not beat: lead -0.0200"})  # fmt: skip
+    t.trial_run(exp, parent, "s", "t1", {})
+    run = t.trial_run(exp, parent, "s", "r1", {}, kind="baseline")
+    t.set_tags(run, {Tag.BEST_CHECKPOINT: "/ckpt/r1"})
+    client = MlflowClient(uri)
+    client.create_registered_model("m")
+    client.create_model_version("m", f"runs:/{run}/served_model", run_id=run)
+    return t, run
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["seed-checked", "single-reports"])
+def test_a_reference_no_trial_beats_is_the_export_and_may_be_the_champion(tmp_path, checked):
+    """A user asked for the best model, not the best DLRM: the reference the search's best
+    trails is what an export takes, and the champion where the seed check saw it outside the
+    noise."""
+    from recsys.tune import publish
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker, run = reference_won(uri, checked)
+    ref = publish.winning_reference(tracker, "s", None)
+    assert ref is not None and ref.info.run_id == run
+    assert publish.winning_reference(tracker, "s", max_emb_bytes=0.0) is None  # over a budget
+    model_uri, line = crown(tracker, "m", "s", run)
+    version = MlflowClient(uri).get_model_version("m", "1")
+    assert version.tags[Tag.WINNER] == "lr (a reference, trial r1)"
+    if checked:
+        assert model_uri == "models:/m@champion" and "a reference no trial beats" in line
+        assert version.tags[Tag.CHAMPION] == "yes"
+    else:
+        assert model_uri == "models:/m/1" and version.tags[Tag.CHAMPION].startswith("no: no seed")

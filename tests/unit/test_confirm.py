@@ -168,6 +168,8 @@ def test_baselines_are_marked_in_the_table_and_the_plot(tmp_path):
     text = format_table(both, space, top=1)  # the best trial, and every baseline
     lines = text.splitlines()
     assert len(lines) == 3 and "lr (ref)" in lines[2] and " a " in f" {lines[1]} "
+    marked = format_table(both, space, top=1, winner="r1").splitlines()  # the best model
+    assert "lr (ref) [best]" in marked[2] and "[best]" not in marked[1]
     labels = pareto_plot(both, space, str(tmp_path / "p.png"))
     assert "baselines (references)" in labels and (tmp_path / "p.png").stat().st_size > 0
 

@@ -13,7 +13,7 @@ from recsys.configlib import ConfigError
 from recsys.tune import references as refs
 from recsys.tune import space as spaces
 from recsys.tune.baselines import header
-from recsys.tune.phases import REFERENCE, Outcome, chosen_references
+from recsys.tune.phases import REFERENCE, Outcome, Winner, chosen_references
 from tests.helpers import space_file
 
 SEARCH = "space:\n  optim.lr: {loguniform: [0.01, 0.1]}\n"
@@ -261,14 +261,17 @@ def test_each_reference_is_the_best_of_its_trials(tmp_path):
     assert "does NOT beat fm (trial b3, best of 2: lr=0.003, " in text
     # a reference beats every trial of the search: said first
     headline = (
-        "verdict: a reference wins: no trial of the search beats fm (best trial t1, "
-        "its best report: val_auc 0.8000; trails fm by 0.0200; single reports, no seed check); "
-        "serve the reference, or widen"
+        "the best model here is fm (the reference, trial b3): no trial of the search beats fm "
+        "(best trial t1, its best report: val_auc 0.8000; trails fm by 0.0200, by single "
+        "reports, no seed check); --export and recsys-export --sweep take it"
     )
     assert text.lstrip().startswith(headline), text
+    assert result.winner() == Winner("reference", "fm", "b3")
+    assert result.winner().tag() == "fm (a reference, trial b3)"
     assert len(result.references) == 4
     won = Outcome(frame(space, rows[:3]), pd.DataFrame(), space)  # lr only, beaten
-    assert "a reference wins" not in won.lines()
+    assert "the best model here" not in won.lines()
+    assert won.winner() == Winner("search", "dlrm", "t1")
 
 
 def test_without_references_the_outcome_is_the_search_alone(tmp_path):
