@@ -115,8 +115,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     u.add_argument("--rows", type=int, default=75_000, help="planted log: rows (80%% training)")
     u.add_argument("--demo-rows", type=int, default=100_000, help="demo log: rows")
     u.add_argument("--samples", type=int, default=6, help="search trials per log")
-    u.add_argument("--logs", nargs="+", choices=["planted", "demo", "two-tasks", "sequences"],
-                   default=["planted", "demo", "two-tasks", "sequences"])  # fmt: skip
+    u.add_argument("--drift-rows", type=int, default=40_000, help="drift log: rows a period")
+    u.add_argument("--logs", nargs="+",
+                   choices=["planted", "demo", "drift", "two-tasks", "sequences"],
+                   default=["planted", "demo", "drift", "two-tasks", "sequences"])  # fmt: skip
     u.add_argument("--workers", type=int, default=1, help="Ray Train workers per trial")
     u.add_argument("--concurrent", type=int, default=2, help="trials at a time")
     u.add_argument("--search", choices=["random", "optuna"], default="random",
@@ -150,6 +152,7 @@ def run(args: argparse.Namespace) -> str:
             args.concurrent,
             args.smoke,
             args.search,
+            args.drift_rows,
         )
     if args.bench == "own-data":
         from benchmarks import own_data

@@ -248,6 +248,21 @@ def lr_reference(diff: float) -> str:
     return MET if abs(diff) <= TOLERANCE else MISSED
 
 
+LR_VAL_TOLERANCE = 0.003  # the LR reference against scikit-learn's tuned LR (validation AUC)
+
+
+def lr_reference_val(diff: float) -> str:
+    """The LR reference's validation AUC minus scikit-learn's tuned LR's (``C`` over decades on
+    the same validation rows) within 0.003 on either side: the product's LR at its optimum."""
+    return MET if abs(diff) <= LR_VAL_TOLERANCE else MISSED
+
+
+def refit_beats_lr(sweep: float, lr: float) -> str:
+    """The sweep's best, refitted on training + validation and served, at least scikit-learn's
+    tuned LR refitted on the same rows (test AUC): a winner worth serving over the plain recipe."""
+    return at_least(sweep, lr)
+
+
 def fm_reference(diff: float) -> str:
     """The FM reference's test AUC minus the plain-PyTorch FM's not below -0.005 (as
     ``tests/distributed/test_reference_quality.py`` holds it): a weak bar is the risk."""

@@ -22,9 +22,14 @@ of the way from 0.5 to the oracle's; the LR reference within 0.005 of scikit-lea
 side, the FM reference not more than 0.005 below the plain FM (as
 ``tests/distributed/test_reference_quality.py`` holds them).
 
-A third part, ``two-tasks`` (``benchmarks.experts``), trains one DLRM with a shared bottom, MMoE
-and PLE (and for one task each) on the planted log's two-task variant over 8 seeds: goal, MMoE or
-PLE beats the shared bottom on each task. A fourth, ``sequences`` (``benchmarks.sequences``),
+A part ``drift`` (``benchmarks.drift``) sweeps a real-shaped log split by time whose tastes
+drift, refits the best and holds it against scikit-learn's LR refitted alike; its goals: the LR
+reference within 0.003 validation AUC of scikit-learn's tuned LR, the refitted best at least the
+refitted LR on the test rows.
+
+A part ``two-tasks`` (``benchmarks.experts``) trains one DLRM with a shared bottom, MMoE and PLE
+(and for one task each) on the planted log's two-task variant over 8 seeds: goal, MMoE or PLE
+beats the shared bottom on each task. A fourth, ``sequences`` (``benchmarks.sequences``),
 trains one DLRM with each sequence pooling (sum, target attention, transformer) on a planted log
 whose click depends on the user's recent history, over 3 seeds: goal, attention beats sum by at
 least 0.01 test AUC.
@@ -211,9 +216,9 @@ def own_space(path: str, one_task: bool) -> str:
 
 
 def sweep(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke: bool = False,
-          search: str = "random") -> dict[str, Any]:  # fmt: skip
-    """``recsys-sweep`` over the log (its own Ray and store), the best exported; its console and
-    where it wrote."""
+          search: str = "random", refit: bool = False) -> dict[str, Any]:  # fmt: skip
+    """``recsys-sweep`` over the log (its own Ray and store), the best exported (``refit``:
+    refitted on training + validation first); its console and where it wrote."""
     storage, uri = os.path.join(tmp, "runs"), f"sqlite:///{tmp}/mlflow.db"
     cmd = [sys.executable, "-m", "recsys.cli.sweep", "--space", log.space, "--data", log.prepared,
            "--name", log.name, "--storage", storage, "--tracking-uri", uri, "--num-samples",
@@ -221,6 +226,7 @@ def sweep(log: Log, tmp: str, samples: int, workers: int, concurrent: int, smoke
            "--cpus-per-worker", "0.9", "--export", "int8", "--confirm", "0", "--search",
            search]  # fmt: skip
     cmd += ["--smoke-test"] if smoke else []
+    cmd += ["--refit"] if refit else []
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=3600)
     out = done.stdout + done.stderr
@@ -455,7 +461,8 @@ def goal_rows(log: Log, top: Row, fits: dict[str, ind.Fitted], refs: dict[str, R
 
 
 def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
-        concurrent: int, smoke: bool = False, search: str = "random") -> str:  # fmt: skip
+        concurrent: int, smoke: bool = False, search: str = "random",
+        drift_rows: int = 40_000) -> str:  # fmt: skip
     import torch
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -475,10 +482,16 @@ def run(rows: int, demo_rows: int, samples: int, logs: list[str], workers: int,
                 seeds, epochs = ([0], 0.5) if smoke else ([0, 1, 2], 8.0)
                 parts.append(sequences.run(rows, seeds, epochs))
                 continue
+            if name == "drift":  # a real-shaped time split (benchmarks.drift)
+                from benchmarks import drift
+
+                parts.append(drift.run(drift_rows, samples, workers, concurrent, smoke, search,
+                                       tmp))  # fmt: skip
+                continue
             log = planted_log(tmp, rows) if name == "planted" else demo_log(tmp, demo_rows)
             parts.append(run_log(log, tmp, samples, workers, concurrent, smoke, search))
     minutes = (time.perf_counter() - t0) / 60
-    if not set(logs) & {"planted", "demo"}:  # no sweep ran: each part says what it did
+    if not set(logs) & {"planted", "demo"}:  # no sweep of theirs: each part says what it did
         return "\n\n".join(parts)
     head = (f"{samples} {search} search trials per log (the shipped `clicklogs` space, its "
             f"references by the default rules), {workers} worker(s) per trial, {concurrent} at a "

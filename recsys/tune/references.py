@@ -263,9 +263,10 @@ class Walk:
                 bound = edge and n >= MAX_EDGE_STEPS
                 state = ("still on its edge at the bound" if bound else
                          "on its edge" if edge else "inside")  # fmt: skip
-                where = f"; best {best[key]:g}, {state}"
+                where = f"; best {best[key]:.3g}, {state}"
             way = "down" if side == "low" else "up"
-            parts.append(f"{name} extended {way} {n} step{'s' if n > 1 else ''} to {end:g}{where}")
+            steps = f"{n} step{'s' if n > 1 else ''}"
+            parts.append(f"{name} extended {way} {steps} to {end:.3g}{where}")
         return "; ".join(parts)
 
     def still_on_edge(self, best: dict[str, Any]) -> list[str]:
