@@ -1,11 +1,13 @@
 """Binary-classification metrics of CTR models over a split that no rank holds.
 
-``MetricState``: the metrics of ``recsys.metrics.binary`` (``binary_metrics``), each rank adding its
-rows' sufficient statistics (sums for log loss, NE, calibration and accuracy; per-class histograms
-of the logits), the states are summed over ranks once (one all-reduce on the device), and every rank
-computes the split's figures from the sum. A rank's cost is its own rows plus a ``2 x 2^bits``
-histogram, whatever the number of ranks; ``bits`` grows with the rows evaluated (``bits_for``:
-from 16 for a few hundred rows to 22, 64 MB, for millions), the same on every rank.
+``MetricState``: the metrics of ``recsys.metrics.binary`` (``binary_metrics``) and the expected
+calibration error (``recsys.metrics.ranking.ece``), each rank adding its rows' sufficient statistics
+(sums for log loss, NE, calibration and accuracy; per probability bin, the predicted and observed
+sums; per-class histograms of the logits), the states are summed over ranks once (one all-reduce on
+the device), and every rank computes the split's figures from the sum. A rank's cost is its own rows
+plus a ``2 x 2^bits`` histogram, whatever the number of ranks; ``bits`` grows with the rows
+evaluated (``bits_for``: from 16 for a few hundred rows to 22, 64 MB, for millions), the same on
+every rank.
 
 AUC from the histograms: the logits' float32 bits are mapped to an order-preserving integer whose
 top ``bits`` bits are the bin (bin width: ``2^-(bits - 9)`` relative: 6e-5 at 22 bits), so bins
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from recsys.metrics.binary import EPS, entropy
+from recsys.metrics.ranking import ECE_BINS, group_aucs
 
 MIN_BITS, MAX_BITS = 16, 22
 # sums per task: count, positives, predicted probability, log loss, correct at 0.5
@@ -51,9 +55,11 @@ class MetricState:
         self.bits = bits
         self.hist = torch.zeros(tasks, 2, 1 << bits, dtype=torch.int64, device=device)
         self.sums = torch.zeros(tasks, 5, dtype=torch.float64, device=device)
+        # per task and probability bin: the predicted probabilities' sum and the labels'
+        self.calib = torch.zeros(tasks, 2, ECE_BINS, dtype=torch.float64, device=device)
 
     def tensors(self) -> list[torch.Tensor]:
-        return [self.hist, self.sums]
+        return [self.hist, self.sums, self.calib]
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
         """``logits``, ``labels``: ``[B, T]``; ``valid``: ``[B]`` bool (padding rows False)."""
@@ -65,6 +71,10 @@ class MetricState:
             [torch.ones_like(y).sum(0), y.sum(0), p.sum(0), ll.sum(0), correct.sum(0)], 1
         )
         self.sums += sums
+        which = (p * ECE_BINS).long().clamp(max=ECE_BINS - 1)  # [n, T]
+        for t in range(self.calib.shape[0]):
+            self.calib[t, 0].index_add_(0, which[:, t], p[:, t])
+            self.calib[t, 1].index_add_(0, which[:, t], y[:, t])
         bins = score_bins(logits[valid], self.bits)  # [n, T]
         for t in range(self.hist.shape[0]):
             cls = (y[:, t] > 0.5).long()
@@ -82,6 +92,9 @@ class MetricState:
             "log_loss": log_loss_,
             "ne": log_loss_ / entropy(ctr) if count else float("nan"),
             "calibration": (prob / count) / ctr if ctr > 0 else float("nan"),
+            "ece": float((self.calib[t, 0] - self.calib[t, 1]).abs().sum()) / count
+            if count
+            else float("nan"),
             "accuracy": correct / count if count else float("nan"),
             "ctr": ctr,
             "count": count,
@@ -97,3 +110,57 @@ def _hist_auc(neg: torch.Tensor, pos: torch.Tensor) -> tuple[float, float]:
     won = (pos.double() * below.double()).sum() + 0.5 * (pos.double() * neg.double()).sum()
     tied = (pos.double() * neg.double()).sum()
     return float(won / pairs), float(tied / (2 * pairs))
+
+
+class GroupAUC:
+    """The group AUC (``recsys.metrics.ranking.gauc``) of ``tasks`` heads over rows that arrive
+    **sorted by group**, each group on one rank (``recsys.data.input.loader.group_ranges``): a
+    group's AUC is exact once its last row has arrived, so only the group still arriving is held
+    (its logits and labels); ``finish`` closes it. Per task the sums to add over ranks: the rows
+    of the groups with both classes times their AUC, those rows, and the rows of the groups with
+    one class (left out)."""
+
+    def __init__(self, tasks: int, device: torch.device) -> None:
+        self.sums = torch.zeros(tasks, 3, dtype=torch.float64, device=device)
+        self.held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # the open group's
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.sums]
+
+    def update(
+        self, groups: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
+    ) -> None:
+        """``groups``: ``[B]`` int64, ``logits`` and ``labels``: ``[B, T]``, ``valid``: ``[B]``."""
+        g = groups[valid].cpu()
+        if not len(g):
+            return
+        self.held.append((g, logits[valid].detach().float().cpu(), labels[valid].float().cpu()))
+        last = g[-1]
+        g_all = torch.cat([h[0] for h in self.held])
+        closed = int((g_all != last).sum())  # rows of groups that ended (sorted input)
+        if closed:
+            self._close(closed)
+
+    def _close(self, rows: int) -> None:
+        """Add the first ``rows`` held rows (whole groups) to the sums; hold the rest."""
+        g, x, y = (torch.cat([h[i] for h in self.held]) for i in range(3))
+        self.held = [(g[rows:], x[rows:], y[rows:])] if rows < len(g) else []
+        for t in range(self.sums.shape[0]):
+            size, aucs = group_aucs(g[:rows].numpy(), y[:rows, t].numpy(), x[:rows, t].numpy())
+            kept = ~np.isnan(aucs)
+            add = [float((size[kept] * aucs[kept]).sum()), float(size[kept].sum()),
+                   float(size[~kept].sum())]  # fmt: skip
+            self.sums[t] += torch.tensor(add, dtype=torch.float64, device=self.sums.device)
+
+    def finish(self) -> None:
+        """Close the group still held (this rank's last)."""
+        if self.held:
+            self._close(sum(len(h[0]) for h in self.held))
+
+    def compute(self, t: int = 0) -> dict[str, float]:
+        """``gauc`` and ``gauc_left_out`` (the share of rows in groups with one class)."""
+        weighted, kept, left = (float(v) for v in self.sums[t].cpu())
+        return {
+            "gauc": weighted / kept if kept else float("nan"),
+            "gauc_left_out": left / (kept + left) if kept + left else float("nan"),
+        }
