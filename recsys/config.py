@@ -895,6 +895,12 @@ class TrainConfig:
             (``converged``). Logistic regression only (a convex problem: it starts from zero
             weights and reaches its optimum for each L2 strength), every table a replica
             (``sharding``: ``data_parallel``); ``optim.*`` rates and optimizers are unused.
+        init_from: a checkpoint folder (or object store URI) a new run starts from: its weights
+            and optimizer state (a warm start: ``recsys-retrain`` sets it to the champion's),
+            resharded to this run's plan; a table whose rows grew since (a grown vocabulary)
+            gets its saved rows and keeps its new rows' initial values. The run's step, data
+            position and scores start afresh; a resumed run starts from its own checkpoint.
+            Empty: from its initialisation.
     """
 
     batch_size: int = 256
@@ -913,6 +919,7 @@ class TrainConfig:
     checkpoint_staging: str = ""
     deterministic: bool = True
     solver: Solver = "sgd"
+    init_from: str = ""
 
     def __post_init__(self) -> None:
         check_choices(self, "train")

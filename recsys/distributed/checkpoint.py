@@ -30,6 +30,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from recsys.distributed import rowwise_state
 
@@ -263,6 +264,74 @@ def load_state(folder: str, state: dict[str, Any]) -> list[rowwise_state.Remap]:
         rowwise_state.fill(targets[r.key], rowwise_state.mapped(r, holder[name]))
         holder[name] = targets[r.key]
     return remaps
+
+
+def warm_start(folder: str, model: nn.Module, optimizer: Any) -> list[str]:
+    """Start a new run from another run's checkpoint in ``folder`` (collective): its weights and
+    optimizer state, resharded to this plan as a resume is; where a table grew (a vocabulary
+    grown since: ``recsys-preprocess --like --grow-vocab``), its saved rows and their 2-d
+    optimizer state (Adam's moments) are copied into the first rows and the new rows keep their
+    initial values and a fresh state, as does a grown table's row-wise (1-d) state. The step
+    counter of FBGEMM's Adam goes on from the saved step (its bias correction), the run's own
+    step, data position and scores start afresh. Returns notes on what was not carried over
+    ('' for nothing); a state of another shape than a grown table's is refused naming it."""
+    init_lazy_state(optimizer)
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    if not has_optimizer_state(folder):
+        del state["optim"]
+    saved_md = FileSystemReader(folder).read_metadata().state_dict_metadata
+    flat = rowwise_state.flatten(state)
+    grown: dict[str, tuple[dict[str, Any], str, Any]] = {}
+    fresh: dict[str, tuple[dict[str, Any], str, Any]] = {}
+    for key, (holder, name) in flat.items():
+        now, saved = holder[name], saved_md.get(key)
+        if saved is None:
+            raise CheckpointError(f"{folder} has no {key}: it was saved by another model")
+        if not isinstance(saved, TensorStorageMetadata):  # (bytes: an object's pickle)
+            continue
+        if not hasattr(now, "size") or tuple(now.size()) == tuple(saved.size):
+            continue
+        size, before = tuple(now.size()), tuple(saved.size)
+        if len(before) != len(size) or before[0] >= size[0] or before[1:] != size[1:]:
+            raise CheckpointError(f"{folder}: {key} was saved {before}, is {size} now: only a "
+                                  "table's rows may grow between runs")  # fmt: skip
+        fresh_state = key.startswith("optim.") and len(size) == 1  # row-wise, maybe columns
+        (fresh if fresh_state else grown)[key] = (holder, name, now)
+        holder[name] = torch.empty(before, dtype=saved.properties.dtype)  # read whole
+    dcp.load(state, checkpoint_id=folder)
+    for _key, (holder, name, now) in grown.items():
+        _copy_rows(now, holder[name])
+        holder[name] = now
+    for _key, (holder, name, now) in fresh.items():
+        holder[name] = now
+    model.load_state_dict(state["model"])
+    if "optim" in state:
+        optimizer.load_state_dict(state["optim"])
+    if hasattr(optimizer, "set_optimizer_step"):
+        optimizer.set_optimizer_step(int(_read_worker(folder, 0)["step"]))
+        for tbe in step_counter_modules(model):
+            tbe.iter_cpu = getattr(tbe, "iter").detach().cpu().clone()  # noqa: B009 (a buffer)
+    tables = sorted({k.split(".")[-2] for k in grown if k.startswith("model.")})
+    notes = [f"{t}: its saved rows copied, its new rows initialised" for t in tables]
+    notes += [f"{k}: a fresh state (a grown table's row-wise state)" for k in sorted(fresh)]
+    return notes
+
+
+def _copy_rows(target: Any, saved: torch.Tensor) -> None:
+    """``saved``'s rows into the first rows of ``target`` (a plain tensor, or this rank's local
+    shards of a ``ShardedTensor``, each at its offsets)."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    with torch.no_grad():
+        if not isinstance(target, ShardedTensor):
+            target[: saved.shape[0]].copy_(saved)
+            return
+        for shard in target.local_shards():
+            offsets, sizes = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+            r0, n = offsets[0], max(0, min(sizes[0], saved.shape[0] - offsets[0]))
+            if n:
+                cols = tuple(slice(o, o + s) for o, s in zip(offsets[1:], sizes[1:], strict=True))
+                shard.tensor[:n].copy_(saved[(slice(r0, r0 + n), *cols)])
 
 
 def seed_new_rank(step: int, rank: int, device: torch.device) -> None:

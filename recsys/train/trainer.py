@@ -138,6 +138,8 @@ class Trainer:
         self.plan = built.plan
         self.state = restore(reporter, built.model, built.optimizer, env, log)
         self.resume_note = self._reshard_position()
+        if not self.state.saved_world_size and cfg.train.init_from:  # a new run, warm
+            self.resume_note = warm(cfg.train.init_from, built, env, log)
         # a budget in epochs made steps for these workers and the samples still left
         self.cfg = cfg = with_budget(
             cfg, len(self.splits.train), env.world_size, self.state.step, self.state.samples_seen
@@ -394,6 +396,20 @@ class Trainer:
         }
         self.reporter.report(metrics, "", step)
         return metrics
+
+
+def warm(folder: str, built: Any, env: WorkerEnv, log: Callable[[str], None]) -> str:
+    """Start from the checkpoint at ``folder`` (``train.init_from``; a URI is downloaded); the
+    notice for the first report."""
+    from recsys.runtime.storage import local_folder
+
+    with local_folder(folder) as local:
+        checkpoint.verify(local)
+        notes = checkpoint.warm_start(local, built.model, built.optimizer)
+    note = f"warm-started from {folder}" + (f" ({'; '.join(notes)})" if notes else "")
+    if env.is_main:
+        log(note)
+    return note
 
 
 def resume_note(state: checkpoint.TrainState, world_size: int, batch_size: int) -> str:
