@@ -28,7 +28,7 @@ import yaml
 from benchmarks import independent as ind
 from benchmarks.common import table
 from benchmarks.goals import LR_VAL_TOLERANCE, lr_reference_val, refit_beats_lr, shown
-from benchmarks.quality import ROOT, Log, served, sweep
+from benchmarks.logs import ROOT, Log, served, sweep
 
 CS = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # scikit-learn's C over decades
 

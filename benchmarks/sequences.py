@@ -30,6 +30,7 @@ from benchmarks import independent as ind
 from benchmarks.common import init_world1, table
 from benchmarks.experts import FIXED, base_config, difference, train_one
 from benchmarks.goals import POOLING_GAIN, Interval, independent_confirms, pooling_gain, shown
+from benchmarks.logs import own_space
 
 KINDS = ("sum", "attention", "transformer")
 
@@ -117,8 +118,6 @@ def run(rows: int, seeds: list[int], epochs: float) -> str:
     plains: dict[str, list[ind.Fitted]] = {"plain sum": [], "plain DIN": []}
     with tempfile.TemporaryDirectory() as tmp:
         prepared, test = prepare_log(tmp, rows)
-        from benchmarks.quality import own_space
-
         base = base_config(prepared, epochs, own_space(os.path.join(tmp, "space.yaml"), True))
         data = ind.arrays(base, [0])
         for seed in seeds:
