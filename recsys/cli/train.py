@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from recsys.data.dataset import with_data
+    from recsys.data.dataset import run_paths, with_data
     from recsys.distributed import preflight
 
     try:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
     from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
-    from recsys.runtime.shared_storage import check_nodes_see, run_paths
+    from recsys.runtime.shared_storage import check_nodes_see
     from recsys.train.ray_trainer import Resources, make_trainer
 
     resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         gpus = 1.0 if args.gpus else 0.0
         wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, args.wait_for_nodes)
-        check_nodes_see(run_paths(storage, cfg.data, "data.paths"))
+        check_nodes_see(*run_paths(storage, cfg.data, "data.paths"))
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
     trainer = make_trainer(

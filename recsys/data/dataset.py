@@ -17,6 +17,8 @@ config itself reads no file: ``recsys.config`` is pure).
 - ``train_rows(cfg)`` and ``with_budget(cfg, train_rows, world_size)``: a budget in epochs
   (``train.epochs``) made steps, for the workers and the sweep's driver alike.
 - ``write_serving(cfg, folder)``: what serving needs beside an export, for every source.
+- ``run_paths(storage, data)``: what every node of a run must see, for the storage check
+  (``recsys.runtime.shared_storage``): the paths, and a prepared folder's ``meta.json``.
 """
 
 from __future__ import annotations
@@ -26,10 +28,17 @@ import math
 import os
 from typing import Any
 
-from recsys.config import ExperimentConfig
+from recsys.config import DataConfig, ExperimentConfig
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
-from recsys.data.prepared.meta import CACHE_KEY, FORMAT, is_prepared, read_meta, write_meta
+from recsys.data.prepared.meta import (
+    CACHE_KEY,
+    FORMAT,
+    is_prepared,
+    meta_path,
+    read_meta,
+    write_meta,
+)
 from recsys.data.schema import DatasetSchema, pooling_by_table
 from recsys.runtime.storage import is_uri
 
@@ -307,3 +316,18 @@ def raw_examples(cfg: ExperimentConfig, schema: DatasetSchema, n: int = 5) -> An
         else:
             frame[name] = ids[:, f, 0].astype(np.int64)
     return pd.DataFrame(frame)
+
+
+def run_paths(
+    storage: str, data: DataConfig, data_flag: str = "--data"
+) -> tuple[dict[str, str], dict[str, str]]:
+    """What a run's nodes must all see, for ``recsys.runtime.shared_storage.check_nodes_see``
+    (``check_nodes_see(*run_paths(...))``): its paths by flag, ``--storage`` and its data folder
+    where it reads one (``data_flag`` names it in errors; synthetic data has none); and by flag
+    the file whose digest stands for its folder: a prepared folder's ``meta.json``."""
+    paths, files = {"--storage": storage}, {}
+    if data.source != "synthetic" and data.paths:
+        folder = paths[data_flag] = data.paths[0]
+        if not is_uri(folder) and is_prepared(folder):
+            files[data_flag] = meta_path(folder)
+    return paths, files

@@ -8,9 +8,11 @@ and the driver reads them back. A folder that exists on each node but is each no
 the usual mistake, and Ray only shows it late (a trial's checkpoint the driver cannot find).
 
 How a node is asked: the driver writes a marker file with a random token into the ``--storage``
-folder (removed afterwards), and takes a digest of what the ``--data`` path holds (its
-``meta.json`` for a prepared folder; it may be read-only, so nothing is written there); then one
-task per alive node (no CPU, pinned to the node) reads the same files and returns what it saw.
+folder (removed afterwards), and takes a digest of what the ``--data`` path holds (the file its
+caller names as standing for the folder, a prepared folder's ``meta.json``:
+``recsys.data.dataset.run_paths``; else the folder's listing; it may be read-only, so nothing is
+written there); then one task per alive node (no CPU, pinned to the node) reads the same files
+and returns what it saw.
 An identical copy of ``--data`` at the same path on every node passes, as Ray can use it so.
 Object store URIs are not checked here (``recsys.runtime.storage.check_storage`` does).
 """
@@ -24,9 +26,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recsys.config import DataConfig
 from recsys.configlib import ConfigError
-from recsys.data.prepared.meta import is_prepared, meta_path
 from recsys.runtime.storage import is_uri
 
 MARKER = ".recsys-node-check-"  # + a random token: the file the driver writes into --storage
@@ -66,23 +66,28 @@ class Seen:
 Answers = dict[str, list[Seen] | str]  # by node id: what it saw per probe, or why no answer
 
 
-def check_nodes_see(paths: dict[str, str], timeout_s: float = 120.0) -> None:
+def check_nodes_see(
+    paths: dict[str, str], files: dict[str, str] | None = None, timeout_s: float = 120.0
+) -> None:
     """Refuse, with a ``ConfigError``, a local path of ``paths`` (flag -> path) that some alive
     node of the connected Ray cluster sees differently from the driver (missing, other content,
     not readable, ``--storage`` not writable), or nodes that do not answer within ``timeout_s``;
-    each such node is named by its IP and node id. Object store URIs are skipped; a cluster of
-    one node, the driver's own, returns at once. ``--storage`` is created if missing; Ray must
-    be initialised."""
+    each such node is named by its IP and node id. ``files`` (flag -> file): the file whose
+    digest stands for the flag's folder (a prepared folder's ``meta.json``); a folder without
+    one is compared by its listing. Object store URIs are skipped; a cluster of one node, the
+    driver's own, returns at once. ``--storage`` is created if missing; Ray must be
+    initialised."""
     import ray
 
     local = {flag: local_path(path) for flag, path in paths.items() if not is_uri(path)}
+    stands = {flag: local_path(file) for flag, file in (files or {}).items() if flag in local}
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     own = ray.get_runtime_context().get_node_id()
     if not local or [n["NodeID"] for n in nodes] in ([], [own]):  # the driver's node alone
         return
     markers: list[str] = []
     try:
-        probes = [probe(flag, path, markers) for flag, path in local.items()]
+        probes = [probe(flag, path, markers, stands.get(flag)) for flag, path in local.items()]
         answers = ask(nodes, probes, timeout_s)
     finally:
         for marker in markers:
@@ -98,10 +103,11 @@ def local_path(path: str) -> str:
     return os.path.abspath(path.removeprefix("file://"))
 
 
-def probe(flag: str, path: str, markers: list[str]) -> Probe:
+def probe(flag: str, path: str, markers: list[str], file: str | None = None) -> Probe:
     """The driver's side of checking ``path``: for a written flag, a marker file with a random
     token put into the folder (created if missing; its name appended to ``markers``); for the
-    others, the digest of what the path holds. A path the driver itself cannot use is refused."""
+    others, the digest of what the path holds (of ``file``, where one stands for the folder). A
+    path the driver itself cannot use is refused."""
     if flag in WRITTEN:
         token = secrets.token_hex(8)
         target = os.path.join(path, MARKER + token)
@@ -114,9 +120,8 @@ def probe(flag: str, path: str, markers: list[str]) -> Probe:
         except OSError as e:
             raise ConfigError(f"{flag}={path}: the driver cannot write there: {e}") from e
         return seen_by_driver(Probe(flag, path, target, what, writable=True))
-    if is_prepared(path):
-        meta = meta_path(path)
-        return seen_by_driver(Probe(flag, path, meta, os.path.basename(meta)))
+    if file is not None:
+        return seen_by_driver(Probe(flag, path, file, os.path.basename(file)))
     if os.path.isdir(path):
         return seen_by_driver(Probe(flag, path, path, "the folder's listing", listing=True))
     return seen_by_driver(Probe(flag, path, path, "the file"))
@@ -234,12 +239,3 @@ def verdict(p: Probe, seen: Seen) -> str:
 def node_name(node: dict[str, Any]) -> str:
     """A node as the error names it: its IP and the first 8 characters of its node id."""
     return f"{node.get('NodeManagerAddress', '?')} (node {str(node['NodeID'])[:8]})"
-
-
-def run_paths(storage: str, data: DataConfig, data_flag: str = "--data") -> dict[str, str]:
-    """The paths a run's nodes must all see, for ``check_nodes_see``: its ``--storage``, and its
-    data folder where it reads one (``data_flag`` names it in errors; synthetic data has none)."""
-    paths = {"--storage": storage}
-    if data.source != "synthetic" and data.paths:
-        paths[data_flag] = data.paths[0]
-    return paths

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from recsys.config import ExperimentConfig
-from recsys.data.dataset import split_rows, with_budget
+from recsys.data.dataset import run_paths, split_rows, with_budget
 from recsys.runtime.storage import as_uri
 from recsys.runtime.storage import join as storage_join
 from recsys.serving.export import ExportReport
@@ -127,10 +127,10 @@ def train_refit(
 ) -> tuple[str, dict[str, Any]]:
     """Train the refit with Ray Train (Ray connected), in ``<storage>/<sweep>/refit-<trial>``;
     its last checkpoint and last report."""
-    from recsys.runtime.shared_storage import check_nodes_see, run_paths
+    from recsys.runtime.shared_storage import check_nodes_see
 
     folder = storage_join(storage, sweep)
-    check_nodes_see(run_paths(folder, refit.cfg.data))  # one node's own disk: refused
+    check_nodes_see(*run_paths(folder, refit.cfg.data))  # one node's own disk: refused
     trainer = make_trainer(
         refit.cfg, resources, name=f"refit-{refit.trial}", storage_path=folder, max_failures=2
     )

@@ -24,10 +24,10 @@ import pandas as pd
 import yaml
 
 from recsys.configlib import ConfigError
-from recsys.data.dataset import steps_per_epoch, train_rows, with_budget
+from recsys.data.dataset import run_paths, steps_per_epoch, train_rows, with_budget
 from recsys.runtime import storage
 from recsys.runtime.cluster import RaySource
-from recsys.runtime.shared_storage import check_nodes_see, run_paths
+from recsys.runtime.shared_storage import check_nodes_see
 from recsys.runtime.storage import check_storage, ray_storage
 from recsys.tracking.tracker import Tag, Tracker, compare_line
 from recsys.tune.edges import EarlyPeaks, Edge, early_peaks, search_edges, widen
@@ -386,7 +386,7 @@ def launch(
     wait_for_fit(
         opts.num_workers, opts.cpus_per_worker, gpus, opts.driver_cpus, opts.wait_for_nodes
     )
-    check_nodes_see(run_paths(opts.storage, space.base.data))  # one node's own disk: refused
+    check_nodes_see(*run_paths(opts.storage, space.base.data))  # one node's own disk: refused
     table = run_sweep(space, opts, tracker, restore)
     link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
     print(f"\nsweep folder: {sweep_dir(opts)}")

@@ -350,3 +350,25 @@ def test_a_sweeps_export_has_one_folder_whoever_writes_it(tmp_path):
     assert export_dir(str(tmp_path), "s") == str(tmp_path / "s" / "export")
     assert export_dir(f"file://{tmp_path}", "s") == str(tmp_path / "s" / "export")
     assert export_dir("s3://b/sweeps", "s") == os.path.abspath(os.path.join("exports", "s"))
+
+
+def test_the_storage_check_reads_a_prepared_folder_by_the_file_its_data_layer_names(tmp_path):
+    """``run_paths`` (the data layer) names the file whose digest stands for a prepared folder,
+    its ``meta.json``; the runtime's check reads the file it is given, else a folder's listing,
+    and knows nothing of prepared folders itself."""
+    from recsys.config import DataConfig
+    from recsys.data.dataset import run_paths
+    from recsys.runtime.shared_storage import probe
+
+    prepared, days = tmp_path / "prepared", tmp_path / "days"
+    prepared.mkdir()
+    days.mkdir()
+    (prepared / "meta.json").write_text("{}")
+    paths, files = run_paths("runs", DataConfig(source="prepared", paths=[str(prepared)]))
+    assert paths == {"--storage": "runs", "--data": str(prepared)}
+    assert files == {"--data": str(prepared / "meta.json")}
+    assert run_paths("runs", DataConfig(source="torchrec", paths=[str(days)]))[1] == {}
+    assert run_paths("runs", DataConfig(source="synthetic")) == ({"--storage": "runs"}, {})
+    seen = probe("--data", str(prepared), [], files["--data"])
+    assert (seen.target, seen.what, seen.listing) == (files["--data"], "meta.json", False)
+    assert probe("--data", str(prepared), []).listing  # no file named: the folder's listing
