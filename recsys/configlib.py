@@ -191,3 +191,73 @@ def check(cond: bool, field: str, value: Any, why: str) -> None:
     """Raise ``ConfigError('field=value: why')`` unless ``cond``."""
     if not cond:
         raise ConfigError(f"{field}={value!r}: {why}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command-line options declared once, on the fields of the dataclass that holds their values
+
+OPTION = "recsys.option"  # the field metadata key of an ``Opt``
+KINDS = ("", "count", "positive", "int", "float", "str", "flag")
+
+
+@dataclasses.dataclass(frozen=True)
+class Opt:
+    """How a dataclass field is a command-line option (``option``); the parsers are made from it
+    (``recsys.cli.add_options``), and so are a sweep's rules of which options a resume restores
+    and a growth keeps (``restored``, ``kept``).
+
+    Attributes:
+        help: the option's help text.
+        flag: its flag (default ``--`` and the field's name with dashes).
+        kind: its argparse type: ``count`` (an integer >= 1), ``positive`` (a number > 0),
+            ``int``, ``float``, ``str``, ``flag`` (``store_true``); "" by the default's type.
+        choices: the values it takes (none: any of its kind).
+        metavar: its value's name in the help.
+        restored: a resumed sweep runs with the value it started with; a typed other one is
+            refused, naming both (the parser's default is then None, to tell typed from not).
+        kept: a growth (``--more``) keeps the value the sweep last ran with unless typed.
+        group: options of one group exclude each other (``--resume``, ``--more``).
+    """
+
+    help: str
+    flag: str = ""
+    kind: str = ""
+    choices: tuple[Any, ...] = ()
+    metavar: str | None = None
+    restored: bool = False
+    kept: bool = False
+    group: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option kind {self.kind!r}: one of {KINDS}")
+
+
+def option(default: Any, help: str, **how: Any) -> Any:
+    """A dataclass field holding a command-line option's value: its ``default`` and ``Opt``
+    (``how``: its fields but ``help``)."""
+    return dataclasses.field(default=default, metadata={OPTION: Opt(help=help, **how)})
+
+
+def options(cls: type) -> dict[str, tuple[Opt, Any]]:
+    """The command-line options of dataclass ``cls``: field name -> ``(Opt, default)``, in field
+    order."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if OPTION in f.metadata:
+            out[f.name] = (f.metadata[OPTION], f.default)
+    return out
+
+
+def flag_of(name: str, opt: Opt) -> str:
+    return opt.flag or "--" + name.replace("_", "-")
+
+
+def restored(cls: type) -> dict[str, str]:
+    """The options a resumed sweep restores, by field name: their flags."""
+    return {n: flag_of(n, o) for n, (o, _) in options(cls).items() if o.restored}
+
+
+def kept(cls: type) -> tuple[str, ...]:
+    """The options a growth keeps from the sweep's last part unless typed."""
+    return tuple(n for n, (o, _) in options(cls).items() if o.kept)

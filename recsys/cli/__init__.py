@@ -5,7 +5,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from recsys.configlib import flag_of, options
 
 if TYPE_CHECKING:
     from recsys.runtime.cluster import RaySource
@@ -31,6 +34,67 @@ def positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
     return value
+
+
+def whole(text: str) -> int:
+    """An ``argparse`` type: a whole number, refused with the value otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def number(text: str) -> float:
+    """An ``argparse`` type: a number, refused with the value otherwise."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+TYPES: dict[str, Callable[[str], Any]] = {"count": count, "positive": positive, "int": whole,
+                                          "float": number, "str": str}  # fmt: skip
+
+
+def add_options(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
+    names: Iterable[str] | None = None, undefaulted: bool = False,
+) -> dict[str, argparse._MutuallyExclusiveGroup]:  # fmt: skip
+    """Add the command-line options declared on dataclass ``cls``'s fields (``recsys.configlib.
+    option``; ``names``: only those) to ``p``: the one place their flags, types, choices, help
+    and defaults are written. An option a resume restores, and every option with
+    ``undefaulted``, gets the parser default None (typed or not is then told apart; a restored
+    option's help says the dataclass's default). Returns the groups of exclusive options made,
+    by name (a command adds its own flags to one)."""
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for name, (opt, default) in options(cls).items():
+        if names is not None and name not in names:
+            continue
+        target = p
+        if opt.group:
+            if opt.group not in groups:
+                groups[opt.group] = p.add_mutually_exclusive_group()
+            target = groups[opt.group]
+        none = opt.restored or undefaulted
+        kwargs: dict[str, Any] = {"dest": name, "help": opt.help}
+        if opt.kind == "flag" or isinstance(default, bool):
+            kwargs.update(action="store_true", default=None if none else default)
+        else:
+            kind = opt.kind or {int: "int", float: "float"}.get(type(default), "str")
+            kwargs.update(type=TYPES[kind], default=None if none else default)
+            if opt.choices:
+                kwargs["choices"] = list(opt.choices)
+            if opt.metavar:
+                kwargs["metavar"] = opt.metavar
+            if (
+                opt.restored
+                and not undefaulted
+                and default is not None
+                and "default" not in opt.help
+            ):
+                kwargs["help"] = f"{opt.help} (default {default})"
+        target.add_argument(flag_of(name, opt), **kwargs)
+    return groups
 
 
 def add_address(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

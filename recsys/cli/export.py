@@ -16,9 +16,10 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import add_address, count, positive, ray_address
+from recsys.cli import add_address, add_options, positive, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError
+from recsys.runtime.cluster import WorkerOptions
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,8 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a registered model (models:/NAME@ALIAS or models:/NAME/VERSION): export its trial "
         "again from its best checkpoint, e.g. in another --dtype",
     )  # fmt: skip
-    p.add_argument("--experiment", default="debug", help=f"one of {sorted(EXPERIMENTS)}")
-    p.add_argument("--config", help="YAML config of the checkpoint's run")
+    p.add_argument("--experiment", help=f"with --checkpoint: one of {sorted(EXPERIMENTS)} "
+                   "(default debug)")  # fmt: skip
+    p.add_argument("--config", help="with --checkpoint: the YAML config of its run")
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8")
     p.add_argument(
         "--out", help="output folder (default: with --sweep <storage>/<sweep>/export, as "
@@ -46,10 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "exports/<name>-<alias or version>; with --checkpoint <checkpoint>/export, for a URI "
         "exports/<its folder name>)",
     )  # fmt: skip
-    p.add_argument("--register", help="register the MLflow model under this name")
     p.add_argument(
-        "--storage", default="runs",
-        help="with --sweep: the sweep's --storage, which decides the default --out",
+        "--register", help="with --sweep or --model: register the MLflow model under this name"
+    )
+    p.add_argument(
+        "--storage", help="with --sweep: the sweep's --storage (default runs), which decides "
+        "the default --out and holds the trials' workers for --refit",
     )  # fmt: skip
     p.add_argument(
         "--max-emb-mb",
@@ -61,24 +65,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "refit (with --sweep)",
         "train the best trial's configuration again on the training and validation rows "
         "together, for the epochs at which its own run peaked, and export that model: its own "
-        "MLflow run in the sweep, its test split its only held-out score (docs/results.md)",
+        "MLflow run in the sweep, its test split its only held-out score (docs/results.md); "
+        "its workers as the sweep's trials ran (its sweep.json under --storage) unless given",
     )
     refit.add_argument("--refit", action="store_true", help="refit the best trial, then export it")
     add_address(refit)
-    refit.add_argument(
-        "--num-workers", type=count,
-        help="the refit's workers (default: those of the sweep's trials, from its sweep.json "
-        "under --storage; else 2)",
-    )  # fmt: skip
-    refit.add_argument("--cpus-per-worker", type=positive, help="(default: the trials')")
-    refit.add_argument(
-        "--gpus", action="store_true", default=None,
-        help="one GPU per worker, NCCL (default: as the trials ran)",
-    )  # fmt: skip
+    add_options(refit, WorkerOptions, undefaulted=True)
     args = p.parse_args(argv)
-    if args.refit and not args.sweep:
-        p.error("--refit refits a sweep's best trial: it needs --sweep NAME")
+    if error := misplaced(args):
+        p.error(error)
+    args.storage = args.storage or "runs"
     return args
+
+
+REFIT_ONLY = ("address", "num_workers", "cpus_per_worker", "use_gpu", "wait_for_nodes")
+
+
+def misplaced(args: argparse.Namespace) -> str | None:
+    """An option the chosen source would ignore, named with the source it needs; None if all
+    typed options are used."""
+    if args.checkpoint is None and (args.experiment or args.config):
+        flag = "--experiment" if args.experiment else "--config"
+        return f"{flag} names a checkpoint's config: it needs --checkpoint"
+    if args.checkpoint and args.experiment and args.config:
+        return "--experiment and --config exclude each other: one config for the checkpoint"
+    if args.checkpoint and args.register:
+        return "--register registers a sweep's or a registered model's export (a trial's run): " \
+            "not with --checkpoint"  # fmt: skip
+    for flag, value in (("--storage", args.storage), ("--max-emb-mb", args.max_emb_mb)):
+        if value is not None and not args.sweep:
+            return f"{flag} chooses among a sweep's trials: it needs --sweep NAME"
+    if args.refit and not args.sweep:
+        return "--refit refits a sweep's best trial: it needs --sweep NAME"
+    typed = [k for k in REFIT_ONLY if getattr(args, k, None) not in (None, False)]
+    if typed and not args.refit:
+        return f"--{typed[0].replace('_', '-')} says where the refit runs: it needs --refit"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             from recsys.data.dataset import resolve
 
-            cfg = resolve(from_file(args.config) if args.config else named(args.experiment))
+            config = from_file(args.config) if args.config else named(args.experiment or "debug")
+            cfg = resolve(config)
             out = args.out or os.path.join(args.checkpoint, "export")
             if is_uri(args.checkpoint) and not args.out:  # written locally, never into the store
                 name = os.path.basename(args.checkpoint.rstrip("/"))
@@ -142,10 +165,13 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
 
     storage = resolved(args.storage)
     check_storage(storage)
-    saved = saved_workers(storage, args.sweep) or Resources(2, False, 1.0)
+    default = WorkerOptions()
+    saved = saved_workers(storage, args.sweep) or Resources(
+        default.num_workers, default.use_gpu, default.cpus_per_worker
+    )
     resources = Resources(
         args.num_workers or saved.num_workers,
-        saved.use_gpu if args.gpus is None else args.gpus,
+        saved.use_gpu if args.use_gpu is None else args.use_gpu,
         args.cpus_per_worker or saved.cpus_per_worker,
     )
     address = ray_address(args.address)
@@ -154,7 +180,8 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     connect(address)
     start_train_coordinator()
     gpus = 1.0 if resources.use_gpu else 0.0
-    wait_for_fit(resources.num_workers, resources.cpus_per_worker, gpus, 0.0, 0.0)
+    wait = args.wait_for_nodes or 0.0
+    wait_for_fit(resources.num_workers, resources.cpus_per_worker, gpus, 0.0, wait)
     return refit_best(
         uri, args.sweep, storage, resources, out, args.dtype, args.register,
         args.max_emb_mb, refit=planned,

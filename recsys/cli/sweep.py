@@ -26,18 +26,15 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import add_address, count, positive, ray_address
+from recsys.cli import add_address, add_options, ray_address
 from recsys.configlib import ConfigError
 
 
-def default(option: str) -> Any:
-    """An option's default: ``SweepOptions``'s, the one place it is written."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parser of ``recsys-sweep``: the options declared on ``SweepOptions``' fields
+    (``recsys.cli.add_options``), and those of this command alone."""
     from recsys.tune.state import SweepOptions
 
-    return SweepOptions.__dataclass_fields__[option].default
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="recsys-sweep",
         description=__doc__,
@@ -45,42 +42,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--space", default="default", help="search space name or YAML path")
     p.add_argument("--smoke-test", action="store_true", help="the space's tiny smoke variant")
-    p.add_argument("--num-samples", type=int, help="trials to sample (default: from the space)")
-    p.add_argument(
-        "--max-concurrent", type=count,
-        help=f"trials running at once (default {default('max_concurrent')})",
-    )  # fmt: skip
-    p.add_argument(
-        "--scheduler", choices=["fifo", "asha", "hyperband"],
-        help=f"trial scheduler (default {default('scheduler')}); asha stops the trials behind "
-        "at rungs of the budget; hyperband: asha with 3 brackets of different grace periods",
-    )  # fmt: skip
-    p.add_argument(
-        "--search", choices=["random", "optuna"],
-        help=f"search algorithm (default {default('search')}); optuna: TPE, told the trials a "
-        "scheduler stopped as pruned (with --scheduler hyperband: TPE with Hyperband, as BOHB "
-        "pairs them)",
-    )  # fmt: skip
-    p.add_argument(
-        "--num-workers", type=int, default=default("num_workers"),
-        help="Ray Train workers per trial",
-    )  # fmt: skip
-    p.add_argument("--cpus-per-worker", type=float, default=default("cpus_per_worker"))
-    p.add_argument("--gpus", action="store_true", help="one GPU per worker (NCCL)")
-    p.add_argument(
-        "--device-memory-gb", type=positive,
-        help="memory of one worker's device for the pre-launch check (default: a GPU's, measured; "
-        "on CPU the node's memory over its workers)",
-    )  # fmt: skip
-    p.add_argument(
-        "--driver-cpus", type=float, default=default("driver_cpus"),
-        help="CPU of each trial's driver",
-    )  # fmt: skip
-    p.add_argument(
-        "--wait-for-nodes", type=float, default=default("wait_for_nodes"), metavar="S",
-        help="where no node can hold a trial yet, ask the autoscaler and wait up to S seconds for "
-        "nodes before refusing (an autoscaling cluster, KubeRay; default 0: refuse at once)",
-    )  # fmt: skip
     p.add_argument(
         "--data", help="a prepared folder (recsys-preprocess; or its s3://... URI) or TorchRec's "
         "Criteo folder: replaces data.paths; features, tables and tasks follow it",
@@ -94,45 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--name", help="sweep name (default: the space's name)")
-    again = p.add_mutually_exclusive_group()
-    again.add_argument(
-        "--resume", action="store_true",
-        help="resume the unfinished sweep of this --name (a re-run of the name does too)",
-    )  # fmt: skip
-    again.add_argument(
-        "--more", type=count, metavar="N",
-        help="grow the finished sweep of this --name by N trials: --search optuna starts from "
-        "every earlier trial's score; --search, --scheduler, --max-concurrent as it last ran "
-        "unless given",
-    )  # fmt: skip
-    p.add_argument(
-        "--widen", action="store_true",
-        help="with --more: grow the sweep with each range its best trials pressed against "
-        "(the edges its last search printed) widened on that side",
-    )  # fmt: skip
+    again = add_options(p, SweepOptions)["again"]
     again.add_argument(
         "--restart", action="store_true",
         help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
         "and start it over",
-    )  # fmt: skip
-    p.add_argument(
-        "--max-failures", type=int, default=default("max_failures"),
-        help="worker restarts per trial",
-    )  # fmt: skip
-    p.add_argument(
-        "--system-metrics", type=positive, metavar="S",
-        help="log each trial's system metrics in its MLflow run, a sample every S seconds per "
-        "host (CPU, memory, disk, network; GPU where present); default off",
-    )  # fmt: skip
-    p.add_argument("--seed", type=int, help=f"the search's seed (default {default('seed')})")
-    p.add_argument(
-        "--confirm", type=int, metavar="K",
-        help="after the search, re-train the K best with --seeds new seeds each (0: no seed "
-        "check; default: the space's confirm section)",
-    )  # fmt: skip
-    p.add_argument(
-        "--seeds", type=int, metavar="N",
-        help="new seeds per confirmed configuration (default: the space's, else 3)",
     )  # fmt: skip
     p.add_argument(
         "--confirm-references", action="store_true",
@@ -142,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--export",
         choices=["int8", "int4", "fp16"],
-        help="at the end, export the best trial for serving (see recsys-export)",
+        help="at the end, export the best model for serving (see recsys-export)",
     )
     p.add_argument("--register", help="with --export: register the MLflow model under this name")
     p.add_argument(
@@ -151,11 +78,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "epochs where it peaked, and export that model (as recsys-export --refit)",
     )  # fmt: skip
     args = p.parse_args(argv)
+    if args.more and args.num_samples is not None:
+        p.error("--more N is the growth's number of trials: leave --num-samples out")
     if args.widen and not args.more:
         p.error("--widen widens the ranges of a growth: it needs --more N")
     if args.refit and not args.export:
         p.error("--refit exports the refitted model: it needs --export DTYPE")
     return args
+
+
+def sweep_options(args: argparse.Namespace, space: Any) -> Any:
+    """The ``SweepOptions`` of the command line: every option typed, the name, storage and store
+    by their rules, the sample count from the smoke variant or the space where not typed (and
+    the dataclass's default where neither says)."""
+    from recsys.configlib import options
+    from recsys.runtime.storage import resolved
+    from recsys.tune.state import SweepOptions, default_tracking_uri
+
+    given = {k: getattr(args, k) for k in options(SweepOptions) if getattr(args, k) is not None}
+    smoke = space.smoke.get("num_samples") if args.smoke_test else None
+    if "num_samples" not in given and (n := smoke or space.raw.get("num_samples")):
+        given["num_samples"] = n
+    return SweepOptions(
+        name=args.name or space.name,
+        storage=resolved(args.storage),
+        tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
+        **given,
+    )
 
 
 def with_confirm(space: Any, top: int | None, seeds: int | None, references: bool = False) -> Any:
@@ -206,39 +155,11 @@ def main(argv: list[str] | None = None) -> None:
 
     try:  # the space first: a mistake in it is reported before Ray, torch and MLflow load
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
-        space = with_confirm(space, args.confirm, args.seeds, args.confirm_references)
-        from recsys.runtime.storage import check_storage, resolved
-        from recsys.tune.state import (
-            RESTORED,
-            SweepOptions,
-            check_resume,
-            default_tracking_uri,
-            grown_options,
-            restored_options,
-        )
+        with_confirm(space, args.confirm, args.seeds, args.confirm_references)  # (checked)
+        from recsys.runtime.storage import check_storage
+        from recsys.tune.state import RESTORED, check_resume, grown_options, restored_options
 
-        smoke_samples = space.smoke.get("num_samples") if args.smoke_test else None
-        given = {  # (what is not given: SweepOptions' default)
-            "num_samples": args.num_samples or smoke_samples or space.raw.get("num_samples"),
-            **{k: getattr(args, k) for k in ("max_concurrent", "scheduler", "search", "seed")},
-        }
-        opts = SweepOptions(
-            name=args.name or space.name,
-            storage=resolved(args.storage),
-            tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
-            **{k: v for k, v in given.items() if v is not None},
-            num_workers=args.num_workers,
-            cpus_per_worker=args.cpus_per_worker,
-            use_gpu=args.gpus,
-            driver_cpus=args.driver_cpus,
-            max_failures=args.max_failures,
-            resume=args.resume,
-            device_memory_gb=args.device_memory_gb,
-            wait_for_nodes=args.wait_for_nodes,
-            more=args.more or 0,
-            widen=args.widen,
-            system_metrics=args.system_metrics or 0.0,
-        )
+        opts = sweep_options(args, space)
         check_storage(opts.storage)  # before Ray, torch and MLflow load
         address = ray_address(args.address)
         if args.restart:
@@ -246,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         typed = frozenset(k for k in RESTORED if getattr(args, k) is not None)
         if restore := check_resume(space, opts, typed):
             opts = grown_options(opts, typed) if opts.more else restored_options(opts)
+        space = with_confirm(space, opts.confirm, opts.seeds, args.confirm_references)
         from recsys.tune.sweep import launch
 
         table = launch(

@@ -14,10 +14,11 @@ import argparse
 import time
 from typing import Any
 
-from recsys.cli import add_address, ray_address
+from recsys.cli import add_address, add_options, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named, parse_overrides
 from recsys.configlib import ConfigError
 from recsys.data.columns import DataError
+from recsys.runtime.cluster import WorkerOptions
 from recsys.runtime.storage import resolved
 
 RESULT_KEYS = [
@@ -49,13 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
     )
     add_address(p)
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--cpus-per-worker", type=float, default=1.0)
-    p.add_argument("--gpus", action="store_true", help="one GPU per worker, NCCL")
-    p.add_argument(
-        "--wait-for-nodes", type=float, default=0.0, metavar="S",
-        help="where no node can hold the workers yet, ask the autoscaler and wait up to S seconds",
-    )  # fmt: skip
+    add_options(p, WorkerOptions)
     p.add_argument("--storage", default="runs", help="checkpoint storage (shared on a cluster)")
     p.add_argument("--name", help="run name (default: the experiment name)")
     p.add_argument(
@@ -72,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = from_file(args.config) if args.config else named(args.experiment)
         cfg = with_data(cfg, parse_overrides(args.set))
-        device = "cuda" if args.gpus else "cpu"
+        device = "cuda" if args.use_gpu else "cpu"
         cfg = preflight.check(cfg, device, args.num_workers)  # every refusal, before Ray starts
         address = ray_address(args.address)
     except (ConfigError, ConnectionError) as e:
@@ -81,12 +76,12 @@ def main(argv: list[str] | None = None) -> None:
     from recsys.runtime.shared_storage import check_nodes_see
     from recsys.train.ray_trainer import Resources, make_trainer
 
-    resources = Resources(args.num_workers, args.gpus, args.cpus_per_worker)
+    resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker)
     connect(address)
     start_train_coordinator()
     storage = resolved(args.storage)
     try:
-        gpus = 1.0 if args.gpus else 0.0
+        gpus = 1.0 if args.use_gpu else 0.0
         wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, args.wait_for_nodes)
         check_nodes_see(*run_paths(storage, cfg.data, "data.paths"))
     except ConfigError as e:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from recsys.configlib import ConfigError
+from recsys.configlib import ConfigError, option
 
 # Ray Train V2's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (default 2 s)
 # and takes one report per poll, so every ray.train.report waited up to 2 s (measured: 2.0 s per
@@ -44,6 +44,22 @@ def runtime_env() -> dict[str, Any]:
 
 
 ADDRESS_ENV = "RAY_ADDRESS"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """Where a command's Ray Train workers run: the flags every command that trains takes
+    (``recsys-sweep``, ``recsys-train``, ``recsys-export --refit``, ``recsys-retrain``), each
+    declared once here with its one default."""
+
+    num_workers: int = option(2, "Ray Train workers per training run (its ranks)", kind="count")
+    cpus_per_worker: float = option(0.95, "CPUs reserved per worker", kind="positive")
+    use_gpu: bool = option(False, "one GPU per worker (NCCL)", flag="--gpus", kind="flag")
+    wait_for_nodes: float = option(
+        0.0, "where no node can hold the workers yet, ask the autoscaler and wait up to S "
+        "seconds for nodes before refusing (an autoscaling cluster, KubeRay; 0, the "
+        "default: refuse at once)", metavar="S",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -236,10 +236,7 @@ def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, st
     verdict, and given the alias ``@champion`` when ``champion_verdict`` says it won; returns
     its URI (``models:/NAME@champion`` or ``models:/NAME/VERSION``) and the verdict's line."""
     client = tracker.client
-    version = max(
-        (v for v in client.search_model_versions(f"name = '{name}'") if v.run_id == run_id),
-        key=lambda v: int(v.version),
-    ).version
+    version = newest_version(tracker, name, run_id)
     wins, tags = champion_verdict(tracker, sweep, run_id)
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
@@ -250,26 +247,17 @@ def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, st
     return f"models:/{name}@{CHAMPION}", f"@{CHAMPION}: version {version}, {kind}"
 
 
+def newest_version(tracker: Tracker, name: str, run_id: str) -> str:
+    """The newest version of registered model ``name`` made from run ``run_id``."""
+    versions = tracker.client.search_model_versions(f"name = '{name}'")
+    return max((v for v in versions if v.run_id == run_id), key=lambda v: int(v.version)).version
+
+
 def registered_trial(tracker: Tracker, model_uri: str) -> tuple[str, str, Any]:
     """The trial behind a registered model, ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``
     (a version logged by ``recsys-export`` or ``--export``): its run id, best checkpoint and
     config. An unknown name, alias or version, or a version whose run is no trial, is named."""
-    import re
-
-    match = re.fullmatch(r"models:/([^/@]+)(?:@([^/@]+)|/(\d+))", model_uri)
-    if not match:
-        raise ValueError(
-            f"--model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION"
-        )
-    name, alias, number = match.groups()
-    try:
-        version = (
-            tracker.client.get_model_version_by_alias(name, alias)
-            if alias
-            else tracker.client.get_model_version(name, number)
-        )
-    except Exception as e:  # MlflowException: RESOURCE_DOES_NOT_EXIST, its message says which
-        raise ValueError(f"--model {model_uri!r}: not in {tracker.uri}: {e}") from None
+    version = registered_version(tracker, model_uri)
     if not version.run_id:
         raise ValueError(f"--model {model_uri!r}: its version has no run (not logged by a trial)")
     run_id = str(version.run_id)
@@ -280,6 +268,23 @@ def registered_trial(tracker: Tracker, model_uri: str) -> tuple[str, str, Any]:
             "(not a trial's run: recsys-export --checkpoint exports a checkpoint folder)"
         )
     return run_id, ckpt, run_config(tracker, run_id)
+
+
+def registered_version(tracker: Tracker, model_uri: str) -> Any:
+    """The MLflow model version ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` names; a
+    malformed URI, or an unknown name, alias or version, named."""
+    match = re.fullmatch(r"models:/([^/@]+)(?:@([^/@]+)|/(\d+))", model_uri)
+    if not match:
+        raise ValueError(
+            f"--model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION"
+        )
+    name, alias, number = match.groups()
+    try:
+        if alias:
+            return tracker.client.get_model_version_by_alias(name, alias)
+        return tracker.client.get_model_version(name, number)
+    except Exception as e:  # MlflowException: RESOURCE_DOES_NOT_EXIST, its message says which
+        raise ValueError(f"--model {model_uri!r}: not in {tracker.uri}: {e}") from None
 
 
 def export_registered(
@@ -295,7 +300,24 @@ def export_registered(
     and MLflow model URI."""
     tracker = Tracker(tracking_uri)
     run_id, ckpt, cfg = registered_trial(tracker, model_uri)
-    return run_id, *export_to_run(tracker, run_id, ckpt, cfg, out_dir, dtype, register)
+    report, uri = export_to_run(tracker, run_id, ckpt, cfg, out_dir, dtype, register)
+    if register:
+        uri = carry_verdict(tracker, model_uri, register, run_id)
+    return run_id, report, uri
+
+
+def carry_verdict(tracker: Tracker, source: str, name: str, run_id: str) -> str:
+    """The version that ``register`` just made of run ``run_id``, re-exported from the registered
+    model ``source``: given ``source``'s verdict tags (its sweep, trial, verdicts and whether it
+    is a champion: the same trial's), not its alias (an alias names one version of one name);
+    its URI ``models:/NAME/VERSION``."""
+    client = tracker.client
+    source_version = registered_version(tracker, source)
+    version = newest_version(tracker, name, run_id)
+    for key, value in (source_version.tags or {}).items():
+        if key.startswith("recsys."):
+            client.set_model_version_tag(name, version, key, value)
+    return f"models:/{name}/{version}"
 
 
 def export_to_run(

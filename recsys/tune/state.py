@@ -14,35 +14,70 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from recsys.configlib import ConfigError
+from recsys.configlib import ConfigError, kept, option, restored
 from recsys.runtime import storage
+from recsys.runtime.cluster import WorkerOptions
 from recsys.runtime.storage import is_uri
 from recsys.tune.space import SearchSpace
 
 
-@dataclass(frozen=True)
-class SweepOptions:
-    """Everything the command line decides. See ``experiments/sweep.py --help``."""
+@dataclass(frozen=True, kw_only=True)
+class SweepOptions(WorkerOptions):
+    """Everything the command line decides (``recsys-sweep --help``): each option declared once,
+    on its field (``option``: its flag, help and default; whether a resume restores it and a
+    growth keeps it), and the parser made from these fields (``recsys.cli.add_options``)."""
 
     name: str
     storage: str
     tracking_uri: str
-    num_samples: int = 8
-    max_concurrent: int = 1
-    scheduler: str = "fifo"
-    search: str = "random"
-    num_workers: int = 2
-    cpus_per_worker: float = 0.95
-    use_gpu: bool = False
-    driver_cpus: float = 0.1
-    max_failures: int = 1
-    seed: int = 0
-    resume: bool = False
-    device_memory_gb: float | None = None  # one worker's device; None: measured at launch
-    wait_for_nodes: float = 0.0  # seconds to wait for nodes that can hold a trial (autoscaling)
-    more: int = 0  # --more N: grow the finished sweep of this name by N trials
-    widen: bool = False  # --widen: that growth with the edges the sweep flagged widened
-    system_metrics: float = 0.0  # --system-metrics S: each trial's hosts sampled every S s
+    num_samples: int = option(
+        8, "trials to sample (default: the space's num_samples)", kind="count", restored=True
+    )
+    max_concurrent: int = option(1, "trials running at once", kind="count", restored=True,
+                                 kept=True)  # fmt: skip
+    scheduler: str = option(
+        "fifo", "trial scheduler; asha stops the trials behind at rungs of the budget; "
+        "hyperband: asha with 3 brackets of different grace periods",
+        choices=("fifo", "asha", "hyperband"), restored=True, kept=True,
+    )  # fmt: skip
+    search: str = option(
+        "random", "search algorithm; optuna: TPE, told the trials a scheduler stopped as pruned "
+        "(with --scheduler hyperband: TPE with Hyperband, as BOHB pairs them)",
+        choices=("random", "optuna"), restored=True, kept=True,
+    )  # fmt: skip
+    driver_cpus: float = option(0.1, "CPU of each trial's driver", kind="positive")
+    max_failures: int = option(1, "worker restarts per trial", kind="int")
+    seed: int = option(0, "the search's seed", kind="int", restored=True)
+    resume: bool = option(
+        False, "resume the unfinished sweep of this --name (a re-run of the name does too)",
+        group="again",
+    )  # fmt: skip
+    device_memory_gb: float | None = option(
+        None, "memory of one worker's device for the pre-launch check (default: a GPU's, "
+        "measured; on CPU the node's memory over its workers)", kind="positive",
+    )  # fmt: skip
+    more: int = option(
+        0, "grow the finished sweep of this --name by N trials (not with --num-samples): "
+        "--search optuna starts from every earlier trial's score; --search, --scheduler, "
+        "--max-concurrent as it last ran unless given", kind="count", metavar="N", group="again",
+    )  # fmt: skip
+    widen: bool = option(
+        False, "with --more: grow the sweep with each range its best trials pressed against "
+        "(the edges its last search printed) widened on that side",
+    )  # fmt: skip
+    system_metrics: float = option(
+        0.0, "log each trial's system metrics in its MLflow run, a sample every S seconds per "
+        "host (CPU, memory, disk, network; GPU where present); default off", kind="positive",
+        metavar="S",
+    )  # fmt: skip
+    confirm: int | None = option(
+        None, "after the search, re-train the K best with --seeds new seeds each (0: no seed "
+        "check; default: the space's confirm section)", kind="int", metavar="K", restored=True,
+    )  # fmt: skip
+    seeds: int | None = option(
+        None, "new seeds per confirmed configuration (default: the space's, else 3)",
+        kind="int", metavar="N", restored=True,
+    )  # fmt: skip
 
 
 def default_tracking_uri(root: str) -> str:
@@ -75,14 +110,10 @@ def _fingerprint(space: SearchSpace) -> dict[str, Any]:
 
 
 # the options a resumed sweep keeps from its start, whatever is typed (Tune's restore brings back
-# its searcher, scheduler, sample count and concurrency): with their flags
-RESTORED = {
-    "num_samples": "--num-samples",
-    "max_concurrent": "--max-concurrent",
-    "scheduler": "--scheduler",
-    "search": "--search",
-    "seed": "--seed",
-}
+# its searcher, scheduler, sample count and concurrency; the seed check its points), with their
+# flags: declared on SweepOptions' fields
+RESTORED = restored(SweepOptions)
+KEPT = kept(SweepOptions)  # what a growth keeps from the sweep's last part unless typed
 NEW_SWEEP = "use a new --name, or --restart to archive this sweep and start it over"
 GROWTHS = "growths"  # sweep.json: the options of each --more, in order
 EDGES = "edges"  # sweep.json: the edges the last search flagged (recsys.tune.edges)
@@ -175,8 +206,7 @@ def grown_options(opts: SweepOptions, typed: frozenset[str]) -> SweepOptions:
     (a random search then draws new points, not its first ones again)."""
     saved = saved_state(opts) or {}
     last = running_options(saved)
-    kept = ("max_concurrent", "scheduler", "search")
-    keep: dict[str, Any] = {k: last[k] for k in kept if k in last and k not in typed}
+    keep: dict[str, Any] = {k: last[k] for k in KEPT if k in last and k not in typed}
     if "seed" not in typed:
         keep["seed"] = int(saved.get("options", {}).get("seed", 0)) + len(growths(opts)) + 1
     return dataclasses.replace(opts, **keep, num_samples=opts.more)

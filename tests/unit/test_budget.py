@@ -213,8 +213,8 @@ def _space(**overrides: object):
 def _opts(scheduler: str = "asha", workers: int = 2):
     from recsys.tune.state import SweepOptions
 
-    return SweepOptions("s", "/tmp/unused", "sqlite:///unused", scheduler=scheduler,
-                        num_workers=workers)  # fmt: skip
+    return SweepOptions(name="s", storage="/tmp/unused", tracking_uri="sqlite:///unused",
+                        scheduler=scheduler, num_workers=workers)  # fmt: skip
 
 
 def test_asha_of_an_epochs_space_counts_in_epochs():

@@ -162,8 +162,10 @@ def test_host_memory_is_shared_by_every_worker_the_sweep_may_place_on_a_node(mon
     nodes = [{"CPU": 8.0}]  # 8 worker slots of 1 CPU
     shares = {}
     for concurrent in (1, 3, 10):
-        opts = SweepOptions("s", "/x", "sqlite://", max_concurrent=concurrent, num_workers=2,
-                            cpus_per_worker=1.0)  # fmt: skip
+        opts = SweepOptions(
+            name="s", storage="/x", tracking_uri="sqlite://", max_concurrent=concurrent,
+            num_workers=2, cpus_per_worker=1.0,
+        )  # fmt: skip
         spec = machine_spec(opts, nodes)
         shares[concurrent] = (spec["node_workers"], spec["ddr"], spec["local_world_size"])
     assert shares == {1: (2, 24 * 2**30, 2), 3: (6, 8 * 2**30, 2), 10: (8, 6 * 2**30, 2)}

@@ -11,7 +11,7 @@ import pytest
 from recsys.configlib import ConfigError
 from recsys.runtime.cluster import check_fits
 from recsys.tune import space as spaces
-from recsys.tune.state import SweepOptions, check_resume, save_state
+from recsys.tune.state import SweepOptions, check_resume, restored_options, save_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODES = [{"CPU": 2.0}, {"CPU": 2.0}]
@@ -97,8 +97,78 @@ def test_a_refit_needs_a_sweep_to_refit_and_an_export_to_make(capsys):
             parse(argv)
         assert message in capsys.readouterr().err
     args = export.parse_args(["--sweep", "s", "--refit", "--num-workers", "4", "--gpus"])
-    assert (args.refit, args.num_workers, args.gpus, args.address) == (True, 4, True, None)
+    assert (args.refit, args.num_workers, args.use_gpu, args.address) == (True, 4, True, None)
     assert sweep.parse_args(["--export", "int8", "--refit"]).refit
+
+
+def test_an_option_a_source_would_ignore_is_refused(capsys):
+    """Every option ``recsys-export`` takes is used by the source it goes with, or refused."""
+    from recsys.cli import export
+
+    for argv, message in [
+        (["--checkpoint", "c", "--register", "m"], "--register registers a sweep's"),
+        (["--model", "models:/m@a", "--max-emb-mb", "9"], "--max-emb-mb chooses among a sweep"),
+        (["--checkpoint", "c", "--storage", "s"], "--storage chooses among a sweep's trials"),
+        (["--sweep", "s", "--experiment", "debug"], "--experiment names a checkpoint's config"),
+        (["--model", "models:/m@a", "--config", "c.yaml"], "--config names a checkpoint's"),
+        (["--sweep", "s", "--num-workers", "4"], "--num-workers says where the refit runs"),
+        (["--sweep", "s", "--wait-for-nodes", "30"], "--wait-for-nodes says where the refit"),
+    ]:
+        with pytest.raises(SystemExit):
+            export.parse_args(argv)
+        assert message in capsys.readouterr().err, argv
+    args = export.parse_args(["--sweep", "s", "--refit", "--wait-for-nodes", "30"])
+    assert (args.wait_for_nodes, args.storage, args.cpus_per_worker) == (30.0, "runs", None)
+
+
+def test_each_option_is_declared_once_and_every_command_reads_it_so(capsys):
+    """The worker options of every training command, and the sweep's, come from the one
+    declaration on their dataclass: flag, default and help alike."""
+    from recsys.cli import retrain, sweep, train
+    from recsys.configlib import options
+    from recsys.runtime.cluster import WorkerOptions
+    from recsys.tune.state import KEPT, RESTORED
+
+    base = ["--model", "models:/m@champion", "--data", "d"]
+    for parse, argv in [(train.parse_args, []), (sweep.parse_args, []),
+                        (retrain.parse_args, base)]:  # fmt: skip
+        args = parse(argv)
+        for name, (_, default) in options(WorkerOptions).items():
+            assert getattr(args, name) == default, (parse.__module__, name)
+    args = train.parse_args(["--gpus", "--cpus-per-worker", "3", "--wait-for-nodes", "5"])
+    assert (args.use_gpu, args.cpus_per_worker, args.wait_for_nodes) == (True, 3.0, 5.0)
+    assert set(RESTORED) == {"num_samples", "max_concurrent", "scheduler", "search", "seed",
+                             "confirm", "seeds"}  # fmt: skip
+    assert RESTORED["num_samples"] == "--num-samples" and KEPT == (
+        "max_concurrent", "scheduler", "search"
+    )
+    args = sweep.parse_args([])  # a restored option untyped is None: a resume tells it apart
+    assert all(getattr(args, name) is None for name in RESTORED)
+    for argv, message in [
+        (["--resume", "--more", "2"], "not allowed with argument"),
+        (["--more", "2", "--restart"], "argument --restart: not allowed with argument --more"),
+        (["--more", "2", "--num-samples", "4"], "leave --num-samples out"),
+        (["--cpus-per-worker", "0"], "must be > 0"),
+        (["--seed", "x"], "'x' is not a whole number"),
+    ]:
+        with pytest.raises(SystemExit):
+            sweep.parse_args(argv)
+        assert message in capsys.readouterr().err, argv
+
+
+def test_a_resume_restores_the_seed_check_it_started_with(tmp_path):
+    """``--confirm``/``--seeds`` on a resume: the values it started with, another refused."""
+    import dataclasses
+
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x", confirm=2,
+                        seeds=4)  # fmt: skip
+    save_state(space, opts)
+    again = dataclasses.replace(opts, resume=True, confirm=None, seeds=None)
+    assert check_resume(space, again)
+    assert (restored_options(again).confirm, restored_options(again).seeds) == (2, 4)
+    with pytest.raises(ConfigError, match="--confirm 2 when it started, 3 now"):
+        check_resume(space, dataclasses.replace(again, confirm=3), frozenset({"confirm"}))
 
 
 def test_sizes_and_budgets_on_the_command_line_must_be_positive(tmp_path):
@@ -284,9 +354,8 @@ def test_more_grows_only_a_finished_sweep_with_the_options_it_last_ran(tmp_path)
     assert grown.search == "random"  # typed (here: the default it parsed to)
     grown = dataclasses.replace(grown, search="optuna")
     assert start_growth(grown) == 1
-    assert growths(grown) == [
-        {"num_samples": 4, "max_concurrent": 1, "scheduler": "asha", "search": "optuna", "seed": 8}
-    ]
+    assert growths(grown) == [{"num_samples": 4, "max_concurrent": 1, "scheduler": "asha",
+                               "search": "optuna", "seed": 8, "confirm": None, "seeds": None}]
     again = dataclasses.replace(grown, more=0, resume=True)  # killed while growing: resumes
     assert check_resume(space, again)
     assert (restored_options(again).search, restored_options(again).num_samples) == ("optuna", 4)
