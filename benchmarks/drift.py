@@ -41,8 +41,8 @@ def drift_log(tmp: str, rows_per_period: int, seed: int = 0) -> Log:
 
     from recsys.data.schema import DatasetSchema
     from recsys.demo import drift
-    from recsys.prepare.encode import epoch_seconds
     from recsys.prepare.pipeline import prepare
+    from recsys.prepare.values import epoch_seconds
 
     raw = os.path.join(tmp, "drift_raw")
     path = drift.write(raw, seed, drift.Shape(rows_per_period=rows_per_period), range(3))

@@ -136,8 +136,8 @@ def demo_log(tmp: str, rows: int) -> Log:
 
     from recsys.data.schema import DatasetSchema
     from recsys.demo import clicklogs
-    from recsys.prepare.encode import epoch_seconds
     from recsys.prepare.pipeline import prepare
+    from recsys.prepare.values import epoch_seconds
 
     raw = os.path.join(tmp, "demo_raw")
     files = clicklogs.write(raw, rows, files=2)

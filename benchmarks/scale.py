@@ -296,7 +296,7 @@ def collisions(seed: int = 0) -> str:
     frequencies). With a vocabulary every kept value has a row of its own (0 by construction:
     checked here on the ids the vocabulary gives)."""
     from recsys.config_registry import KAGGLE_ROWS
-    from recsys.prepare.encode import Vocabulary
+    from recsys.prepare.ids import Vocabulary
 
     rng = np.random.default_rng(seed)
     rows, shares = [], []

@@ -74,21 +74,10 @@ from recsys.data.errors import DataError
 from recsys.data.prepared.meta import FORMAT, is_prepared, write_meta
 from recsys.data.prepared.remote import upload_folder
 from recsys.data.schema import DatasetSchema, SparseColumn
-from recsys.prepare.encode import (
-    SPLIT_NAMES,
-    BatchStats,
-    Codes,
-    Fitted,
-    SplitPlan,
-    Vocabulary,
-    batch_codes,
-    check,
-    encode,
-    epoch_seconds,
-    fit_batch,
-    is_list,
-    split_of,
-)
+from recsys.prepare.checks import check
+from recsys.prepare.encode import encode
+from recsys.prepare.fit import BatchStats, Fitted, fit_batch
+from recsys.prepare.ids import Codes, Vocabulary, batch_codes
 from recsys.prepare.shards import ShardWriter
 from recsys.prepare.sources import (
     BadLine,
@@ -104,7 +93,9 @@ from recsys.prepare.sources import (
     read_piece,
     with_rows,
 )
+from recsys.prepare.splits import SPLIT_NAMES, SplitPlan, split_of
 from recsys.prepare.tasks import Executor, tree_merge
+from recsys.prepare.values import epoch_seconds, is_list
 from recsys.runtime import storage
 from recsys.runtime.shared_storage import check_nodes_see
 
@@ -471,7 +462,7 @@ def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> N
     first piece with rows."""
     import pyarrow.parquet as pq
 
-    from recsys.prepare.encode import as_list, is_text, numeric
+    from recsys.prepare.values import as_list, is_text, numeric
 
     cols = schema.serving_columns()
     batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))

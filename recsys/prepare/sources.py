@@ -9,10 +9,10 @@ A **piece** is a part of one input file that one task reads on its own, in order
 
 Pieces depend only on the files and ``chunk_bytes``, never on how many workers run them, so the
 prepared output is the same whatever the worker count. ``read_piece`` yields a piece's rows as
-pyarrow tables of the schema's columns (text columns as text: ``recsys.prepare.encode``
-converts and checks them, so a bad value is named the same way in every format), each with the
-input row number of every row within its file (a text file's row ``r`` is on line ``r + 1``, plus
-one with a header line).
+pyarrow tables of the schema's columns (text columns as text: ``recsys.prepare.values`` reads
+and ``recsys.prepare.checks`` checks them, so a bad value is named the same way in every format),
+each with the input row number of every row within its file (a text file's row ``r`` is on
+line ``r + 1``, plus one with a header line).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import pyarrow as pa
 
 from recsys.data.errors import DataError
 from recsys.data.schema import DatasetSchema
-from recsys.prepare.encode import TEST, TRAIN, VAL, column_problem, is_list, is_text
+from recsys.prepare.checks import column_problem
+from recsys.prepare.splits import TEST, TRAIN, VAL
+from recsys.prepare.values import is_list, is_text
 
 BATCH_ROWS = 1 << 16
 COUNT_BYTES = 1 << 22

@@ -3,7 +3,7 @@
 Values seen at least ``min_count`` times in the training rows are kept, at most ``max_size`` of
 them (the most frequent), by descending frequency (ties by value: the value's 64-bit hash). A
 table puts them after its missing row and its ``oov_buckets`` rows for unseen values, so it has
-``1 + oov_buckets + V`` rows (``recsys.prepare.encode.Vocabulary`` looks ids up).
+``1 + oov_buckets + V`` rows (``recsys.prepare.ids.Vocabulary`` looks ids up).
 
 Counting is a map-reduce: any block of rows gives ``(values, counts)``, and ``merge_counts`` of
 any two results is associative and commutative, so any tree of merges gives the same counts.

@@ -94,7 +94,8 @@ def load_fitted(folder: str) -> Any:
     prepared folder (or its copy beside an export); a shared table's file is read once."""
     from recsys.data.prepared.meta import OldFormat, read_meta
     from recsys.data.schema import DatasetSchema
-    from recsys.prepare.encode import Fitted, Vocabulary
+    from recsys.prepare.fit import Fitted
+    from recsys.prepare.ids import Vocabulary
 
     try:
         meta = read_meta(folder)
@@ -119,7 +120,7 @@ def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:
     ``ValueError`` naming column and row."""
     import pyarrow as pa
 
-    from recsys.prepare.encode import column_problem, parallel_problem
+    from recsys.prepare.checks import column_problem, parallel_problem
 
     schema = fitted.schema
     needed = schema.serving_columns()

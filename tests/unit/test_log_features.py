@@ -25,8 +25,9 @@ from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
 from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
-from recsys.prepare.encode import epoch_seconds, hash_ids
+from recsys.prepare.ids import hash_ids
 from recsys.prepare.pipeline import prepare
+from recsys.prepare.values import epoch_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERLIN = ZoneInfo("Europe/Berlin")

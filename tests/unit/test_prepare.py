@@ -21,7 +21,7 @@ from recsys.data.columns import DataError
 from recsys.data.prepared.folder import load_splits
 from recsys.data.schema import DatasetSchema
 from recsys.prepare import pipeline as prepare_module
-from recsys.prepare.encode import hash_ids
+from recsys.prepare.ids import hash_ids
 from recsys.prepare.pipeline import prepare
 
 SCHEMA = {
