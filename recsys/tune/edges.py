@@ -113,22 +113,28 @@ def search_edges(frame: pd.DataFrame, space: SearchSpace) -> list[Edge]:
     return out
 
 
+def tidy(x: float) -> float:
+    """``x`` to 12 significant digits: 0.3 * 0.3 / 0.2 is 0.45, not 0.44999999999999996."""
+    return float(f"{x:.12g}")
+
+
 def widened(dim: Dimension, side: str) -> Dimension:
     """``dim`` widened on ``side`` (the module's rules)."""
     values = list(dim.values)
     if dim.kind == "loguniform":
         low, high = values
-        return Dimension(dim.key, dim.kind, [low / 10, high] if side == "low" else [low, high * 10])
+        return Dimension(dim.key, dim.kind, [tidy(low / 10), high] if side == "low"
+                         else [low, tidy(high * 10)])  # fmt: skip
     if dim.kind in ("uniform", "randint"):
         low, high = values
         width = high - low
         if side == "low":
-            low = low - width if low < 0 or low - width >= 0 else 0
+            low = tidy(low - width) if low < 0 or low - width >= 0 else 0
             return Dimension(dim.key, dim.kind, [low, high])
-        return Dimension(dim.key, dim.kind, [low, high + width])
+        return Dimension(dim.key, dim.kind, [low, tidy(high + width)])
     options = sorted({v for v in values if v is not None})
     a, b = (options[0], options[1]) if side == "low" else (options[-1], options[-2])
-    new = a * a / b if a > 0 and b > 0 else a + (a - b)
+    new = tidy(a * a / b if a > 0 and b > 0 else a + (a - b))
     if all(isinstance(v, int) for v in options):
         new = round(new)
     if new in options:

@@ -65,6 +65,14 @@ def test_logistic_regression_is_solved_over_decades_of_l2(tmp_path):
     assert cfg.train.solver == "lbfgs" and cfg.train.epochs == 0 and cfg.model.arch == "lr"
     assert cfg.sharding.default.sharding_types == ["data_parallel"]
     assert fm.overrides["optim.dense_optimizer"] == "adam"
+    shared = load(space_file(tmp_path, body.replace("num_samples: 4000}",
+                                                    "num_samples: 4000, embeddings.shared: "
+                                                    "{cat_1: cat_0}, embeddings.num_embeddings: "
+                                                    "[100, 100, 1000, 5000, 20000, 50, 2000, "
+                                                    "10000]}")))  # fmt: skip
+    assert shared.base.embeddings.shared == {"cat_1": "cat_0"}  # the search's trials share it
+    for ref in shared.references.values():  # a table per feature, as a one-hot LR or FM has
+        assert shared.config_for(ref.points(shared.base)[0]).embeddings.shared == {}
     line = header(space, "asha")
     assert line.startswith(
         "baselines: lr (4 trials, dense: L-BFGS to its optimum), fm (6 trials, dense); beside "
