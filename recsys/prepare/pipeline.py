@@ -24,6 +24,9 @@ tasks one after the other in this process, no Ray). Each task reads its piece it
    owner's place among the sparse features), ``meta.json`` (the schema, what was fitted, and the
    index of the shards) and a few example rows; it never holds the data.
 
+The passes are ``recsys.prepare.passes``, what the driver writes ``recsys.prepare.outputs``; here
+is their order, the split's plan, and the output folder (built aside, or uploaded).
+
 What ``meta.json`` says of the features (``SparseColumn`` has the row layout):
 
 - ``feature_names``, ``table_sizes``: per sparse feature in schema order, its table's rows (a
@@ -64,221 +67,51 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from recsys.data.errors import DataError
-from recsys.data.prepared.meta import FORMAT, is_prepared, write_meta
+from recsys.data.prepared.meta import is_prepared, write_meta
 from recsys.data.prepared.remote import upload_folder
-from recsys.data.schema import DatasetSchema, SparseColumn
-from recsys.prepare.checks import check
-from recsys.prepare.encode import encode
-from recsys.prepare.fit import BatchStats, Fitted, fit_batch
-from recsys.prepare.ids import Codes, Vocabulary, batch_codes
-from recsys.prepare.shards import ShardWriter
+from recsys.data.schema import DatasetSchema
+from recsys.prepare.fit import BatchStats
+from recsys.prepare.outputs import (
+    fitted_from,
+    id_types,
+    meta_of,
+    one_class,
+    write_examples,
+    write_vocabs,
+)
+from recsys.prepare.passes import (
+    HIST_BINS,
+    PieceFit,
+    Skips,
+    fit_piece,
+    needs_fit,
+    time_hist,
+    time_range,
+    write_piece,
+)
 from recsys.prepare.sources import (
-    BadLine,
     Inspection,
     Piece,
-    Rows,
     count_rows,
     file_splits,
     input_files,
     inspect,
-    line_of,
     plan_pieces,
-    read_piece,
     with_rows,
 )
-from recsys.prepare.splits import SPLIT_NAMES, SplitPlan, split_of
+from recsys.prepare.splits import SPLIT_NAMES, SplitPlan
 from recsys.prepare.tasks import Executor, tree_merge
-from recsys.prepare.values import epoch_seconds, is_list
+from recsys.prepare.values import epoch_seconds
 from recsys.runtime import storage
 from recsys.runtime.shared_storage import check_nodes_see
 
-HIST_BINS = 1 << 16
 CHUNK_MB = 64.0
-
-
-# ---------------------------------------------------------------------------------------------
-# Checking rows (the same in the fit and the write pass)
-
-
-def located(
-    piece: Piece, schema: DatasetSchema, column: str, row: int, why: str, value: Any
-) -> str:
-    """A bad value's message: file, column, row (and line of a text file)."""
-    line = f" (line {line_of(schema, row)})" if schema.format == "csv" else ""
-    return f"{piece.path}: column {column!r}, row {row}{line}: {why} (got {value!r})"
-
-
-@dataclass
-class Skips:
-    """What a piece dropped under ``on_bad_row: skip``: bad values per column, the rows they
-    were in (row numbers within the file), and lines that did not split into the schema's
-    columns (their row numbers)."""
-
-    columns: dict[str, int] = field(default_factory=dict)
-    rows: list[np.ndarray] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
-
-    def merge(self, other: Skips) -> Skips:
-        cols = dict(self.columns)
-        for k, v in other.columns.items():
-            cols[k] = cols.get(k, 0) + v
-        return Skips(cols, [], self.lines + other.lines)
-
-    def dropped(self) -> np.ndarray:
-        return np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
-
-
-def checked(
-    batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips, codes: Codes | None = None
-) -> Rows:
-    """The batch without its bad rows (``skip``, counted in ``skips``); ``error`` raises a
-    ``DataError`` naming the first bad value. The batch itself when every row is good."""
-    problems = check(batch.table, schema, codes)
-    if not problems:
-        return batch
-    if schema.on_bad_row == "error":
-        first = min(int(np.flatnonzero(mask)[0]) for mask, _ in problems.values())
-        column, (_, why) = next((c, p) for c, p in problems.items() if p[0][first])
-        value = batch.table.column(column)[first].as_py()
-        raise DataError(located(piece, schema, column, int(batch.rows[first]), why, value))
-    bad = np.zeros(batch.table.num_rows, bool)
-    for name, (mask, _) in problems.items():
-        skips.columns[name] = skips.columns.get(name, 0) + int((mask & ~bad).sum())
-        bad |= mask
-    skips.rows.append(batch.rows[bad])
-    return Rows(batch.table.filter(pa.array(~bad)), batch.rows[~bad])
-
-
-def piece_batches(
-    piece: Piece, schema: DatasetSchema, columns: list[str], skips: Skips,
-    dropped: np.ndarray | None = None,
-) -> Iterator[Rows]:  # fmt: skip
-    """A piece's rows, in batches (unchecked); a malformed text line is named by file and line
-    (or skipped and counted). Given ``dropped`` (the rows an earlier pass found bad), those
-    rows are left out."""
-    lines: list[int] | None = skips.lines if schema.on_bad_row == "skip" else None
-    try:
-        for batch in read_piece(piece, schema, columns, lines):
-            if dropped is not None and len(dropped):
-                keep = ~np.isin(batch.rows, dropped)
-                batch = Rows(batch.table.filter(pa.array(keep)), batch.rows[keep])
-            yield batch
-    except BadLine as e:
-        raise DataError(f"{piece.path}:{line_of(schema, e.row)}: {e.why}") from None
-    except (OSError, EOFError, pa.ArrowInvalid) as e:
-        raise DataError(f"{piece.path}: not readable as {schema.format}: {e}") from None
-
-
-def piece_rows(piece: Piece, schema: DatasetSchema, columns: list[str], skips: Skips
-               ) -> Iterator[Rows]:  # fmt: skip
-    """A piece's checked rows, in batches."""
-    for batch in piece_batches(piece, schema, columns, skips):
-        yield checked(batch, piece, schema, skips)
-
-
-def checked_codes(batch: Rows, piece: Piece, schema: DatasetSchema, skips: Skips
-                  ) -> tuple[Rows, Codes]:  # fmt: skip
-    """The checked batch and its sparse columns' codes (computed once: the check of hex ids
-    reads them too)."""
-    codes = batch_codes(batch.table, schema)
-    good = checked(batch, piece, schema, skips, codes)
-    return good, codes if good is batch else batch_codes(good.table, schema)
-
-
-# ---------------------------------------------------------------------------------------------
-# The passes: one task per piece
-
-
-def time_range(piece: Piece, schema: DatasetSchema) -> tuple[float, float]:
-    assert schema.time is not None
-    lo, hi = np.inf, -np.inf
-    for batch in piece_rows(piece, schema, [schema.time], Skips()):
-        t = epoch_seconds(batch.table.column(schema.time))[0]
-        if len(t):
-            lo, hi = min(lo, float(np.nanmin(t))), max(hi, float(np.nanmax(t)))
-    return lo, hi
-
-
-def time_hist(piece: Piece, schema: DatasetSchema, lo: float, hi: float) -> np.ndarray:
-    assert schema.time is not None
-    hist = np.zeros(HIST_BINS, np.int64)
-    for batch in piece_rows(piece, schema, [schema.time], Skips()):
-        t = epoch_seconds(batch.table.column(schema.time))[0]
-        hist += np.histogram(t, bins=HIST_BINS, range=(lo, hi if hi > lo else lo + 1))[0]
-    return hist
-
-
-@dataclass
-class PieceFit:
-    """What the fit pass learned from pieces (merged with ``merge``)."""
-
-    stats: BatchStats
-    skips: Skips
-
-    @staticmethod
-    def merge(a: PieceFit, b: PieceFit) -> PieceFit:
-        return PieceFit(a.stats.merge(b.stats), a.skips.merge(b.skips))
-
-
-def fit_piece(piece: Piece, schema: DatasetSchema, plan: SplitPlan
-              ) -> tuple[PieceFit, np.ndarray]:  # fmt: skip
-    """The training rows' statistics of a piece, and the rows it dropped (``skip``: the write
-    pass leaves them out without checking again)."""
-    parts, skips = [], Skips()
-    for raw in piece_batches(piece, schema, schema.columns(), skips):
-        batch, codes = checked_codes(raw, piece, schema, skips)
-        split = split_of(batch.table, schema, plan, batch.rows + piece.offset, piece.path)
-        parts.append(fit_batch(batch.table, schema, split, codes))
-    return PieceFit(BatchStats.merge_all(parts), skips), skips.dropped()
-
-
-def needs_fit(schema: DatasetSchema) -> bool:
-    """Whether anything is fitted before encoding (a vocabulary, ``standardize``); if not, one
-    pass checks, encodes and writes."""
-    vocab = any(schema.has_vocabulary(name) for name in schema.sparse)
-    return vocab or any(c.transform == "standardize" for c in schema.dense.values())
-
-
-def write_piece(
-    piece: Piece, fitted: Fitted, folder: str, dropped: np.ndarray | None
-) -> dict[str, Any]:
-    """Encode a piece (without the ``dropped`` rows the fit pass found bad) and write its shard
-    of each split; returns the shards and truncations. ``dropped`` None: no fit pass ran
-    (``needs_fit``), so this one checks the rows and returns their statistics too."""
-    schema = fitted.schema
-    assert fitted.plan is not None
-    writers: dict[int, ShardWriter] = {}
-    truncated: dict[str, list[int]] = {}
-    skips, parts = Skips(), []
-    for raw in piece_batches(piece, schema, schema.columns(), skips, dropped):
-        batch, codes = (raw, None) if dropped is not None else checked_codes(raw, piece, schema,
-                                                                            skips)  # fmt: skip
-        split = split_of(batch.table, schema, fitted.plan, batch.rows + piece.offset, piece.path)
-        if dropped is None:
-            parts.append(fit_batch(batch.table, schema, split, codes))
-        enc = encode(batch.table, fitted, codes=codes)
-        for k, (rows, ids) in enc.truncated.items():
-            t = truncated.setdefault(k, [0, 0])
-            t[0], t[1] = t[0] + rows, t[1] + ids
-        for s in np.unique(split):
-            if int(s) not in writers:
-                path = os.path.join(folder, SPLIT_NAMES[s], piece.name)
-                writers[int(s)] = ShardWriter(path, schema)
-            writers[int(s)].append(enc.take(split == s))
-    shards = {SPLIT_NAMES[s]: w.close(piece.name) for s, w in writers.items()}
-    fit = PieceFit(BatchStats.merge_all(parts), skips) if dropped is None else None
-    return {"shards": shards, "truncated": truncated, "fit": fit}
-
-
-# ---------------------------------------------------------------------------------------------
-# The whole preparation
 
 
 def upload_prepared(
@@ -417,140 +250,6 @@ def global_rows(pieces: list[Piece]) -> list[Piece]:
     return out
 
 
-def fitted_from(stats: BatchStats, schema: DatasetSchema, plan: SplitPlan) -> Fitted:
-    vocabs: dict[str, Vocabulary] = {}
-    for name in schema.sparse:  # owners before their sharers or after: one vocabulary a table
-        if not schema.has_vocabulary(name):
-            continue
-        table = schema.table_of(name)
-        if table not in vocabs:
-            spec = schema.sparse[table]
-            values, counts = stats.counts.get(table, (np.zeros(0, np.uint64), np.zeros(0)))
-            vocabs[table] = Vocabulary.build(values, counts, spec.min_count, spec.max_size,
-                                             spec.oov_buckets)  # fmt: skip
-        vocabs[name] = vocabs[table]
-    dense_stats = {}
-    for name in schema.dense:
-        n, s, ss, lo, hi = stats.dense.get(name, np.array([0, 0, 0, 0, 0]))
-        mean = s / n if n else 0.0
-        std = float(np.sqrt(max(ss / n - mean * mean, 0.0))) if n else 1.0
-        dense_stats[name] = {"mean": float(mean), "std": std if std > 1e-12 else 1.0,
-                             "min": float(lo), "max": float(hi), "count": int(n)}  # fmt: skip
-    return Fitted(schema, vocabs, dense_stats, plan)
-
-
-def write_vocabs(folder: str, fitted: Fitted) -> dict[str, str]:
-    """One file per table with a vocabulary (named by its owner's place); per feature with a
-    vocabulary, its table's file."""
-    schema = fitted.schema
-    os.makedirs(os.path.join(folder, "vocab"))
-    place = {name: j for j, name in enumerate(schema.sparse)}
-    files = {}
-    for name in schema.sparse:
-        if name not in fitted.vocabs:
-            continue
-        table = schema.table_of(name)
-        files[name] = f"vocab/sparse_{place[table]}.npy"
-        if name == table:
-            np.save(os.path.join(folder, files[name]), fitted.vocabs[name].hashes)
-    return files
-
-
-def write_examples(folder: str, pieces: list[Piece], schema: DatasetSchema) -> None:
-    """A few raw input rows' features (``examples.parquet``): the served model's input example
-    (dense values as numbers, ids as the file holds them, a CSV file's lists as lists), from the
-    first piece with rows."""
-    import pyarrow.parquet as pq
-
-    from recsys.prepare.values import as_list, is_text, numeric
-
-    cols = schema.serving_columns()
-    batches = (good(b.table, schema) for p in pieces for b in read_piece(p, schema, cols, []))
-    table = next(t for t in batches if t.num_rows).slice(0, 5)
-    for name in schema.dense:
-        i = table.column_names.index(name)
-        table = table.set_column(i, name, pa.array(numeric(table.column(name))[0]))
-    for name, spec in list_columns(schema).items():  # CSV text lists: as the lists they write
-        i = table.column_names.index(name)
-        if is_text(table.column(name).type):
-            flat, lengths = as_list(table.column(name), spec)
-            offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-            table = table.set_column(i, name, pa.ListArray.from_arrays(offsets, flat))
-    pq.write_table(table, os.path.join(folder, "examples.parquet"))
-
-
-def list_columns(schema: DatasetSchema) -> dict[str, SparseColumn]:
-    """Every column that holds lists, with the spec that splits its CSV text: the multi-hot
-    id columns, their weights and sequence times."""
-    out: dict[str, SparseColumn] = {}
-    for name, spec in schema.sparse.items():
-        if spec.multi_hot and spec.derive is None:
-            out[name] = schema.id_spec(name)
-            order = spec.sequence.order_by if spec.sequence is not None else None
-            for column in (spec.weights, order):
-                if column is not None:
-                    out.setdefault(column, out[name])
-    return out
-
-
-def good(table: pa.Table, schema: DatasetSchema) -> pa.Table:
-    """The rows of ``table`` without a bad value (``skip`` left them out of the output)."""
-    bad = np.zeros(table.num_rows, bool)
-    for mask, _ in check(table, schema).values():
-        bad |= mask
-    return table.filter(pa.array(~bad)) if bad.any() else table
-
-
-def id_types(types: dict[str, Any], schema: DatasetSchema) -> dict[str, str]:
-    """Per id column, the type its ids are hashed as (serving casts raw values to it). The
-    columns of a shared table must agree (``5`` and ``"5"`` hash apart); one holding no value
-    (Arrow's ``null`` type) takes its table's type."""
-    out: dict[str, str] = {}
-    known: dict[str, tuple[str, str]] = {}  # table: (a column with a type, its type)
-    for name in schema.roles()["sparse"]:
-        tp = types.get(name)
-        inner = tp.value_type if tp is not None and is_list(tp) else tp
-        if inner is not None and pa.types.is_dictionary(inner):
-            inner = inner.value_type
-        integer = inner is not None and pa.types.is_integer(inner)  # hex reads text only
-        out[name] = "int" if integer else "string"
-        if inner is not None and pa.types.is_null(inner):
-            continue
-        table = schema.table_of(name)
-        other, kind = known.setdefault(table, (name, out[name]))
-        if kind != out[name]:
-            raise DataError(f"columns {other!r} ({kind} ids) and {name!r} ({out[name]} ids) "
-                            f"share table {table!r}: ids of one table must be all integers or "
-                            "all strings (cast one column)")  # fmt: skip
-    for name in out:
-        if schema.table_of(name) in known:
-            out[name] = known[schema.table_of(name)][1]
-    return out
-
-
-def label_counts(stats: BatchStats, schema: DatasetSchema) -> dict[str, dict[str, Any]]:
-    """Rows and positives per split and label."""
-    out: dict[str, dict[str, Any]] = {}
-    for s, split in enumerate(SPLIT_NAMES):
-        rows = int(stats.rows[s])
-        pos = stats.positives[s] if stats.positives.size else np.zeros(len(schema.labels))
-        out[split] = {lab: {"rows": rows, "positives": int(pos[k])}
-                      for k, lab in enumerate(schema.labels)}  # fmt: skip
-    return out
-
-
-def one_class(counts: dict[str, dict[str, Any]]) -> list[str]:
-    """A line per split and label whose rows are all of one class (its AUC is undefined)."""
-    out = []
-    for split, labels in counts.items():
-        for lab, c in labels.items():
-            if c["rows"] and c["positives"] in (0, c["rows"]):
-                cls = 1 if c["positives"] else 0
-                out.append(f"label {lab!r} has one class in {split} ({c['rows']:,} rows, all "
-                           f"{cls}): its AUC there cannot be computed")  # fmt: skip
-    return out
-
-
 def prepare(
     schema: DatasetSchema,
     inputs: list[str],
@@ -642,7 +341,7 @@ def _prepare(
             functools.reduce(Skips.merge, [w["fit"].skips for w in written], Skips()),
         )
         fitted.dense_stats = fitted_from(fit.stats, schema, plan).dense_stats  # fmt: skip
-    meta = _meta(schema, files, fitted, fit, written, vocab_files, seen)
+    meta = meta_of(schema, files, fitted, fit, written, vocab_files, seen)
     if meta["rows"]["train"] == 0:
         raise DataError(f"{files[0]}...: no training rows after the split")
     for line in one_class(meta["label_counts"]):
@@ -653,51 +352,3 @@ def _prepare(
     log(f"prepare: wrote {sum(rows.values()):,} rows (train {rows['train']:,}, val "
         f"{rows['val']:,}, test {rows['test']:,}) in {time.perf_counter() - t0:.1f}s")  # fmt: skip
     return meta
-
-
-def _meta(
-    schema: DatasetSchema, files: list[str], fitted: Fitted, fit: PieceFit,
-    written: list[dict[str, Any]], vocab_files: dict[str, str], seen: Inspection,
-) -> dict[str, Any]:  # fmt: skip
-    shards: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
-    truncated: dict[str, dict[str, int]] = {}
-    for w in written:
-        for s, shard in w["shards"].items():
-            if shard["rows"]:
-                shards[s].append(shard)
-        for k, (rows, ids) in w["truncated"].items():
-            t = truncated.setdefault(k, {"rows": 0, "ids": 0})
-            t["rows"], t["ids"] = t["rows"] + rows, t["ids"] + ids
-    plan = fitted.plan
-    assert plan is not None
-    counts = label_counts(fit.stats, schema)
-    return {
-        "format": FORMAT,
-        "schema": schema.to_dict(),
-        "sources": files,
-        "rows": {s: sum(x["rows"] for x in shards[s]) for s in SPLIT_NAMES},
-        "ids": {
-            s: {n: sum(x["ids"][n] for x in shards[s]) for n in schema.sparse} for s in SPLIT_NAMES
-        },
-        "shards": shards,
-        "skipped": {
-            **fit.skips.columns,
-            **({"lines": len(fit.skips.lines)} if fit.skips.lines else {}),
-        },
-        "truncated": truncated,
-        "split": {
-            "by": plan.by,
-            "time_cuts": list(plan.cuts) if plan.cuts else None,
-            "row_bounds": list(plan.bounds) if plan.bounds else None,
-        },
-        "label_counts": counts,
-        "dense_stats": fitted.dense_stats,
-        "feature_names": list(schema.sparse),
-        "table_sizes": fitted.table_sizes(),
-        "shared": schema.shared(),
-        "features": {name: fitted.layout(name) for name in schema.sparse},
-        "vocab": vocab_files,
-        "id_types": fitted.id_types,
-        "labels": list(schema.labels),
-        "warnings": seen.warnings() + one_class(counts),
-    }
