@@ -5,8 +5,9 @@
     recsys-preprocess --schema criteo_terabyte day_{0..23}.gz --out /shared/criteo_1tb \\
         --address auto
 
-``--schema`` is a schema file (every key: ``recsys/data/schema.py``) or the name of a shipped one
-(``schemas/``: ``criteo_kaggle``, ``criteo_terabyte``, ``clicklogs``). Then train with
+``--schema`` is a schema file (every key: ``recsys/data/schema.py`` and its columns'
+``schema_columns.py``) or the name of a shipped one (``schemas/``: ``criteo_kaggle``,
+``criteo_terabyte``, ``clicklogs``). Then train with
 ``--data OUT`` (a sweep) or ``data.source=prepared data.paths=[OUT]``.
 """
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from recsys.data.schema import DatasetSchema, SparseColumn
+from recsys.data.schema import DatasetSchema
+from recsys.data.schema_columns import SparseColumn
 from recsys.prepare.ids import Codes, sparse_codes_of
 from recsys.prepare.values import (
     as_list,

@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from recsys.data.dense import log1p_counts
-from recsys.data.schema import UNIT_SECONDS, SparseColumn, zone
+from recsys.data.schema_columns import UNIT_SECONDS, SparseColumn, zone
 from recsys.prepare.fit import Fitted, filled_dense
 from recsys.prepare.ids import Codes, sparse_codes
 from recsys.prepare.values import epoch_seconds, list_numbers, list_weights, numeric

@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recsys.data.schema import DatasetSchema, SparseColumn
+from recsys.data.schema import DatasetSchema
+from recsys.data.schema_columns import SparseColumn
 from recsys.prepare import vocab
 from recsys.prepare.values import as_list, is_text, one_array, row_numbers
 

@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from recsys.data.errors import DataError
 from recsys.data.prepared.meta import FORMAT
-from recsys.data.schema import DatasetSchema, SparseColumn
+from recsys.data.schema import DatasetSchema
+from recsys.data.schema_columns import SparseColumn
 from recsys.prepare.checks import check
 from recsys.prepare.fit import BatchStats, Fitted
 from recsys.prepare.ids import Vocabulary

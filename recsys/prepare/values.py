@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recsys.data.schema import SparseColumn
+from recsys.data.schema_columns import SparseColumn
 
 
 def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:

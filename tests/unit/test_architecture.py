@@ -185,6 +185,7 @@ DATA_ROOMS = [
         (
             "recsys.data.errors",
             "recsys.data.schema",
+            "recsys.data.schema_columns",
             "recsys.data.columns",
             "recsys.data.dense",
             "recsys.data",
