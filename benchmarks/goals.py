@@ -251,10 +251,11 @@ def lr_reference(diff: float) -> str:
 LR_VAL_TOLERANCE = 0.003  # the LR reference against scikit-learn's tuned LR (validation AUC)
 
 
-def lr_reference_val(diff: float) -> str:
-    """The LR reference's validation AUC minus scikit-learn's tuned LR's (``C`` over decades on
-    the same validation rows) within 0.003 on either side: the product's LR at its optimum."""
-    return MET if abs(diff) <= LR_VAL_TOLERANCE else MISSED
+def lr_reference_val(ours: float, sklearn: float) -> str:
+    """The LR reference's validation AUC (``ours``) within 0.003 on either side of
+    scikit-learn's tuned LR's (``C`` over decades on the same validation rows): the product's
+    LR at its optimum."""
+    return MET if abs(ours - sklearn) <= LR_VAL_TOLERANCE else MISSED
 
 
 def refit_beats_lr(sweep: float, lr: float) -> str:

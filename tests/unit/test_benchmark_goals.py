@@ -107,6 +107,15 @@ def test_experts_meet_the_goal_only_with_every_task_wholly_above_zero() -> None:
     assert goals.experts_beat_shared({"a": [up, across], "b": [down, up]}).startswith("not met")
 
 
+def test_the_lr_reference_is_judged_either_side_of_scikit_learns() -> None:
+    assert goals.lr_reference_val(0.6301, 0.6286) == "met"
+    assert goals.lr_reference_val(0.6257, 0.6286) == "met"  # below, within 0.003
+    assert goals.lr_reference_val(0.5862, 0.6286) == "missed"
+    assert goals.lr_reference_val(0.6330, 0.6286) == "missed"  # above by more is no optimum
+    assert goals.refit_beats_lr(0.6930, 0.6617) == "met"
+    assert goals.refit_beats_lr(0.6600, 0.6617) == "missed"
+
+
 def test_cases_say_each_verdict_with_its_labels() -> None:
     assert goals.cases([("a", "met"), ("b", "met")]) == "met"
     assert goals.cases([("in time order", "met"), ("with shuffling", "missed")]) == (
