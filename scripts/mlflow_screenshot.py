@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    from recsys.tracking.tracker import Tag, Tracker, runs_link
+    from recsys.tracking.tracker import Tag, Tracker
+    from recsys.tracking.view import runs_link
     from recsys.tune.state import default_tracking_uri
     from tests.browser import Chromium, close_panels, missing, runs_table
     from tests.servers import MlflowServer

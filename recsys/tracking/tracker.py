@@ -6,144 +6,38 @@ logged (metric ``step``), and anything at or below it is skipped, so a restarted
 replays a report adds nothing twice. Logging failures (a tracking server that went away) never
 fail a trial: the batch is kept and retried with the next report, and a warning says so.
 
-A fresh SQLite store is created by whichever process opens it first, and MLflow's store does that
-without a lock: two processes opening a new ``mlflow.db`` at once (the sweep and ``mlflow ui``, two
-sweeps, a sweep's trials) race in its schema migration ("duplicate column name: step").
-``open_store`` opens SQLite stores under a file lock beside the database (our processes take
-turns, whatever spelling of the path they use) and retries with backoff when the race happens
-anyway against a process that takes no lock, saying so.
+The tag names are ``recsys.tracking.tags``; opening the store and waiting it out,
+``recsys.tracking.store``; what a sweep leaves for the MLflow UI, ``recsys.tracking.view``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from recsys.configlib import flatten
+from recsys.tracking.store import check_reachable, open_store, raise_if_old_schema, short, waited
+from recsys.tracking.tags import Tag
+from recsys.tracking.view import compare_line as compare_line  # (the sweep's driver imports it)
+from recsys.tracking.view import runs_link, save_view, ui_address
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Tag:
-    """Every MLflow tag name this project writes or searches by, in one place."""
-
-    SWEEP = "recsys.sweep"  # the sweep a run belongs to
-    TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
-    KIND = "recsys.kind"  # trial, baseline, confirm, refit; "sweep:<name>" on a sweep's parent
-    CONFIRMS = "recsys.confirms"  # a seed-check run: the trial whose configuration it re-trains
-    CONFIRMED_ORDER = "recsys.confirmed_order"  # on the parent: trial ids by confirmed mean, JSON
-    SEPARABLE = "recsys.separable"  # on the parent: "yes" if the top two's lead exceeds the noise
-    STATUS = "recsys.status"  # finished, early_stopped, stopped, diverged, infeasible
-    STATUS_DETAIL = "recsys.status_detail"  # why (an infeasible trial's numbers)
-    METRIC = "recsys.metric"  # on a sweep's parent run: the metric that scores its trials
-    MODE = "recsys.mode"  # ... and whether higher ("max") or lower is better
-    BEST_TRIAL = "recsys.best_trial"  # on a sweep's parent run: its best trial's id
-    WINNER = "recsys.winner"  # on a sweep's parent run: its best model, whatever its kind
-    WINNER_TRIAL = "recsys.winner_trial"  # ... its trial id (a search trial's or a reference's)
-    WINNER_KIND = "recsys.winner_kind"  # ... "search" or "reference"
-    SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
-    REFERENCE = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate";
-    # on the parent, + ".<arch>": that arch's chosen reference trial
-    CHAMPION = "recsys.champion"  # a registered model version: "yes", or "no: <why>"
-    VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
-    REFIT_OF = "recsys.refit_of"  # a refit's run (kind "refit"): the trial it trains again
-    REFIT_ROWS = "recsys.refit_rows"  # ... and the rows it trained on
-    RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
-    EDGE = "recsys.edge"  # on the parent, + ".<key>": the best trials pressed against its range
-    EARLY_PEAKS = "recsys.early_peaks"  # on the parent: most trials peaked in their first tenth
-    BEST_CHECKPOINT = "checkpoint.best"
-    LAST_CHECKPOINT = "checkpoint.last"
-    PARENT = "mlflow.parentRunId"  # MLflow's own: nests trial runs under the sweep's run
-    NOTE = "mlflow.note.content"  # MLflow's own: a run's description (on the sweep's run)
-    EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow 3's, on an experiment: what it is for
-    VIEW = "mlflow.sharedViewState."  # the MLflow UI's, on an experiment: a saved view, + its key
-
-
 NOT_LOGGED = {"loss_history", "checkpoint_path", "ckpt_score", "step"}
 # a run's constants (its tables' sizes, per-rank bytes): logged when they change, not every report
 CONSTANT_PREFIXES = ("emb_",)
-
-
-OLD_SCHEMA = "out-of-date database schema"
-RACES = ("duplicate column", "already exists", "database is locked", OLD_SCHEMA)
-STALE_SCHEMA_S = 2.0  # the same old schema revision this long: an old store, not a migration
-
-
-def raise_if_old_schema(uri: str, error: Exception) -> None:
-    """An SQL store (SQLite, PostgreSQL...) made by an older MLflow is named with the user's
-    step (a backup, then its upgrade); nothing here migrates a store."""
-    if OLD_SCHEMA in str(error):
-        raise old_schema_error(uri, error) from None
-
-
-def old_schema_error(uri: str, error: Exception) -> ConnectionError:
-    import mlflow
-
-    found = re.search(r"found version (\w+), but expected (\w+)", str(error))
-    revisions = f" (schema revision {found[1]}, this MLflow expects {found[2]})" if found else ""
-    return ConnectionError(
-        f"MLflow store {uri} was made by an older MLflow than this one ({mlflow.__version__})"
-        f"{revisions}: back it up, then run `mlflow db upgrade {uri}`; recsys-sweep does not "
-        "migrate a store itself"
-    )
-
-
-def open_store(uri: str, attempts: int = 8) -> None:
-    """Create (or check) the store behind a ``sqlite:`` URI before anything writes to it. A
-    store whose schema is older than this MLflow's (and stays so: not a migration in flight in
-    another process) is an error naming ``mlflow db upgrade``."""
-    if not uri.startswith("sqlite:"):
-        return
-    path = os.path.abspath(uri.split(":///", 1)[1])
-    seen: dict[str, float] = {}  # an error's message -> when first seen
-    with FileLock(path + ".init-lock"):
-        for attempt in range(attempts):
-            try:
-                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-                return
-            except Exception as e:
-                since = seen.setdefault(str(e), time.monotonic())  # (names an old revision)
-                stale = OLD_SCHEMA in str(e) and time.monotonic() - since >= STALE_SCHEMA_S
-                if stale or attempt == attempts - 1 or not any(r in str(e) for r in RACES):
-                    raise_if_old_schema(uri, e)
-                    raise
-                first = str(e).strip().splitlines()[0][:200]
-                log.warning(
-                    "MLflow store %s: creating it raced another process (%s); retrying", path, first
-                )
-                time.sleep(0.25 * 2**attempt)
-
-
-WAIT_ENV = "RECSYS_TRACKING_WAIT_S"  # how long a trial waits for an unreachable store (600 s)
-UNREACHABLE = ("Max retries exceeded", "Connection refused", "Connection aborted", "timed out",
-               "failed with exception", "error code 502", "error code 503", "error code 504",
-               "could not connect", "server closed the connection")  # fmt: skip
-
-
-def unreachable(error: Exception) -> bool:
-    """An error of a store that is down or restarting (not of the request itself)."""
-    return isinstance(error, (ConnectionError, TimeoutError)) or any(
-        word in str(error) for word in UNREACHABLE
-    )
-
-
-def _short(error: Exception) -> str:
-    return str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
 
 
 def flat_params(data: dict[str, Any]) -> dict[str, str]:
@@ -152,164 +46,6 @@ def flat_params(data: dict[str, Any]) -> dict[str, str]:
 
 
 MODEL_TRAINING = "custom_model_development"  # MLflow 3's experiment kind for model training
-VIEW_KEY = "recsys"  # the sweep's view of its runs, saved in its experiment (Tag.VIEW + key)
-UI = "http://127.0.0.1:5000"  # where `mlflow ui`, as the sweep prints it, serves a local store
-
-
-def ui_address(uri: str) -> str:
-    """The MLflow UI that shows the store ``uri``: a tracking server's own address, else the
-    ``mlflow ui`` the sweep's last line starts (``UI``)."""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI
-
-
-def runs_link(
-    address: str, experiment_id: str, charts: bool = False, saved_view: bool = True
-) -> str:
-    """The MLflow UI's runs of an experiment as the sweep's saved view shows them (its filter,
-    order, columns and charts; ``saved_view=False``: as the UI shows them by default), on the
-    UI's model-training side (MLflow 3.17's UI picks that side by its sidebar switch, or by
-    ``workflowType``, not by the experiment's kind); ``charts``: the charts, not the table."""
-    link = f"{address}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-    link += f"&viewStateShareKey={VIEW_KEY}" if saved_view else ""
-    return link + ("&compareRunsMode=CHART" if charts else "")
-
-
-def compare_line(uri: str, link: str) -> str:
-    """The sweep's last line: the link to its runs, after the ``mlflow ui`` command that serves a
-    local store."""
-    if uri.startswith(("http://", "https://")):
-        return f"compare the runs: {link}"
-    port = urlparse(UI).port
-    return (
-        f"compare the runs: mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port {port}, "
-        f"then open {link}"
-    )
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ",".join(_value(v) for v in value) + "]"
-    return str(value)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def searched_axes(searched: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
-    """From the trials' searched values: every searched parameter; those a parallel-coordinates
-    chart can show (all numbers, or none: the MLflow UI drops the runs of the minority kind of a
-    parameter that mixes them, ``None`` among numbers); and the numeric ones with at least two
-    values (a scatter's axis), most values first."""
-    params = list(dict.fromkeys(k for s in searched for k in s))
-    values = {p: [s.get(p) for s in searched if p in s] for p in params}
-    parallel = [p for p in params if len({_number(v) for v in values[p]}) == 1]
-    distinct = {p: len({v for v in values[p] if _number(v)}) for p in parallel}
-    numeric = [p for p in parallel if all(map(_number, values[p])) and distinct[p] >= 2]
-    return params, parallel, sorted(numeric, key=lambda p: -distinct[p])
-
-
-def sweep_view(
-    sweep: str,
-    scores: list[str],
-    ascending: bool,
-    params: list[str],
-    axes: tuple[list[str], list[str]],
-    also: list[str] | None = None,
-) -> dict[str, Any]:
-    """The MLflow UI's view state of a sweep's runs: its trials and baselines (not the sweep's
-    own run, not the seed-check runs: their trial's row has their mean), best first by the first
-    of ``scores`` (``ascending``: lower is better); the scores, the metrics ``also``, the
-    searched ``params`` and the status as columns; charts of the first score against the
-    searched parameters: parallel coordinates over ``axes[0]`` (with the scores), a scatter
-    against each of the first two of ``axes[1]`` (numeric ones)."""
-    first, (parallel, numeric) = scores[0], axes
-    sections = [
-        {"uuid": "recsys-parallel", "name": f"sweep {sweep}: {first} against the searched "
-         "parameters", "display": True, "isReordered": False, "deleted": False,
-         "isGenerated": False, "columns": 1, "cardHeight": 480},
-        {"uuid": "recsys-scatter", "name": f"sweep {sweep}: {first} against a numeric parameter",
-         "display": True, "isReordered": False, "deleted": False, "isGenerated": False,
-         "columns": 2, "cardHeight": 360},
-    ][: 2 if numeric else 1]  # fmt: skip
-    charts: list[dict[str, Any]] = [
-        {"uuid": "recsys-parallel-chart", "type": "PARALLEL", "metricSectionId": "recsys-parallel",
-         "displayName": f"{first} against the searched parameters", "deleted": False,
-         "isGenerated": False, "runsCountToCompare": 500, "selectedParams": parallel,
-         "selectedMetrics": scores, "showAllRuns": True},
-    ] + [
-        {"uuid": f"recsys-scatter-{i}", "type": "SCATTER", "metricSectionId": "recsys-scatter",
-         "displayName": f"{first} against {param}", "deleted": False, "isGenerated": False,
-         "runsCountToCompare": 500, "xaxis": {"key": param, "type": "PARAM"},
-         "yaxis": {"key": first, "type": "METRIC"}}
-        for i, param in enumerate(numeric[:2])
-    ]  # fmt: skip
-    columns = [f"metrics.`{k}`" for k in scores + (also or [])]
-    columns += [f"params.`{p}`" for p in params]
-    kind = f"tags.`{Tag.KIND}`"
-    return {
-        # not the seed checks' runs, nor a refit (scored on rows it trained on)
-        "searchFilter": f"{kind} != 'sweep:{sweep}' and {kind} != 'confirm' and {kind} != 'refit'",
-        "orderByKey": f"metrics.`{first}`",
-        "orderByAsc": ascending,
-        "startTime": "ALL",
-        "lifecycleFilter": "Active",
-        "modelVersionFilter": "All Runs",
-        "datasetsFilter": [],
-        "selectedColumns": [*columns, f"tags.`{Tag.STATUS}`"],
-        "runsHiddenMode": "SHOW_ALL",
-        "compareRunCharts": charts,
-        "compareRunSections": sections,
-        "isAccordionReordered": True,
-        "hideEmptyCharts": True,
-    }
-
-
-def sweep_note(sweep: str, runs: list[Any], parent: Any, score: str) -> str:
-    """The description of a sweep's run, one line: its trials (by status), baselines and seed
-    runs, what scores them, the trial that won (``Tag.BEST_TRIAL``: by confirmed mean when the
-    seed check ran) with its score and searched values, and its lead over each baseline."""
-    tags = parent.data.tags
-    metric, mode = tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max")
-    kinds: dict[str, list[Any]] = {}
-    for r in runs:
-        kinds.setdefault(r.data.tags.get(Tag.KIND, ""), []).append(r)
-    trials, seeds = kinds.get("trial", []), kinds.get("confirm", [])
-    statuses = Counter(r.data.tags.get(Tag.STATUS, "unfinished") for r in trials)
-    line = f"Sweep {sweep}: {len(trials)} trial{'' if len(trials) == 1 else 's'}"
-    line += f" ({', '.join(f'{n} {s}' for s, n in statuses.most_common())})" if trials else ""
-    refs = Counter(r.data.params.get("model.arch", "?") for r in kinds.get("baseline", []))
-    if refs:  # each reference arch once, with its trials where it had several
-        named = [a if n == 1 else f"{a} (best of {n})" for a, n in sorted(refs.items())]
-        line += f", baseline{'' if len(refs) == 1 else 's'} {', '.join(named)}"
-    line += f", {len(seeds)} seed-check runs" if seeds else ""
-    line += f"; scored by {score} ({mode})."
-    best = tags.get(Tag.BEST_TRIAL)
-    won = next((r for r in trials if best and r.data.tags.get(Tag.TRIAL) == best), None)
-    if won is None:
-        return line + " No trial won: none finished."
-    line += f" Won: trial {best}"
-    if (value := won.data.metrics.get(score)) is not None:
-        line += f", {score} {value:.4f}"
-    if (mean := won.data.metrics.get(f"confirmed_mean_{metric}")) is not None:
-        n = sum(r.data.tags.get(Tag.CONFIRMS) == best for r in seeds)
-        line += f" (confirmed mean {mean:.4f} over {n} seeds)"
-    if searched := json.loads(won.data.tags.get(Tag.SEARCHED, "{}")):
-        line += ", with " + " ".join(f"{k}={_value(v)}" for k, v in searched.items())
-    prefix = "lead_over_"
-    leads = sorted(
-        (k[len(prefix) :], v) for k, v in parent.data.metrics.items() if k.startswith(prefix)
-    )
-    if leads:
-        verdict = parent.data.tags.get
-        ties = {a for a, _ in leads if verdict(f"{Tag.VERDICT}.{a}", "").startswith("ties")}
-        line += "; lead over " + ", ".join(
-            f"{arch} {lead:+.4f}" + (" (a tie: inside the seed noise)" if arch in ties else "")
-            for arch, lead in leads
-        )
-    return line + "."
 
 
 MIN_ARTIFACT_FREE = 256 * 2**20  # a local artifact root with less free space is refused at launch
@@ -350,26 +86,7 @@ class Tracker:
 
     def check_reachable(self) -> None:
         """Fail fast, naming the URI, when the store cannot be reached."""
-        saved = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
-        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
-        try:
-            self.client.search_experiments(max_results=1)
-        except Exception as e:
-            raise_if_old_schema(self.uri, e)
-            if any(
-                word in str(e) for word in ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")
-            ):
-                raise ConnectionError(
-                    f"MLflow tracking store {self.uri} refused the credentials (set "
-                    f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
-                    f"MLFLOW_TRACKING_TOKEN): {str(e)[:300]}"
-                ) from None
-            raise ConnectionError(f"MLflow tracking store {self.uri} is unreachable: {e}") from None
-        finally:
-            if saved is None:
-                del os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
-            else:
-                os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
+        check_reachable(self.client, self.uri)
 
     def check_artifact_space(self, name: str) -> None:
         """Refuse, before launch, a local artifact root (a SQLite store's ``mlartifacts``, a
@@ -429,27 +146,12 @@ class Tracker:
             self.client.set_experiment_tag(experiment_id, Tag.EXPERIMENT_KIND, MODEL_TRAINING)
         except Exception as e:
             log.warning("MLflow %s: could not mark experiment %s as model training (%s)",
-                        self.uri, experiment_id, _short(e))  # fmt: skip
+                        self.uri, experiment_id, short(e))  # fmt: skip
 
     def _waiting(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``, waited out while the store is unreachable (a server restarting), up to
-        ``RECSYS_TRACKING_WAIT_S`` seconds, with one warning: what a trial cannot go on without
-        (its run) waits instead of failing the trial."""
-        deadline = time.monotonic() + float(os.environ.get(WAIT_ENV, "600"))
-        delay, warned = 1.0, False
-        while True:
-            try:
-                return call()
-            except Exception as e:
-                if not unreachable(e) or time.monotonic() + delay > deadline:
-                    raise
-                if not warned:
-                    wait = os.environ.get(WAIT_ENV, "600")
-                    log.warning("MLflow %s unreachable (%s): %s waits for it (up to %s s)",
-                                self.uri, _short(e), what, wait)  # fmt: skip
-                    warned = True
-                time.sleep(delay)
-                delay = min(2 * delay, 10.0)
+        """``call()``, waited out while the store is unreachable (``recsys.tracking.store.waited``):
+        what a trial cannot go on without (its run) waits instead of failing the trial."""
+        return waited(self.uri, what, call)
 
     def _find(self, experiment_id: str, tag: str, value: str) -> Any:
         runs = self._waiting(
@@ -604,14 +306,14 @@ class Tracker:
         except Exception as e:
             log.warning(
                 "MLflow %s could not store %s of run %s (%s); it stays at %s: log it later with "
-                "`%s --artifact-path %s`", self.uri, artifact_path, run_id, _short(e), folder,
+                "`%s --artifact-path %s`", self.uri, artifact_path, run_id, short(e), folder,
                 LOG_LATER.format(run=run_id, path=folder), artifact_path,
             )  # fmt: skip
 
     def _keep(self, run_id: str, name: str, error: Exception, write: Any) -> None:
         """An artifact MLflow refused: written to ``keep`` and named, never dropped silently."""
         if self.keep is None:
-            log.warning("MLflow %s: could not log %s (%s)", self.uri, name, _short(error))
+            log.warning("MLflow %s: could not log %s (%s)", self.uri, name, short(error))
             return
         folder = os.path.join(self.keep, run_id)
         dst = os.path.join(folder, name)
@@ -620,11 +322,11 @@ class Tracker:
             write(dst)
         except OSError as e:
             log.warning("MLflow %s: could not log %s (%s), nor keep it at %s (%s)", self.uri,
-                        name, _short(error), dst, e)  # fmt: skip
+                        name, short(error), dst, e)  # fmt: skip
             return
         log.warning(
             "MLflow %s could not store %s of run %s (%s); kept at %s: log it later with `%s`",
-            self.uri, name, run_id, _short(error), dst, LOG_LATER.format(run=run_id, path=folder),
+            self.uri, name, run_id, short(error), dst, LOG_LATER.format(run=run_id, path=folder),
         )  # fmt: skip
 
     def has_experiment(self, name: str) -> bool:
@@ -641,38 +343,22 @@ class Tracker:
         """Make the sweep's runs readable in the MLflow UI, and return the link to them: its
         experiment marked as model training, the description of its run (``Tag.NOTE``: what the
         sweep was and which trial won), and a saved view of its runs (``sweep_view``, under
-        ``VIEW_KEY``, which the link opens). ``scores``: the keys of its objectives' scores
-        (default: ``best_<metric>`` of its run's metric). Read from MLflow alone, so it can be
-        run again on any sweep's store; a store that refuses costs a warning, never the sweep."""
+        ``VIEW_KEY``, which the link opens: ``recsys.tracking.view``). ``scores``: the keys of its
+        objectives' scores (default: ``best_<metric>`` of its run's metric). Read from MLflow
+        alone, so it can be run again on any sweep's store; a store that refuses costs a warning,
+        never the sweep."""
         exp = self.client.get_experiment_by_name(sweep)
         if exp is None:
             raise ValueError(f"no sweep named {sweep!r} in {self.uri}")
         experiment_id = self.experiment(sweep)
-        link = runs_link(ui_address(self.uri), experiment_id)
         try:
-            runs = self.runs(sweep, "")
-            parent = next((r for r in runs if r.data.tags.get(Tag.KIND) == f"sweep:{sweep}"), None)
-            tags = parent.data.tags if parent is not None else {}
-            metric, mode = tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max")
-            trials = [r for r in runs if r.data.tags.get(Tag.KIND) == "trial"]
-            scores = scores or [f"best_{metric}"]
-            searched = [json.loads(r.data.tags.get(Tag.SEARCHED, "{}")) for r in trials]
-            params, parallel, numeric = searched_axes(searched)
-            checked = any(f"confirmed_mean_{metric}" in r.data.metrics for r in trials)
-            also = [f"confirmed_mean_{metric}"] if checked else []
-            view = sweep_view(sweep, scores, mode != "max", params, (parallel, numeric), also)
-            now = int(time.time() * 1000)
-            saved = {"name": f"{sweep}: its runs by {scores[0]}", "createdAt": now,
-                     "updatedAt": now, "state": json.dumps(view)}  # fmt: skip
-            self.client.set_experiment_tag(experiment_id, Tag.VIEW + VIEW_KEY, json.dumps(saved))
-            if parent is not None:
-                note = sweep_note(sweep, runs, parent, scores[0])
-                self.client.set_tag(parent.info.run_id, Tag.NOTE, note)
+            save_view(self.client, sweep, experiment_id, scores)
         except Exception as e:
             link = runs_link(ui_address(self.uri), experiment_id, saved_view=False)
             log.warning("MLflow %s: could not save the view of sweep %s (%s); its runs are at "
-                        "%s all the same", self.uri, sweep, _short(e), link)  # fmt: skip
-        return link
+                        "%s all the same", self.uri, sweep, short(e), link)  # fmt: skip
+            return link
+        return runs_link(ui_address(self.uri), experiment_id)
 
     def download(self, run_id: str, artifact: str, dst: str) -> str:
         return str(self.client.download_artifacts(run_id, artifact, dst))

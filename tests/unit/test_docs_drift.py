@@ -153,8 +153,8 @@ def module_problems(page: str, text: str, root: Path = ROOT) -> list[str]:
 
 @functools.cache
 def tags(root: Path) -> set[str]:
-    """The MLflow tag names the code writes: the values of ``recsys.tracking.tracker.Tag``."""
-    path = root / "recsys" / "tracking" / "tracker.py"
+    """The MLflow tag names the code writes: the values of ``recsys.tracking.tags.Tag``."""
+    path = root / "recsys" / "tracking" / "tags.py"
     if not path.is_file():
         return set()
     tag = next(n for n in ast.parse(path.read_text()).body
@@ -345,7 +345,7 @@ def test_a_wrong_path_node_and_module_are_reported(tmp_path: Path):
     (tmp_path / "recsys" / "tune").mkdir(parents=True)
     (tmp_path / "recsys" / "tune" / "sweep.py").write_text("def launch():\n    pass\n")
     (tmp_path / "recsys" / "tracking").mkdir()
-    (tmp_path / "recsys" / "tracking" / "tracker.py").write_text(
+    (tmp_path / "recsys" / "tracking" / "tags.py").write_text(
         'class Tag:\n    STATUS = "recsys.status"\n'
     )
     (tmp_path / "tests" / "unit").mkdir(parents=True)

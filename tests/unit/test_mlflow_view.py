@@ -10,15 +10,9 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from recsys.tracking.tracker import (
-    MODEL_TRAINING,
-    Tag,
-    Tracker,
-    compare_line,
-    runs_link,
-    searched_axes,
-    ui_address,
-)
+from recsys.tracking.tags import Tag
+from recsys.tracking.tracker import MODEL_TRAINING, Tracker
+from recsys.tracking.view import compare_line, runs_link, searched_axes, ui_address
 
 SEARCHED = [  # (trial id, searched values, best_val_auc)
     ("t_0", {"model.interaction": "dot", "optim.lr": 0.01, "qr.threshold": None, "dim": 8}, 0.71),
