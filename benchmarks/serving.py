@@ -28,10 +28,10 @@ def exported_model(root: str) -> tuple[str, str, Any]:
     from recsys.config_registry import debug
     from recsys.distributed.env import current
     from recsys.serving.export import export
+    from recsys.serving.mlflow_model import log_served_model, serving_example
     from recsys.tracking.tracker import Tracker
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
-    from recsys.tune.publish import log_served_model, serving_example
 
     init_world1()
     cfg = debug().with_overrides({"train.eval_every": 0, "train.checkpoint_every": 200})

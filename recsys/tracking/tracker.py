@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,9 +23,11 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
+import yaml
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from recsys.config import ExperimentConfig
 from recsys.configlib import flatten
 from recsys.tracking.store import check_reachable, open_store, raise_if_old_schema, short, waited
 from recsys.tracking.tags import Tag
@@ -402,3 +405,12 @@ class Tracker:
             self.client.set_terminated(run_id, status=status)
         except Exception as e:
             log.warning("MLflow %s: could not end run %s (%s)", self.uri, run_id, e)
+
+
+def run_config(tracker: Tracker, run_id: str) -> ExperimentConfig:
+    """The config a trial's run trained with (its ``config.yaml`` artifact)."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        open(tracker.download(run_id, "config.yaml", tmp)) as f,
+    ):
+        return ExperimentConfig.from_dict(yaml.safe_load(f))

@@ -550,7 +550,7 @@ def raw_test_rows(folder):
     from recsys.data.prepared.meta import read_meta
     from recsys.data.schema import DatasetSchema
     from recsys.prepare.splits import TEST, SplitPlan, split_of
-    from recsys.tune.publish import plain_columns
+    from recsys.serving.mlflow_model import plain_columns
 
     meta = read_meta(folder)
     schema = DatasetSchema.from_dict(meta["schema"])

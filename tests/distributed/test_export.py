@@ -25,8 +25,8 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     from recsys.data.input.loader import to_batch
     from recsys.data.input.synthetic import SyntheticRows
     from recsys.serving.export import export, raw_layout
+    from recsys.serving.mlflow_model import log_served_model, serving_example
     from recsys.tracking.tracker import Tracker
-    from recsys.tune.publish import log_served_model, serving_example
 
     in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
     c = export_config()

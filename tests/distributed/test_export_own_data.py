@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from recsys.tune.publish import serving_example
+from recsys.serving.mlflow_model import serving_example
 from tests.distributed.common import own_data_cfg as cfg
 from tests.distributed.common import own_data_rank as _train
 from tests.distributed.common import raw_test_rows
@@ -48,9 +48,9 @@ def check_served(folder, tmp_path, name, model):
     """``own_data_cfg(folder, model)`` trained on 2 ranks, exported to INT8, served."""
     from recsys.data.input.loader import load_splits, to_batch
     from recsys.serving.export import export, load_fp32, raw_layout
+    from recsys.serving.mlflow_model import log_served_model
     from recsys.serving.scorer import TabularScorer, load_fitted, tabular_batch
     from recsys.tracking.tracker import Tracker
-    from recsys.tune.publish import log_served_model
 
     c = cfg(folder, model)
     run_ranks(_train, folder, str(tmp_path / "ckpt"), model)

@@ -55,8 +55,8 @@ def scores(body: dict, tasks: list[str]) -> np.ndarray:
 
 def logged(out: str, tmp_path, name: str) -> str:
     """The export in ``out`` logged and registered in a SQLite store; the store's URI."""
+    from recsys.serving.mlflow_model import log_served_model, serving_example
     from recsys.tracking.tracker import Tracker
-    from recsys.tune.publish import log_served_model, serving_example
 
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = Tracker(uri)
@@ -95,7 +95,7 @@ def check_endpoint(monkeypatch, uri: str, model: str, rows: pd.DataFrame, bad: l
 @pytest.mark.extended  # (the server's path: the own-data case below)
 def test_criteo_shaped_model_served_over_http(tmp_path, monkeypatch):
     from recsys.serving.export import export
-    from recsys.tune.publish import serving_example
+    from recsys.serving.mlflow_model import serving_example
 
     run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
     out = str(tmp_path / "out")

@@ -9,8 +9,8 @@ import json
 import pytest
 from mlflow import MlflowClient
 
+from recsys.serving.mlflow_model import crown
 from recsys.tracking.tracker import Tag, Tracker
-from recsys.tune.publish import crown
 
 
 def sweep_with(uri: str, **tags: str) -> tuple[Tracker, str]:

@@ -603,7 +603,7 @@ def test_the_served_signature_takes_weights_as_python_floats_or_float32(tmp_path
     from mlflow.models import infer_signature
     from mlflow.models.utils import _enforce_schema
 
-    from recsys.tune.publish import serving_example
+    from recsys.serving.mlflow_model import serving_example
 
     data = weighted_log(dwell=pa.array(DWELL, pa.list_(pa.float32())))  # as the demo's
     _, out, _ = prepared(tmp_path, WEIGHTED, data, name="w")
@@ -622,8 +622,8 @@ def test_a_csv_logs_lists_are_lists_in_the_served_example(tmp_path):
     Parquet file's lists (was: each text split into characters, weights refused)."""
     import pyarrow.csv
 
+    from recsys.serving.mlflow_model import serving_example
     from recsys.serving.scorer import load_fitted, tabular_batch
-    from recsys.tune.publish import serving_example
 
     def joined(rows):
         return ["" if v is None else "|".join("" if x is None else str(x) for x in v) for v in rows]
