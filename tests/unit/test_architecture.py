@@ -6,6 +6,8 @@ import ast
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +31,10 @@ def imports_of(path: Path) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
-    """recsys module -> the recsys modules it imports (a module's own parent packages, which
-    Python initialises first, are not edges)."""
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module of ``package`` -> the modules of ``package`` it imports (a module's own parent
+    packages, which Python initialises first, are not edges)."""
+    files = {module_name(p): p for p in package.rglob("*.py")}
     return {
         m: {i for i in imports_of(p) if i in files and i != m and not m.startswith(i + ".")}
         for m, p in files.items()
@@ -72,6 +74,14 @@ def test_the_recsys_module_graph_has_no_cycle():
 
 def test_a_cycle_would_be_found():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_benchmarks_have_no_import_cycle():
+    """What benchmarks share lives in modules they import (``benchmarks/common.py``,
+    ``benchmarks/logs.py``), never in one another."""
+    edges = graph(ROOT / "benchmarks")
+    assert "benchmarks.logs" in edges["benchmarks.drift"]
+    assert find_cycle(edges) == [], " -> ".join(find_cycle(edges))
 
 
 def test_model_code_imports_neither_ray_nor_torch_distributed():
@@ -177,85 +187,235 @@ def dir_of_configlib() -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-# The rooms of ``recsys.data``, lowest first: a module imports only from its own room and the
-# rooms below it. ``recsys.metrics.binary`` sits below ``data`` and ``train`` both.
-DATA_ROOMS = [
-    (
-        "recsys.data",
-        (
-            "recsys.data.errors",
-            "recsys.data.schema",
-            "recsys.data.schema_columns",
-            "recsys.data.columns",
-            "recsys.data.dense",
-            "recsys.data",
-        ),
-    ),
-    ("recsys.data.prepared", ("recsys.data.prepared",)),
-    ("recsys.prepare", ("recsys.prepare",)),
-    ("recsys.data.input", ("recsys.data.input",)),
-    ("recsys.demo", ("recsys.demo",)),
-    ("recsys.data.dataset", ("recsys.data.dataset",)),
-]
-DATA_MAY_USE = {"recsys.config", "recsys.configlib", "recsys.runtime", "recsys.runtime.storage",
-                "recsys.metrics.binary", "recsys.runtime.cluster",
-                "recsys.runtime.shared_storage"}  # fmt: skip
-ALLOWED_ABOVE = {  # room -> the rooms above the base that it may read (besides itself)
-    "recsys.data": set(),
-    "recsys.data.prepared": set(),
-    "recsys.prepare": {"recsys.data.prepared"},
-    "recsys.data.input": {"recsys.data.prepared"},
-    "recsys.demo": set(),
-    "recsys.data.dataset": {"recsys.data.prepared", "recsys.data.input"},
+# The rooms of ``recsys``, lowest floor first: what each holds (its packages and modules: a
+# module is in the room holding the longest prefix of its name), its floor, and the rooms it may
+# import. A room imports only rooms it names, each on a lower floor: no arrow up, no arrow
+# sideways, no cycle. The package's own ``__init__`` (run before any room: it quiets FBGEMM's
+# notice, ``recsys.runtime.stack``) is in none. docs/architecture.md's Layers table states the
+# same (``test_the_layers_table_states_the_rooms``).
+
+
+@dataclass(frozen=True)
+class Room:
+    floor: int
+    holds: tuple[str, ...]  # the packages and modules it is made of
+    may: frozenset[str]  # the rooms it may import
+
+
+def room(floor: int, holds: str, may: str = "") -> Room:
+    return Room(floor, tuple(holds.split()), frozenset(may.split()))
+
+
+ROOMS = {
+    "config": room(0, "recsys.config recsys.configlib recsys.config_registry recsys.archs"),
+    "metrics": room(0, "recsys.metrics"),
+    "runtime": room(1, "recsys.runtime", "config"),
+    "models": room(1, "recsys.models", "config"),
+    "demo": room(1, "recsys.demo", "metrics"),
+    "data": room(2, "recsys.data", "config runtime metrics"),
+    "prepare": room(3, "recsys.prepare", "config runtime data"),
+    "distributed": room(3, "recsys.distributed", "config runtime data models"),
+    "tracking": room(3, "recsys.tracking", "config runtime data"),
+    "train": room(4, "recsys.train", "config runtime metrics data models distributed"),
+    "serving": room(4, "recsys.serving",
+                    "config runtime metrics data prepare models distributed tracking"),
+    "tune": room(5, "recsys.tune",
+                 "config runtime metrics data models distributed tracking train serving"),
+    "cli": room(6, "recsys.cli", "config runtime metrics data prepare demo models distributed "
+                "tracking train serving tune"),
+}  # fmt: skip
+# The rooms inside ``recsys.data``, by the same rules (the package itself, and any module at its
+# top, is the base every other reads).
+DATA_ROOMS = {
+    "data": room(0, "recsys.data"),
+    "data.prepared": room(1, "recsys.data.prepared", "data"),
+    "data.input": room(2, "recsys.data.input", "data data.prepared"),
+    "data.dataset": room(3, "recsys.data.dataset", "data data.prepared data.input"),
 }
+ROOT_FILES = {"__init__.py", "config.py", "configlib.py", "config_registry.py", "archs.py"}
+MAX_SHARE = 0.20  # of recsys's lines a room may hold
 
 
-def data_room(module: str) -> str | None:
-    for room, prefixes in reversed(DATA_ROOMS):
-        if room != "recsys.data" and any(module == p or module.startswith(p + ".")
-                                         for p in prefixes):  # fmt: skip
-            return room
-    if module in DATA_ROOMS[0][1]:
-        return "recsys.data"
-    return None
+def room_of(module: str, rooms: dict[str, Room]) -> str | None:
+    """The room holding ``module`` (the longest prefix of its name any room holds), or None."""
+    found = [(len(p), name) for name, r in rooms.items() for p in r.holds
+             if module == p or module.startswith(p + ".")]  # fmt: skip
+    return max(found)[1] if found else None
 
 
-def data_arrows_up(edges: dict[str, set[str]]) -> list[str]:
-    """Each import of a ``recsys.data`` module that leaves its room for one it may not read
-    (a room above it, or outside ``data`` apart from ``DATA_MAY_USE``)."""
-    bad = []
-    for module, targets in sorted(edges.items()):
-        room = data_room(module)
-        if room is None:
+def room_edges(edges: dict[str, set[str]], rooms: dict[str, Room]) -> dict[str, set[str]]:
+    """Room -> the other rooms its modules import (modules in no room left out)."""
+    out: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        if (a := room_of(module, rooms)) is None:
             continue
+        others = {b for t in targets if (b := room_of(t, rooms)) is not None and b != a}
+        out.setdefault(a, set()).update(others)
+    return out
+
+
+def imports_between(
+    edges: dict[str, set[str]], rooms: dict[str, Room], bad: Callable[[Room, Room, str], bool]
+) -> list[str]:
+    """Each import ``module -> target`` between two rooms for which ``bad(room, other, its
+    name)``."""
+    found = []
+    for module, targets in sorted(edges.items()):
+        a = room_of(module, rooms)
         for target in sorted(targets):
-            other = data_room(target)
-            if other is None:
-                ok = target in DATA_MAY_USE or target.rpartition(".")[0] in DATA_MAY_USE
-            else:
-                ok = other in (room, "recsys.data") or other in ALLOWED_ABOVE[room]
-            if not ok:
-                bad.append(f"{module} -> {target}")
-    return bad
+            b = room_of(target, rooms)
+            if a is not None and b is not None and a != b and bad(rooms[a], rooms[b], b):
+                found.append(f"{module} -> {target} ({a} -> {b})")
+    return found
 
 
-def test_data_rooms_import_nothing_above_them():
+def arrows_up(edges: dict[str, set[str]], rooms: dict[str, Room]) -> list[str]:
+    """The imports of a room from a room on its own floor or above."""
+    return imports_between(edges, rooms, lambda a, b, _: b.floor >= a.floor)
+
+
+def unnamed(edges: dict[str, set[str]], rooms: dict[str, Room]) -> list[str]:
+    """The imports of a room from a room it does not name."""
+    return imports_between(edges, rooms, lambda a, _, name: name not in a.may)
+
+
+def rules_pointing_up(rooms: dict[str, Room]) -> list[str]:
+    """A room's rule naming a room on its own floor or above (or no room at all)."""
+    return [f"{name} may import {other}" for name, r in rooms.items() for other in sorted(r.may)
+            if other not in rooms or rooms[other].floor >= r.floor]  # fmt: skip
+
+
+def shares(lines: dict[str, int], rooms: dict[str, Room]) -> dict[str, float]:
+    """Each room's share of the lines (``lines``: module -> its lines; modules in no room count
+    in the whole)."""
+    total = sum(lines.values())
+    held: dict[str, int] = {}
+    for module, n in lines.items():
+        if (name := room_of(module, rooms)) is not None:
+            held[name] = held.get(name, 0) + n
+    return {name: n / total for name, n in held.items()}
+
+
+def too_large(lines: dict[str, int], rooms: dict[str, Room]) -> list[str]:
+    return [f"{name} holds {share:.1%} of the lines" for name, share in
+            sorted(shares(lines, rooms).items()) if share > MAX_SHARE]  # fmt: skip
+
+
+def homeless(modules: set[str], rooms: dict[str, Room]) -> list[str]:
+    """The modules no room holds (the package's own ``__init__`` aside)."""
+    return sorted(m for m in modules if m != "recsys" and room_of(m, rooms) is None)
+
+
+def root_extras(names: set[str]) -> list[str]:
+    """The files at the package root beside the config and the registries."""
+    return sorted(names - ROOT_FILES)
+
+
+def test_every_module_is_in_a_room():
+    assert homeless(set(graph()), ROOMS) == [], "add the package to ROOMS, with its floor and rules"
+
+
+def test_the_package_root_holds_only_the_config_and_the_registries():
+    assert root_extras({p.name for p in PACKAGE.glob("*.py")}) == []
+
+
+def test_every_rule_points_down():
+    assert rules_pointing_up(ROOMS) == [] and rules_pointing_up(DATA_ROOMS) == []
+
+
+def test_no_room_imports_a_room_above_it():
     edges = graph()
-    assert {"recsys.prepare.pipeline", "recsys.data.input.loader"} <= set(edges)
-    assert data_arrows_up(edges) == []
+    assert {"recsys.runtime.shared_storage", "recsys.prepare.pipeline"} <= set(edges)
+    assert arrows_up(edges, ROOMS) == []
+    assert arrows_up(edges, DATA_ROOMS) == []
 
 
-def test_an_arrow_up_in_data_would_be_found():
+def test_each_room_imports_only_the_rooms_it_names():
+    edges = graph()
+    assert unnamed(edges, ROOMS) == []
+    assert unnamed(edges, DATA_ROOMS) == []
+
+
+def test_no_cycle_between_rooms():
+    for rooms in (ROOMS, DATA_ROOMS):
+        between = room_edges(graph(), rooms)
+        assert find_cycle(between) == [], " -> ".join(find_cycle(between))
+
+
+def test_no_room_holds_more_than_a_fifth_of_the_code():
+    lines = {module_name(p): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert set(shares(lines, ROOMS)) == set(ROOMS)
+    assert too_large(lines, ROOMS) == []
+
+
+def test_each_rule_would_catch_its_violation():
+    """On made-up modules: an arrow up (the runtime reading a prepared folder's meta; inside
+    data, a prepared folder reading the loader), an import of a room not named (serving reading
+    train, on its own floor; prepare reading demo, below it), a cycle between rooms, a rule that
+    points up, a room over a fifth, a module in no room, a loose file at the root."""
     edges = {
+        "recsys.runtime.shared_storage": {"recsys.data.prepared.meta", "recsys.configlib"},
         "recsys.data.prepared.remote": {"recsys.data.input.loader", "recsys.data.columns"},
-        "recsys.demo.planted": {"recsys.train.metrics"},
-        "recsys.data.input.loader": {"recsys.data.prepared.folder", "recsys.prepare.encode"},
+        "recsys.serving.export": {"recsys.train.trainer"},
+        "recsys.prepare.pipeline": {"recsys.demo.planted", "recsys.data.schema"},
+        "recsys.data.dataset": {"recsys.runtime.storage"},
     }
-    assert data_arrows_up(edges) == [
-        "recsys.data.input.loader -> recsys.prepare.encode",
-        "recsys.data.prepared.remote -> recsys.data.input.loader",
-        "recsys.demo.planted -> recsys.train.metrics",
+    assert arrows_up(edges, ROOMS) == [
+        "recsys.runtime.shared_storage -> recsys.data.prepared.meta (runtime -> data)",
+        "recsys.serving.export -> recsys.train.trainer (serving -> train)",
     ]
+    assert arrows_up(edges, DATA_ROOMS) == [
+        "recsys.data.prepared.remote -> recsys.data.input.loader (data.prepared -> data.input)"
+    ]
+    assert unnamed(edges, ROOMS) == [
+        "recsys.prepare.pipeline -> recsys.demo.planted (prepare -> demo)",
+        "recsys.runtime.shared_storage -> recsys.data.prepared.meta (runtime -> data)",
+        "recsys.serving.export -> recsys.train.trainer (serving -> train)",
+    ]
+    assert find_cycle(room_edges(edges, ROOMS)) == ["data", "runtime", "data"]
+    assert rules_pointing_up({"a": room(1, "x", "b c"), "b": room(1, "y"), "c": room(0, "z")}) == [
+        "a may import b"
+    ]
+    lines = {"recsys.tune.sweep": 30, "recsys.train.trainer": 50, "recsys": 20}
+    assert too_large(lines, ROOMS) == [
+        "train holds 50.0% of the lines",
+        "tune holds 30.0% of the lines",
+    ]
+    assert homeless({"recsys", "recsys.lifecycle.retrain", "recsys.tune.sweep"}, ROOMS) == [
+        "recsys.lifecycle.retrain"
+    ]
+    assert root_extras({"__init__.py", "config.py", "export.py"}) == ["export.py"]
+
+
+def layers_table(text: str) -> dict[str, tuple[int, set[str]]]:
+    """docs/architecture.md's Layers table: each room's floor and the rooms it may import."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| --")]  # fmt: skip
+    header, body = [c.strip() for c in rows[0]], rows[1:]
+    floor, name, may = header.index("floor"), header.index("room"), header.index("may import")
+    out = {}
+    for cells in body:
+        names = {w.strip("` ") for w in cells[may].split(",")} - {"nothing", ""}
+        out[cells[name].strip("` ")] = (int(cells[floor]), names)
+    return out
+
+
+def test_the_layers_table_states_the_rooms():
+    stated = layers_table((ROOT / "docs" / "architecture.md").read_text())
+    assert stated == {name: (r.floor, set(r.may)) for name, r in ROOMS.items()}
+
+
+def test_a_layers_table_that_differs_would_be_found():
+    page = "\n".join([
+        "## Layers", "",
+        "| floor | room | package | what it holds | may import |",
+        "| --- | --- | --- | --- | --- |",
+        "| 0 | config | `recsys/config.py` | configs | nothing |",
+        "| 1 | runtime | `recsys/runtime/` | Ray | config, data |", "",
+        "## Next", "| 9 | x | y | z | w |",
+    ])  # fmt: skip
+    assert layers_table(page) == {"config": (0, set()), "runtime": (1, {"config", "data"})}
 
 
 def test_argument_parsers_live_in_the_cli():
