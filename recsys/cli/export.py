@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from recsys.runtime.storage import is_uri
     from recsys.serving.export import export
-    from recsys.tune.publish import export_best, quiet_libraries
+    from recsys.serving.mlflow_model import quiet_libraries
+    from recsys.tune.publish import export_best
     from recsys.tune.state import default_tracking_uri, export_dir
 
     quiet_libraries()
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"best trial run {run_id}; MLflow model {model_uri}")
         elif args.model:
-            from recsys.tune.publish import export_registered
+            from recsys.serving.mlflow_model import export_registered
 
             tail = args.model.removeprefix("models:/").replace("@", "-").replace("/", "-")
             out = args.out or os.path.abspath(os.path.join("exports", tail))

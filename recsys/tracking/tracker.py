@@ -31,7 +31,6 @@ from recsys.config import ExperimentConfig
 from recsys.configlib import flatten
 from recsys.tracking.store import check_reachable, open_store, raise_if_old_schema, short, waited
 from recsys.tracking.tags import Tag
-from recsys.tracking.view import compare_line as compare_line  # (the sweep's driver imports it)
 from recsys.tracking.view import runs_link, save_view, ui_address
 
 log = logging.getLogger(__name__)

@@ -14,13 +14,6 @@ from typing import Any
 
 from recsys.serving.export import ExportReport
 from recsys.serving.mlflow_model import crown, export_to_run
-
-# (the sweep's driver, recsys-export and the retrain import these from here)
-from recsys.serving.mlflow_model import export_registered as export_registered
-from recsys.serving.mlflow_model import newest_version as newest_version
-from recsys.serving.mlflow_model import quiet_libraries as quiet_libraries
-from recsys.serving.mlflow_model import registered_trial as registered_trial
-from recsys.serving.mlflow_model import registered_version as registered_version
 from recsys.tracking.tags import Tag
 from recsys.tracking.tracker import Tracker, run_config
 from recsys.tune.results import SCORED

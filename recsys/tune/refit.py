@@ -30,13 +30,15 @@ import yaml
 
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import run_paths, split_rows, with_budget
+from recsys.runtime.cluster import WorkerOptions
 from recsys.runtime.storage import as_uri
 from recsys.runtime.storage import join as storage_join
 from recsys.serving.export import ExportReport
+from recsys.serving.mlflow_model import crown, export_to_run
 from recsys.tracking import inputs
 from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune.publish import best_trial, crown, export_to_run
+from recsys.tune.publish import best_trial
 from recsys.tune.state import read_saved
 
 EPOCHS_DONE = "epochs_done"
@@ -225,8 +227,9 @@ def saved_workers(storage: str, sweep: str) -> Resources | None:
     saved = read_saved(storage, sweep)
     if saved is None:
         return None
-    options = saved.get("options", {})
+    options, default = saved.get("options", {}), WorkerOptions()
     return Resources(
-        int(options.get("num_workers", 2)), bool(options.get("use_gpu", False)),
-        float(options.get("cpus_per_worker", 1.0)),
-    )  # fmt: skip
+        int(options.get("num_workers", default.num_workers)),
+        bool(options.get("use_gpu", default.use_gpu)),
+        float(options.get("cpus_per_worker", default.cpus_per_worker)),
+    )

@@ -29,7 +29,9 @@ from recsys.runtime import storage
 from recsys.runtime.cluster import RaySource
 from recsys.runtime.shared_storage import check_nodes_see
 from recsys.runtime.storage import check_storage, ray_storage
-from recsys.tracking.tracker import Tag, Tracker, compare_line
+from recsys.tracking.tags import Tag
+from recsys.tracking.tracker import Tracker
+from recsys.tracking.view import compare_line
 from recsys.tune.edges import EarlyPeaks, Edge, early_peaks, search_edges, widen
 from recsys.tune.phases import Outcome, log_confirmation, registered, seed_check
 from recsys.tune.results import (
@@ -391,7 +393,8 @@ def launch(
     link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
     print(f"\nsweep folder: {sweep_dir(opts)}")
     if export:
-        from recsys.tune.publish import export_best, quiet_libraries
+        from recsys.serving.mlflow_model import quiet_libraries
+        from recsys.tune.publish import export_best
 
         quiet_libraries()
         out = export_dir(opts.storage, opts.name)

@@ -169,7 +169,10 @@ def test_a_path_one_node_sees_otherwise_is_refused_naming_that_node(odd_node):
     storage, data = odd_node.shared / "runs", odd_node.shared / "data"
     before = sorted(os.listdir(data))
     with pytest.raises(ConfigError) as refused:
-        check_nodes_see({"--storage": f"file://{storage}", "--data": str(data)})
+        check_nodes_see(
+            {"--storage": f"file://{storage}", "--data": str(data)},
+            files={"--data": str(data / "meta.json")},  # a prepared folder: its meta.json
+        )
     text = str(refused.value)
     print(text)
     odd = f"{ODD_IP} (node {odd_node.odd_id[:8]})"
@@ -190,10 +193,12 @@ def test_paths_every_node_sees_pass(odd_node):
     storage, data = odd_node.own / "runs", odd_node.own / "prepared"
     data.mkdir()
     (data / "meta.json").write_text("{}")
-    check_nodes_see({"--storage": str(storage), "--data": str(data)})
+    check_nodes_see(
+        {"--storage": str(storage), "--data": str(data)}, files={"--data": str(data / "meta.json")}
+    )
     assert os.listdir(storage) == []  # created, and the marker removed
     check_nodes_see({"--data": str(data / "meta.json")})  # a file
-    check_nodes_see({"--data": str(odd_node.own)})  # a folder without meta.json: its listing
+    check_nodes_see({"--data": str(odd_node.own)})  # a folder with no file named: its listing
 
 
 def test_storage_a_node_cannot_write_is_refused_and_data_may_be_read_only(odd_node):
