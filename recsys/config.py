@@ -49,7 +49,8 @@ ShardingType = Literal["table_wise", "column_wise", "row_wise", "table_row_wise"
 ComputeKernel = Literal["fused", "dense"]
 PipelineMode = Literal["auto", "on", "off"]
 Mode = Literal["max", "min"]
-MONITORED = ("auc", "log_loss", "ne", "accuracy")  # validation metrics a run is scored by
+# validation metrics a run is scored by (gauc: where the data's schema names group_by)
+MONITORED = ("auc", "log_loss", "ne", "accuracy", "gauc")
 MEAN_TASK = "mean"  # val_<metric>/mean: the average over the tasks
 
 QR_SUFFIX = "__qr_r"  # the KJT key of a QR feature's remainder ids: f"{feature}{QR_SUFFIX}"
@@ -679,6 +680,10 @@ class DataConfig:
             after the training rows (a chosen configuration trained again on all rows before the
             test period: ``recsys-export --refit``). Its validation metrics are then measured on
             rows it trained on; the test split is its only held-out score.
+        group_by: the column that groups rows for ranking, as the prepared folder's schema
+            names it (set from its ``meta.json``, like the features): every evaluation then
+            also reports GAUC (``val_gauc``, ``val_gauc_left_out``), which a sweep or a retrain
+            may then score by; None for other sources.
     """
 
     source: Source = "synthetic"
@@ -692,6 +697,7 @@ class DataConfig:
     cache_dir: str = ""
     torchrec_dense_min: int | None = None
     refit: bool = False
+    group_by: str | None = None
 
     def __post_init__(self) -> None:
         check_choices(self, "data")

@@ -4,6 +4,7 @@
     recsys-preprocess --schema criteo_kaggle train.txt --out data/criteo_kaggle
     recsys-preprocess --schema criteo_terabyte day_{0..23}.gz --out /shared/criteo_1tb \\
         --address auto
+    recsys-preprocess --like data/week1 logs/week2/ --out data/week2   # a later period
 
 ``--schema`` is a schema file (every key: ``recsys/data/schema.py`` and its columns'
 ``schema_columns.py``) or the name of a shipped one (``schemas/``: ``criteo_kaggle``,
@@ -32,7 +33,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("inputs", nargs="+", help="Parquet or text files (plain or gzip), or folders")
-    p.add_argument("--schema", required=True, help="a schema file, or a shipped schema's name")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--schema", help="a schema file, or a shipped schema's name")
+    how.add_argument(
+        "--like", metavar="PREPARED",
+        help="prepare a later period with this prepared folder's schema, vocabularies, "
+        "statistics and transforms: known ids keep their rows, unseen ones go to the unseen "
+        "rows (counted in meta.json); a model trained on PREPARED reads the output unchanged",
+    )  # fmt: skip
+    p.add_argument(
+        "--grow-vocab", action="store_true",
+        help="with --like: ids seen min_count times in the new training rows that a vocabulary "
+        "lacks take new rows at the end of its table, up to max_size (a warm start initialises "
+        "them)",
+    )  # fmt: skip
     p.add_argument(
         "--out",
         required=True,
@@ -63,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def check_args(args: argparse.Namespace) -> str | None:
     """Flags that cannot apply are refused, naming the flag. Returns the address of the Ray
     cluster the tasks run on (``recsys.runtime.cluster.find_ray``), None for a local Ray or none."""
+    if args.grow_vocab and not args.like:
+        raise DataError("--grow-vocab grows the vocabularies of --like PREPARED: it needs --like")
     if args.workers < 0:
         raise DataError(f"--workers={args.workers}: must be >= 0 (0: no Ray)")
     source = find_ray(args.address) if args.workers else RaySource(None)
@@ -87,19 +103,45 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     try:
         address = check_args(args)
-        schema = DatasetSchema.load(args.schema)
+        schema = like_schema(args.like) if args.like else DatasetSchema.load(args.schema)
         if args.on_bad_row:
             schema.on_bad_row = args.on_bad_row
         meta = prepare(
             schema, args.inputs, args.out, workers=args.workers, address=address,
             object_store_mb=args.object_store_mb, chunk_mb=args.chunk_mb,
             overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
-            log=lambda s: print(s, file=sys.stderr),
+            like=args.like, grow_vocab=args.grow_vocab, log=lambda s: print(s, file=sys.stderr),
         )  # fmt: skip
+        for line in unseen_lines(meta):
+            print(line, file=sys.stderr)
     except (DataError, ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
     rows = sum(meta["rows"].values())
     print(f"wrote {rows:,} rows to {args.out} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+
+
+def like_schema(folder: str) -> DatasetSchema:
+    """The schema of the prepared folder ``--like`` names (its ``meta.json``)."""
+    from recsys.data.prepared.meta import read_meta
+
+    return DatasetSchema.from_dict(read_meta(folder)["schema"], f"{folder}/meta.json")
+
+
+def unseen_lines(meta: dict) -> list[str]:
+    """``--like``: per feature, the share of the new period's ids its vocabulary lacked, and
+    the rows each table grew by."""
+    if "like" not in meta:
+        return []
+    lines = []
+    for name, unseen in meta["unseen"]["train"].items():
+        ids = sum(meta["ids"][s][name] for s in meta["ids"])
+        total = sum(meta["unseen"][s][name] for s in meta["unseen"])
+        grew = meta["like"]["grown"].get(name)
+        more = f"; its table grew by {grew:,} rows" if grew else ""
+        lines.append(f"prepare: {name}: {total:,} of {ids:,} ids unseen in "
+                     f"{meta['like']['folder']} ({total / max(ids, 1):.1%}){more}")  # fmt: skip
+        del unseen
+    return lines
 
 
 if __name__ == "__main__":

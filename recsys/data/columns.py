@@ -45,6 +45,12 @@ class RowSource(ABC):
         lo, hi = int(idx.min()), int(idx.max()) + 1
         return self.read(lo, hi).take(idx - lo)
 
+    def groups(self, start: int, stop: int) -> np.ndarray | None:
+        """``[stop - start]`` int64: rows ``[start, stop)``'s groups for ranking (a prepared
+        folder whose schema names ``group_by``: each row's group hash, 0 for none); None where
+        the source has no groups."""
+        return None
+
     def slice(self, start: int, stop: int) -> RowSource:
         """A view of rows ``[start, stop)``."""
         if not 0 <= start <= stop <= len(self):
@@ -243,6 +249,9 @@ class RowRange(RowSource):
     def take(self, idx: np.ndarray) -> Any:
         return self.base.take(np.asarray(idx, dtype=np.int64) + self.start)
 
+    def groups(self, start: int, stop: int) -> np.ndarray | None:
+        return self.base.groups(self.start + start, self.start + min(stop, len(self)))
+
     def slice(self, start: int, stop: int) -> RowSource:
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"{self.source}: rows [{start}, {stop}) outside [0, {len(self)})")
@@ -285,6 +294,14 @@ class Concat(RowSource):
         if not pieces:
             return self.parts[0].read(0, 0)
         return stack(pieces, self.source)
+
+    def groups(self, start: int, stop: int) -> np.ndarray | None:
+        pieces = [self.parts[i].groups(a, b) for i, a, b in self.locate(start, stop)]
+        if not pieces:
+            return self.parts[0].groups(0, 0)
+        if any(p is None for p in pieces):
+            return None
+        return np.concatenate(pieces)  # type: ignore[arg-type]
 
     def take(self, idx: np.ndarray) -> Any:
         idx = np.asarray(idx, dtype=np.int64)

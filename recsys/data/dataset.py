@@ -28,7 +28,7 @@ import math
 import os
 from typing import Any
 
-from recsys.config import DataConfig, ExperimentConfig
+from recsys.config import DataConfig, ExperimentConfig, monitor_parts
 from recsys.configlib import ConfigError
 from recsys.data.errors import DataError
 from recsys.data.prepared.meta import (
@@ -100,15 +100,23 @@ def overrides_for(cfg: ExperimentConfig) -> dict[str, Any]:
         },
         "loss.tasks": [{"name": lab, "label_column": k} for k, lab in enumerate(meta["labels"])],
         "model.num_dense": len(schema["dense"]),
+        "data.group_by": schema.get("group_by"),
     }
 
 
-def check_weighted(cfg: ExperimentConfig) -> None:
-    """Weighted features (``embeddings.weighted``) and sequences (``embeddings.sequences``) need
-    data that carries them: a prepared folder whose schema names them (``sparse.<col>.weights``,
-    ``sparse.<col>.sequence``); other sources carry neither weights nor ordered lists, and the
-    first batch would fail."""
+def check_carried(cfg: ExperimentConfig) -> None:
+    """What the config reads of its rows, the data must carry: weighted features
+    (``embeddings.weighted``) and sequences (``embeddings.sequences``) a prepared folder whose
+    schema names them (``sparse.<col>.weights``, ``sparse.<col>.sequence``; other sources carry
+    neither weights nor ordered lists, and the first batch would fail), and a GAUC monitor
+    (``val_gauc``) groups (the schema's ``group_by``)."""
     emb, source = cfg.embeddings, cfg.data.source
+    metric, _ = monitor_parts(cfg.train.monitor)
+    if metric == "gauc" and not cfg.data.group_by:
+        raise ConfigError(
+            f"train.monitor={cfg.train.monitor!r}: GAUC needs groups: a prepared folder whose "
+            "schema names the column that groups rows (group_by: user)"
+        )
     if source == "prepared":
         return
     if emb.weighted:

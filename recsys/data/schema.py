@@ -165,6 +165,12 @@ class DatasetSchema:
         split: the split's shares.
         on_bad_row: ``error`` stops at the first bad value naming file, column and row;
             ``skip`` drops such rows and counts them per column in ``meta.json``.
+        group_by: an optional column that groups rows for ranking (a user): each evaluation
+            then also reports GAUC, each group's AUC weighted by its rows
+            (``recsys.metrics.ranking``). Any one-valued column but a label: an id column that
+            is also a feature, or one the model does not read; its raw values are kept (a 64-bit
+            hash per row, ``groups.npy``), so rare users stay groups of their own where their
+            ids share a vocabulary's unseen row. A row without a value is in no group.
     """
 
     format: Format = "parquet"
@@ -175,6 +181,7 @@ class DatasetSchema:
     sparse: dict[str, SparseColumn] = field(default_factory=dict)
     split: SplitSpec = field(default_factory=SplitSpec)
     on_bad_row: BadRowPolicy = "error"
+    group_by: str | None = None
 
     def __post_init__(self) -> None:
         check_choices(self, "schema")
@@ -197,9 +204,27 @@ class DatasetSchema:
         self._check_pooling()
         self._check_weighted()
         self._check_sequences()
+        self._check_group(seen)
         if self.format == "csv" and not self.csv.header:
             absent = [c for c in self.columns() if c not in self.csv.columns]
             check(not absent, "csv.columns", absent, "lacks columns the schema uses")
+
+    def _check_group(self, roles: dict[str, str]) -> None:
+        """``group_by`` names a one-valued column that is no label (``roles``: column -> its
+        role) nor a derived feature."""
+        name = self.group_by
+        if name is None:
+            return
+        check(bool(name), "group_by", name, "name a column, or leave group_by out")
+        role = roles.get(name)
+        why = {"labels": "a label", "weights": "a list's weights", "orders": "a list's times"}
+        check(role not in why, "group_by", name, f"is {why.get(role or '')}: name the column "
+              "that groups rows (a user id)")  # fmt: skip
+        spec = self.sparse.get(name)
+        check(spec is None or spec.derive is None, "group_by", name, "is a derived feature: "
+              "name a column of the input")  # fmt: skip
+        check(spec is None or not spec.multi_hot, "group_by", name, "is a multi-hot column: "
+              "a row's group is one value")  # fmt: skip
 
     def _check_split(self) -> None:
         by = self.split.by
@@ -322,8 +347,9 @@ class DatasetSchema:
         return roles
 
     def columns(self) -> list[str]:
-        """Every column the preparation reads."""
-        return [c for names in self.roles().values() for c in names]
+        """Every column the preparation reads (``group_by`` too, once)."""
+        out = [c for names in self.roles().values() for c in names]
+        return [*out, self.group_by] if self.group_by and self.group_by not in out else out
 
     def timestamps(self) -> list[str]:
         """The columns derived features are computed from (``source``, ``since``), in order."""

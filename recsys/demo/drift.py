@@ -154,13 +154,15 @@ def table(seed: int = 0, shape: Shape = Shape(), periods: range = range(3)) -> A
 def schema_dict(val_fraction: float = 0.15, test_fraction: float = 0.15,
                 history: int = Shape.history) -> dict[str, Any]:  # fmt: skip
     """The log's schema: a time split, the user's history a sequence in the item table attended to
-    from the item, the hour and weekday of the event (UTC)."""
+    from the item, the hour and weekday of the event (UTC); rows grouped by user for ranking
+    (GAUC)."""
     sequence = {"max_len": history, "order_by": "history_ts", "target": "item"}
     return {
         "format": "parquet",
         "labels": ["click"],
         "time": "ts",
         "split": {"val_fraction": val_fraction, "test_fraction": test_fraction},
+        "group_by": "user",
         "sparse": {
             "user": {},
             "item": {},

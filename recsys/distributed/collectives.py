@@ -78,6 +78,30 @@ def all_gather_objects(obj: Any) -> list[Any]:
     return out
 
 
+def exchange(rows: list[torch.Tensor], dest: torch.Tensor, device: torch.device
+             ) -> list[torch.Tensor]:  # fmt: skip
+    """Send each row to the rank ``dest`` names: ``rows`` are tensors of ``n`` rows each (any
+    trailing shape and dtype), ``dest`` ``[n]`` int64 in ``[0, world)``; returns, per tensor,
+    the rows every rank sent here, in rank order (a rank's rows in their order). Tensors move
+    to ``device`` for the collective (the worker's: CUDA under NCCL) and come back on the CPU;
+    one all-to-all of the counts, one per tensor. On one rank: the rows as they are."""
+    world = _world()
+    if world == 1:
+        return [r.cpu() for r in rows]
+    order = torch.argsort(dest.cpu(), stable=True)
+    counts = torch.bincount(dest.cpu(), minlength=world).to(device)
+    got = torch.empty_like(counts)
+    dist.all_to_all_single(got, counts)
+    send, recv = counts.cpu().tolist(), got.cpu().tolist()
+    out = []
+    for r in rows:
+        src = r.cpu()[order].contiguous().to(device)
+        dst = torch.empty((sum(recv), *r.shape[1:]), dtype=r.dtype, device=device)
+        dist.all_to_all_single(dst, src, output_split_sizes=recv, input_split_sizes=send)
+        out.append(dst.cpu())
+    return out
+
+
 def barrier() -> None:
     if _world() > 1:
         dist.barrier()

@@ -92,12 +92,12 @@ def check(cfg: ExperimentConfig, device: str, world_size: int = 1) -> Experiment
 
 
 def check_data(cfg: ExperimentConfig, world_size: int) -> None:
-    """What a worker checks of the config against its data before it builds: weighted lists
-    and sequences need data that carries them (``check_weighted``), and a budget in epochs a
-    training split with rows (``with_budget``, for ``world_size`` workers)."""
-    from recsys.data.dataset import check_weighted, train_rows, with_budget
+    """What a worker checks of the config against its data before it builds: weighted lists,
+    sequences and a GAUC monitor need data that carries them (``check_carried``), and a budget
+    in epochs a training split with rows (``with_budget``, for ``world_size`` workers)."""
+    from recsys.data.dataset import check_carried, train_rows, with_budget
 
-    check_weighted(cfg)
+    check_carried(cfg)
     if cfg.train.epochs > 0:
         with_budget(cfg, train_rows(cfg), world_size)
 

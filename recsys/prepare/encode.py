@@ -31,6 +31,7 @@ column that can split can derive time features, and the other way round.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ import pyarrow as pa
 from recsys.data.dense import log1p_counts
 from recsys.data.schema_columns import UNIT_SECONDS, SparseColumn, zone
 from recsys.prepare.fit import Fitted, filled_dense
-from recsys.prepare.ids import Codes, sparse_codes
+from recsys.prepare.ids import Codes, hash_ids, sparse_codes
 from recsys.prepare.values import epoch_seconds, list_numbers, list_weights, numeric
 
 
@@ -55,6 +56,7 @@ class Encoded:
     lengths: dict[str, np.ndarray | None]
     truncated: dict[str, tuple[int, int]]
     weights: dict[str, np.ndarray] = field(default_factory=dict)  # float32, as ``ids``
+    groups: np.ndarray | None = None  # int64 [n]: the group_by column's hash (0: no value)
 
     def __len__(self) -> int:
         return len(self.dense)
@@ -74,7 +76,8 @@ class Encoded:
                 if name in self.weights:
                     weights[name] = self.weights[name][flat]
         labels = None if self.labels is None else self.labels[mask]
-        return Encoded(self.dense[mask], labels, ids, lengths, self.truncated, weights)
+        groups = None if self.groups is None else self.groups[mask]
+        return Encoded(self.dense[mask], labels, ids, lengths, self.truncated, weights, groups)
 
 
 def transform_dense(x: np.ndarray, kind: str, stats: dict[str, float]) -> np.ndarray:
@@ -115,9 +118,11 @@ def encode(
     for j, (name, spec) in enumerate(schema.dense.items()):
         x = filled_dense(table, schema, name)
         dense[:, j] = transform_dense(x, spec.transform, fitted.dense_stats.get(name, {}))
-    labels = None
+    labels, groups = None, None
     if with_labels:
         labels = np.stack([numeric(table.column(c))[0] for c in schema.labels], 1).astype(np.int8)
+        if schema.group_by is not None:
+            groups = group_hashes(table.column(schema.group_by))
     ids: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray | None] = {}
     truncated: dict[str, tuple[int, int]] = {}
@@ -145,7 +150,17 @@ def encode(
                 weights[name] = list_weights(table.column(sparse.weights), sparse)[0][keep]
             rows, lens = rows[keep], new
         ids[name], lengths[name] = rows, lens
-    return Encoded(dense, labels, ids, lengths, truncated, weights)
+    return Encoded(dense, labels, ids, lengths, truncated, weights, groups)
+
+
+def group_hashes(column: Any) -> np.ndarray:
+    """``[n]`` int64: each row's group, the 64-bit hash of its raw value (as ids are hashed:
+    ``5`` and ``"5"`` apart), 0 where it has none (a hash of 0 becomes 1)."""
+    hashes, missing = hash_ids(column)
+    out = hashes.view(np.int64).copy()
+    out[out == 0] = 1
+    out[missing] = 0
+    return out
 
 
 def _sequence(

@@ -160,6 +160,14 @@ def one_class(counts: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def unseen_of(shards: dict[str, list[dict[str, Any]]], fitted: Fitted) -> dict[str, Any]:
+    """Per split and feature with a vocabulary, the ids that went to its unseen rows (values
+    the vocabulary lacks: rarer than ``min_count``, beyond ``max_size``, or new)."""
+    names = [n for n in fitted.schema.sparse if n in fitted.vocabs]
+    return {s: {n: sum(x.get("unseen", {}).get(n, 0) for x in shards[s]) for n in names}
+            for s in SPLIT_NAMES}  # fmt: skip
+
+
 def meta_of(
     schema: DatasetSchema, files: list[str], fitted: Fitted, fit: PieceFit,
     written: list[dict[str, Any]], vocab_files: dict[str, str], seen: Inspection,
@@ -187,6 +195,7 @@ def meta_of(
         "ids": {
             s: {n: sum(x["ids"][n] for x in shards[s]) for n in schema.sparse} for s in SPLIT_NAMES
         },
+        "unseen": unseen_of(shards, fitted),
         "shards": shards,
         "skipped": {
             **fit.skips.columns,

@@ -33,6 +33,9 @@ What ``meta.json`` says of the features (``SparseColumn`` has the row layout):
   column sharing another's table has that table's size);
 - ``shared``: ``{sharer: owner}`` for the columns using another column's table (``table``);
 - ``vocab``: per feature with a vocabulary, its file (a sharer: its owner's);
+- ``unseen``: per split and feature with a vocabulary, the ids that went to its unseen rows;
+- ``like`` (``--like``): the earlier folder whose transforms were applied, and the rows each
+  table grew by (``--grow-vocab``; ``recsys.prepare.like``);
 - ``id_types``: per id column, ``int`` or ``string`` (what serving casts raw ids to); the
   columns of one table must agree (a ``DataError`` names both otherwise; an all-null column
   takes its table's type);
@@ -76,7 +79,8 @@ from recsys.data.errors import DataError
 from recsys.data.prepared.meta import is_prepared, write_meta
 from recsys.data.prepared.remote import upload_folder
 from recsys.data.schema import DatasetSchema
-from recsys.prepare.fit import BatchStats
+from recsys.prepare.fit import BatchStats, Fitted
+from recsys.prepare.like import check_dense, check_types, grown, like_meta, load_fitted
 from recsys.prepare.outputs import (
     fitted_from,
     id_types,
@@ -261,23 +265,36 @@ def prepare(
     chunk_mb: float = CHUNK_MB,
     overwrite: bool = False,
     progress: bool = False,
+    like: str | None = None,
+    grow_vocab: bool = False,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Prepare ``inputs`` into ``out`` (see the module docstring); returns its ``meta.json``.
     ``workers``: local Ray worker processes (None: every core; 0: no Ray, this process).
-    ``out`` may be an object store URI (``upload_prepared``)."""
+    ``out`` may be an object store URI (``upload_prepared``). ``like``: an earlier prepared
+    folder whose transforms this preparation applies (``schema`` must be its:
+    ``recsys.prepare.like``), ``grow_vocab`` growing its vocabularies."""
     if not chunk_mb > 0:
         raise DataError(f"--chunk-mb={chunk_mb}: must be > 0")
     if storage.is_uri(out):
         return upload_prepared(
             lambda local: prepare(
                 schema, inputs, local, workers=workers, address=address,
-                object_store_mb=object_store_mb, chunk_mb=chunk_mb, progress=progress, log=log,
+                object_store_mb=object_store_mb, chunk_mb=chunk_mb, progress=progress, like=like,
+                grow_vocab=grow_vocab, log=log,
             ),
             out, overwrite, address, log,
         )  # fmt: skip
+    if grow_vocab and like is None:
+        raise DataError("--grow-vocab grows an earlier folder's vocabularies: it needs --like")
+    earlier = load_fitted(like) if like is not None else None
+    if earlier is not None:
+        check_same_schema(schema, earlier.schema, like)
     files = input_files(inputs, schema.format)
     seen = inspect(files, schema)
+    if earlier is not None:
+        check_types(str(like), earlier.id_types, id_types(seen.types, schema))
+        check_dense(seen.types, schema, str(like))
     splits = file_splits(files, schema) if schema.split_by == "files" else {}
     for warning in seen.warnings():
         log(f"prepare: warning: {warning}")
@@ -286,7 +303,17 @@ def prepare(
         try:
             if address:  # the cluster's tasks write the shards: every node must see --out
                 check_nodes_see({"--out": tmp})
-            meta = _prepare(ex, schema, files, seen, splits, tmp, int(chunk_mb * 2**20), log)
+            meta = _prepare(
+                ex,
+                schema,
+                files,
+                seen,
+                splits,
+                tmp,
+                int(chunk_mb * 2**20),
+                log,
+                Earlier(str(like), earlier, grow_vocab) if earlier else None,
+            )
         finally:
             ex.close()
     return meta
@@ -311,37 +338,70 @@ def _plan(ex: Executor, schema: DatasetSchema, pieces: list[Piece], splits: dict
     return pieces, SplitPlan("hash")
 
 
+def check_same_schema(schema: DatasetSchema, earlier: DatasetSchema, folder: Any) -> None:
+    """``--like``: ``schema`` is the earlier folder's, but for ``on_bad_row``; else the keys
+    that differ are named."""
+    mine = {**schema.to_dict(), "on_bad_row": None}
+    theirs = {**earlier.to_dict(), "on_bad_row": None}
+    if mine != theirs:
+        keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise DataError(
+            f"--like {folder}: the schema differs from that folder's in {keys}; a later period "
+            "is prepared with the earlier folder's own schema"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Earlier:
+    """``--like``: the earlier folder, its transforms, and whether its vocabularies grow."""
+
+    folder: str
+    fitted: Fitted
+    grow: bool
+
+    def fitted_for(self, stats: BatchStats, schema: DatasetSchema, plan: SplitPlan) -> Fitted:
+        return grown(self.fitted, stats if self.grow else BatchStats(), schema, plan)
+
+
 def _prepare(
     ex: Executor, schema: DatasetSchema, files: list[str], seen: Inspection,
     splits: dict[str, int], folder: str, chunk_bytes: int, log: Callable[[str], Any],
+    earlier: Earlier | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     t0 = time.perf_counter()
     types = id_types(seen.types, schema)  # before any work: a shared table's types agree
     pieces, plan = _plan(ex, schema, plan_pieces(files, schema, chunk_bytes), splits)
     drops: list[np.ndarray | None] = [None] * len(pieces)
     fit = PieceFit(BatchStats(), Skips())
-    if needs_fit(schema):
+    fits_first = earlier.grow if earlier is not None else needs_fit(schema)
+    if fits_first:
         fits = ex.map_keep(fit_piece, [(p, schema, plan) for p in pieces], "fit")
         fit = tree_merge(ex, [f for f, _ in fits], PieceFit.merge)
         drops = [dropped for _, dropped in fits]
         del fits  # the pieces' statistics: merged, so Ray may free them
         log(f"prepare: checked and fitted {int(fit.stats.rows.sum()):,} rows of {len(files)} "
             f"file(s) in {len(pieces)} piece(s) ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
-    fitted = fitted_from(fit.stats, schema, plan)
-    fitted.id_types = types
+    if earlier is not None:
+        fitted = earlier.fitted_for(fit.stats, schema, plan)
+    else:
+        fitted = fitted_from(fit.stats, schema, plan)
+        fitted.id_types = types
     vocab_files = write_vocabs(folder, fitted)
     for s in SPLIT_NAMES:
         os.makedirs(os.path.join(folder, s))
     ref = ex.put(fitted)
     calls = [(p, ref, folder, d) for p, d in zip(pieces, drops, strict=True)]
     written = ex.map(write_piece, calls, "write")
-    if not needs_fit(schema):  # one pass: its statistics came with the shards
+    if not fits_first:  # one pass: its statistics came with the shards
         fit = PieceFit(
             BatchStats.merge_all([w["fit"].stats for w in written]),
             functools.reduce(Skips.merge, [w["fit"].skips for w in written], Skips()),
         )
-        fitted.dense_stats = fitted_from(fit.stats, schema, plan).dense_stats  # fmt: skip
+        if earlier is None:  # (--like: the earlier training rows' statistics stay)
+            fitted.dense_stats = fitted_from(fit.stats, schema, plan).dense_stats
     meta = meta_of(schema, files, fitted, fit, written, vocab_files, seen)
+    if earlier is not None:
+        meta["like"] = like_meta(earlier.folder, earlier.fitted, fitted)
     if meta["rows"]["train"] == 0:
         raise DataError(f"{files[0]}...: no training rows after the split")
     for line in one_class(meta["label_counts"]):

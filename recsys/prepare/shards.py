@@ -51,7 +51,8 @@ def shard_files(schema: DatasetSchema) -> dict[str, tuple[str, int | None]]:
     ``[N, I]``, ``labels`` ``[N, L]``, ``ids`` ``[N, F1]`` (the one-hot features, in schema
     order), and per multi-hot feature ``j`` (its place among all sparse features)
     ``list_{j}.values`` ``[nnz]`` and ``list_{j}.offsets`` ``[N + 1]``, with
-    ``list_{j}.weights`` ``[nnz]`` float32 for a weighted list."""
+    ``list_{j}.weights`` ``[nnz]`` float32 for a weighted list; with ``group_by``, ``groups``
+    ``[N]`` int64 (each row's group hash, ``recsys.prepare.encode.group_hashes``)."""
     one_hot = [n for n, c in schema.sparse.items() if not c.multi_hot]
     out: dict[str, tuple[str, int | None]] = {
         "dense": ("<f4", len(schema.dense)),
@@ -64,6 +65,8 @@ def shard_files(schema: DatasetSchema) -> dict[str, tuple[str, int | None]]:
             out[f"list_{j}.offsets"] = ("<i8", None)
             if spec.weights:
                 out[f"list_{j}.weights"] = ("<f4", None)
+    if schema.group_by is not None:
+        out["groups"] = ("<i8", None)
     return out
 
 
@@ -75,6 +78,10 @@ class ShardWriter:
         self.files = {k: NpyAppender(f"{stem}.{k}.npy", dt, w)
                       for k, (dt, w) in shard_files(schema).items()}  # fmt: skip
         self.ends = {j: 0 for j, c in enumerate(schema.sparse.values()) if c.multi_hot}
+        # per feature with a vocabulary, its unseen rows' last (rows 1..oov_buckets)
+        self.oov = {n: schema.id_spec(n).oov_buckets for n in schema.sparse
+                    if schema.has_vocabulary(n)}  # fmt: skip
+        self.unseen = dict.fromkeys(self.oov, 0)
         for j in self.ends:
             self.files[f"list_{j}.offsets"].append(np.zeros(1, np.int64))
 
@@ -84,6 +91,12 @@ class ShardWriter:
         self.files["labels"].append(enc.labels)
         one_hot = [enc.ids[n] for n, c in self.schema.sparse.items() if not c.multi_hot]
         self.files["ids"].append(np.stack(one_hot, 1) if one_hot else np.zeros((len(enc), 0)))
+        if "groups" in self.files:
+            assert enc.groups is not None
+            self.files["groups"].append(enc.groups)
+        for name, last in self.oov.items():
+            ids = enc.ids[name]
+            self.unseen[name] += int(((ids >= 1) & (ids <= last)).sum())
         for j, name in enumerate(self.schema.sparse):
             lens = enc.lengths[name]
             if lens is None:
@@ -99,4 +112,4 @@ class ShardWriter:
             f.close()
         rows = self.files["dense"].rows
         ids = {n: self.ends.get(j, rows) for j, n in enumerate(self.schema.sparse)}
-        return {"name": name, "rows": rows, "ids": ids}
+        return {"name": name, "rows": rows, "ids": ids, "unseen": dict(self.unseen)}

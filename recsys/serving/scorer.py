@@ -71,6 +71,8 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
         folder = context.artifacts.get("prepared") or os.path.join(
             os.path.dirname(context.artifacts["meta"]), PREPARED_DIR
         )
+        from recsys.prepare.like import load_fitted
+
         self.fitted = load_fitted(folder)
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: Any = None) -> pd.DataFrame:
@@ -87,30 +89,6 @@ class TabularScorer(PythonModel):  # type: ignore[misc]
             logits = self.model(batch.dense_features, batch.sparse_features)
         probs = torch.sigmoid(logits.float()).numpy()
         return pd.DataFrame(probs, columns=list(self.fitted.schema.labels))
-
-
-def load_fitted(folder: str) -> Any:
-    """The preparation's fitted transforms (schema, vocabularies, dense statistics) from a
-    prepared folder (or its copy beside an export); a shared table's file is read once."""
-    from recsys.data.prepared.meta import OldFormat, read_meta
-    from recsys.data.schema import DatasetSchema
-    from recsys.prepare.fit import Fitted
-    from recsys.prepare.ids import Vocabulary
-
-    try:
-        meta = read_meta(folder)
-    except OldFormat as e:  # beside an export made from data prepared by an earlier version
-        why = "prepare the data again and retrain"
-        raise ValueError(f"{folder}: format {e.format!r} of an earlier version; {why}") from None
-    schema = DatasetSchema.from_dict(meta["schema"])
-    vocabs: dict[str, Vocabulary] = {}
-    by_file: dict[str, Vocabulary] = {}
-    for name, path in meta["vocab"].items():
-        if path not in by_file:
-            oov = schema.id_spec(name).oov_buckets
-            by_file[path] = Vocabulary(np.load(os.path.join(folder, path)), oov)
-        vocabs[name] = by_file[path]
-    return Fitted(schema, vocabs, meta["dense_stats"], id_types=meta["id_types"])
 
 
 def raw_table(frame: pd.DataFrame, fitted: Any) -> Any:

@@ -17,40 +17,47 @@ from torch import nn
 
 from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig
 from recsys.data import RowSource
-from recsys.data.input.loader import eval_batches
+from recsys.data.input.loader import eval_batches, eval_groups
 from recsys.distributed import collectives
 from recsys.distributed.checkpoint import step_counter_modules
 from recsys.distributed.env import WorkerEnv
-from recsys.train.metrics import MetricState, bits_for
+from recsys.train.metrics import GroupAUC, MetricState, bits_for
 
 
 def evaluate(
     model: nn.Module, split: RowSource, cfg: ExperimentConfig, env: WorkerEnv, prefix: str
 ) -> dict[str, float]:
     """``{prefix}_auc``, ``{prefix}_log_loss``, ``{prefix}_auc_error_bound``, ... of ``split``
-    over all ranks (padding rows masked out), of the first task; with several tasks also
-    ``{prefix}_{metric}/{task}`` for each task and ``{prefix}_{metric}/mean`` (their average)."""
+    over all ranks (padding rows masked out), of the first task; with the data's ``group_by``
+    also ``{prefix}_gauc`` and ``{prefix}_gauc_left_out`` (``GroupAUC``); with several tasks
+    also ``{prefix}_{metric}/{task}`` for each task and ``{prefix}_{metric}/mean`` (their
+    average)."""
     rows = len(split)
     if cfg.train.eval_batches:
         rows = min(rows, cfg.train.eval_batches * cfg.train.batch_size * env.world_size)
-    state = MetricState(len(cfg.loss.tasks), env.device, bits_for(rows))
+    tasks = len(cfg.loss.tasks)
+    state = MetricState(tasks, env.device, bits_for(rows))
+    ranking = GroupAUC(tasks, env.device) if cfg.data.group_by else None
+    plan = {"rank": env.rank, "world_size": env.world_size, "batch_size": cfg.train.batch_size,
+            "max_batches": cfg.train.eval_batches}  # fmt: skip
+    groups = eval_groups(split, **plan) if ranking is not None else None
     model.eval()
     with torch.no_grad(), step_counters_kept(model):
-        for batch, mask in eval_batches(
-            split,
-            rank=env.rank,
-            world_size=env.world_size,
-            batch_size=cfg.train.batch_size,
-            layout=cfg.embeddings.layout(),
-            max_batches=cfg.train.eval_batches,
-        ):
+        for batch, mask in eval_batches(split, layout=cfg.embeddings.layout(), **plan):
             _, out = model(batch.to(env.device, non_blocking=True))
-            state.update(out["logits"].float(), out["labels"].float(), mask.to(env.device))
+            logits, labels = out["logits"].float(), out["labels"].float()
+            state.update(logits, labels, mask.to(env.device))
+            if ranking is not None and groups is not None:
+                ranking.update(next(groups), logits, labels, mask)
     model.train()
-    for tensor in state.tensors():
+    tensors = state.tensors()
+    if ranking is not None:
+        ranking.finish(env.world_size)
+        tensors += ranking.tensors()
+    for tensor in tensors:
         collectives.sum_(tensor)
-    return task_metrics([state.compute(t) for t in range(len(cfg.loss.tasks))],
-                        cfg.loss.names(), prefix)  # fmt: skip
+    per_task = [state.compute(t) | (ranking.compute(t) if ranking else {}) for t in range(tasks)]
+    return task_metrics(per_task, cfg.loss.names(), prefix)
 
 
 @contextlib.contextmanager
@@ -82,5 +89,6 @@ def task_metrics(
         for name, figures in zip(names, per_task, strict=True):
             metrics.update({f"{prefix}_{k}/{name}": v for k, v in figures.items()})
         for k in MONITORED:
-            metrics[f"{prefix}_{k}/{MEAN_TASK}"] = sum(f[k] for f in per_task) / len(per_task)
+            if k in per_task[0]:
+                metrics[f"{prefix}_{k}/{MEAN_TASK}"] = sum(f[k] for f in per_task) / len(per_task)
     return metrics

@@ -113,16 +113,18 @@ def _hist_auc(neg: torch.Tensor, pos: torch.Tensor) -> tuple[float, float]:
 
 
 class GroupAUC:
-    """The group AUC (``recsys.metrics.ranking.gauc``) of ``tasks`` heads over rows that arrive
-    **sorted by group**, each group on one rank (``recsys.data.input.loader.group_ranges``): a
-    group's AUC is exact once its last row has arrived, so only the group still arriving is held
-    (its logits and labels); ``finish`` closes it. Per task the sums to add over ranks: the rows
-    of the groups with both classes times their AUC, those rows, and the rows of the groups with
-    one class (left out)."""
+    """The group AUC (``recsys.metrics.ranking.gauc``) of ``tasks`` heads over a split whose
+    rows no rank holds alone: each rank keeps its rows' groups, logits and labels (``[n]``
+    int64, ``[n, T]``, ``[n, T]``: its own rows only), ``finish`` sends every row to the rank
+    that owns its group (``group mod world``: one all-to-all, ``collectives.exchange``), each
+    rank computes its groups' AUCs exactly, and the sums to add over ranks are, per task: the
+    rows of the groups with both classes times their AUC, those rows, and the rows left out
+    (groups with one class, and rows without a group, 0)."""
 
     def __init__(self, tasks: int, device: torch.device) -> None:
+        self.device = device
         self.sums = torch.zeros(tasks, 3, dtype=torch.float64, device=device)
-        self.held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # the open group's
+        self.held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.sums]
@@ -131,34 +133,33 @@ class GroupAUC:
         self, groups: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
     ) -> None:
         """``groups``: ``[B]`` int64, ``logits`` and ``labels``: ``[B, T]``, ``valid``: ``[B]``."""
-        g = groups[valid].cpu()
-        if not len(g):
-            return
-        self.held.append((g, logits[valid].detach().float().cpu(), labels[valid].float().cpu()))
-        last = g[-1]
-        g_all = torch.cat([h[0] for h in self.held])
-        closed = int((g_all != last).sum())  # rows of groups that ended (sorted input)
-        if closed:
-            self._close(closed)
+        keep = valid.cpu()
+        self.held.append((groups.cpu()[keep], logits.detach().float().cpu()[keep],
+                          labels.float().cpu()[keep]))  # fmt: skip
 
-    def _close(self, rows: int) -> None:
-        """Add the first ``rows`` held rows (whole groups) to the sums; hold the rest."""
-        g, x, y = (torch.cat([h[i] for h in self.held]) for i in range(3))
-        self.held = [(g[rows:], x[rows:], y[rows:])] if rows < len(g) else []
-        for t in range(self.sums.shape[0]):
-            size, aucs = group_aucs(g[:rows].numpy(), y[:rows, t].numpy(), x[:rows, t].numpy())
+    def finish(self, world_size: int) -> None:
+        """Exchange the rows by group and add this rank's groups to the sums (every rank must
+        call it: a collective)."""
+        from recsys.distributed import collectives
+
+        tasks = self.sums.shape[0]
+        held = self.held or [(torch.zeros(0, dtype=torch.int64), torch.zeros(0, tasks),
+                              torch.zeros(0, tasks))]  # fmt: skip
+        g, x, y = (torch.cat([h[i] for h in held]) for i in range(3))
+        self.held = []
+        g, x, y = collectives.exchange([g, x, y], torch.remainder(g, world_size), self.device)
+        grouped = g != 0
+        for t in range(tasks):
+            size, aucs = group_aucs(g[grouped].numpy(), y[grouped, t].numpy(),
+                                    x[grouped, t].numpy())  # fmt: skip
             kept = ~np.isnan(aucs)
-            add = [float((size[kept] * aucs[kept]).sum()), float(size[kept].sum()),
-                   float(size[~kept].sum())]  # fmt: skip
-            self.sums[t] += torch.tensor(add, dtype=torch.float64, device=self.sums.device)
-
-    def finish(self) -> None:
-        """Close the group still held (this rank's last)."""
-        if self.held:
-            self._close(sum(len(h[0]) for h in self.held))
+            left = float(size[~kept].sum()) + float((~grouped).sum())
+            add = [float((size[kept] * aucs[kept]).sum()), float(size[kept].sum()), left]
+            self.sums[t] += torch.tensor(add, dtype=torch.float64, device=self.device)
 
     def compute(self, t: int = 0) -> dict[str, float]:
-        """``gauc`` and ``gauc_left_out`` (the share of rows in groups with one class)."""
+        """``gauc`` and ``gauc_left_out`` (the share of rows in groups with one class, or in
+        no group)."""
         weighted, kept, left = (float(v) for v in self.sums[t].cpu())
         return {
             "gauc": weighted / kept if kept else float("nan"),

@@ -32,7 +32,7 @@ from torch import nn
 
 from recsys.config import ExperimentConfig
 from recsys.data import shard_range
-from recsys.data.dataset import check_weighted, with_budget
+from recsys.data.dataset import check_carried, with_budget
 from recsys.data.input.loader import TrainStream, load_splits, map_position
 from recsys.data.input.prefetch import Prefetcher
 from recsys.distributed import checkpoint, collectives
@@ -132,7 +132,7 @@ class Trainer:
         self.clock = Clock()
         if cfg.train.deterministic:
             deterministic_kernels(env.device)
-        check_weighted(cfg)
+        check_carried(cfg)
         self.splits = load_splits(cfg.data, cfg.model.num_dense, cfg.embeddings.num_embeddings)
         built = build(cfg, env)
         self.plan = built.plan
@@ -178,7 +178,7 @@ class Trainer:
         self.solver = None
         if cfg.train.solver == "lbfgs":
             self.solver = FullBatchSolver(built.model, self.splits.train, cfg, env)
-            if self.state.step == 0:
+            if self.state.step == 0 and not cfg.train.init_from:
                 self.solver.start_from_zero()
 
     def _reshard_position(self) -> str:

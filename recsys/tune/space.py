@@ -53,7 +53,7 @@ import yaml
 from recsys.config import MEAN_TASK, MONITORED, ExperimentConfig, is_map_key, monitor_parts
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, nearest
-from recsys.data.dataset import check_weighted, source_for, with_data
+from recsys.data.dataset import check_carried, source_for, with_data
 from recsys.runtime.storage import resolved
 from recsys.tune.references import Reference, baselines_of, reference_params, unread
 
@@ -277,7 +277,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         overrides["data.paths"] = [resolved(p) for p in overrides["data.paths"]]
     try:
         base = with_data(base, overrides)
-        check_weighted(base)
+        check_carried(base)
     except ConfigError as e:
         raise ConfigError(f"{path}: overrides: {e}") from None
     valid = ExperimentConfig.all_keys()
@@ -389,6 +389,11 @@ def _check_metric(path: str, base: ExperimentConfig, metric: str) -> None:
         raise ConfigError(
             f"{path}: {metric} is never reported: the data has one task ({tasks[0].name}), "
             f"whose figures are val_{name}, ... without a /<task> suffix; use val_{name}"
+        )
+    if name == "gauc" and not base.data.group_by:
+        raise ConfigError(
+            f"{path}: {metric} cannot be computed: GAUC needs groups, a prepared folder whose "
+            "schema names the column that groups rows (group_by: user); the data here has none"
         )
     if base.data.source != "prepared":
         return

@@ -47,9 +47,10 @@ def test_a_model_with_a_sequence_exported_scores_raw_rows(sequence_prepared, tmp
 def check_served(folder, tmp_path, name, model):
     """``own_data_cfg(folder, model)`` trained on 2 ranks, exported to INT8, served."""
     from recsys.data.input.loader import load_splits, to_batch
+    from recsys.prepare.like import load_fitted
     from recsys.serving.export import export, load_fp32, raw_layout
     from recsys.serving.mlflow_model import log_served_model
-    from recsys.serving.scorer import TabularScorer, load_fitted, tabular_batch
+    from recsys.serving.scorer import TabularScorer, tabular_batch
     from recsys.tracking.tracker import Tracker
 
     c = cfg(folder, model)

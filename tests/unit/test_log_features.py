@@ -109,7 +109,8 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 from recsys.prepare.encode import encode
-from recsys.serving.scorer import load_fitted, raw_table, tabular_batch
+from recsys.prepare.like import load_fitted
+from recsys.serving.scorer import raw_table, tabular_batch
 
 folder, raw, dest = sys.argv[1:4]
 fitted = load_fitted(folder)
@@ -305,7 +306,8 @@ def test_a_bad_timestamp_is_named_by_file_column_and_row(tmp_path):
 
 
 def test_serving_needs_the_timestamp_columns_not_the_derived_names(tmp_path):
-    from recsys.serving.scorer import load_fitted, raw_table
+    from recsys.prepare.like import load_fitted
+    from recsys.serving.scorer import raw_table
 
     raw, out, _ = prepared(tmp_path)
     fitted = load_fitted(out)
@@ -472,7 +474,8 @@ def test_hashed_columns_keep_row_zero_for_missing_values(tmp_path):
 
 def test_a_frame_of_iso_text_serves_as_the_timestamps_it_writes(tmp_path):
     from recsys.prepare.encode import encode
-    from recsys.serving.scorer import load_fitted, raw_table
+    from recsys.prepare.like import load_fitted
+    from recsys.serving.scorer import raw_table
 
     raw, out, meta = prepared(tmp_path)
     fitted = load_fitted(out)
@@ -515,7 +518,8 @@ WEIGHTS_SERVED = """
 import sys
 import numpy as np
 import pyarrow.parquet as pq
-from recsys.serving.scorer import load_fitted, tabular_batch
+from recsys.prepare.like import load_fitted
+from recsys.serving.scorer import tabular_batch
 
 folder, raw, dest = sys.argv[1:4]
 fitted = load_fitted(folder)
@@ -562,7 +566,8 @@ def test_a_bad_weight_list_is_named_by_file_column_and_row(tmp_path, change, row
 
 
 def test_serving_names_a_weight_list_that_does_not_fit_its_ids(tmp_path):
-    from recsys.serving.scorer import load_fitted, tabular_batch
+    from recsys.prepare.like import load_fitted
+    from recsys.serving.scorer import tabular_batch
 
     raw, out, _ = prepared(tmp_path, WEIGHTED, weighted_log(), name="w")
     frame = pq.read_table(raw).to_pandas().drop(columns=["y"])
@@ -622,8 +627,9 @@ def test_a_csv_logs_lists_are_lists_in_the_served_example(tmp_path):
     Parquet file's lists (was: each text split into characters, weights refused)."""
     import pyarrow.csv
 
+    from recsys.prepare.like import load_fitted
     from recsys.serving.mlflow_model import serving_example
-    from recsys.serving.scorer import load_fitted, tabular_batch
+    from recsys.serving.scorer import tabular_batch
 
     def joined(rows):
         return ["" if v is None else "|".join("" if x is None else str(x) for x in v) for v in rows]

@@ -145,12 +145,14 @@ TRIGGERS: dict[str, list[tuple[Any, Any]]] = {
         ({"sharding.default.sharding_types": ["table_wise"],
           "sharding.default.compute_kernels": ["dense"]}, None),  # the worker: TorchRec's planner
     ],
-    "recsys.data.dataset:check_weighted": [
+    "recsys.data.dataset:check_carried": [
         ({"embeddings.feature_names": [f"f{i}" for i in range(8)], "embeddings.weighted": ["f0"]},
-         lambda c: __import__("recsys.data.dataset").data.dataset.check_weighted(c)),
+         lambda c: __import__("recsys.data.dataset").data.dataset.check_carried(c)),
         ({"embeddings.feature_names": [f"f{i}" for i in range(8)],
           "embeddings.sequences": {"f0": 4}, "model.sequence.pooling": "sum"},
-         lambda c: __import__("recsys.data.dataset").data.dataset.check_weighted(c)),
+         lambda c: __import__("recsys.data.dataset").data.dataset.check_carried(c)),
+        ({"train.monitor": "val_gauc"},  # synthetic rows have no groups
+         lambda c: __import__("recsys.data.dataset").data.dataset.check_carried(c)),
     ],
     "recsys.data.dataset:with_budget": [
         ({"train.epochs": 1.0, "data.synthetic.num_samples": 2, "data.val_fraction": 0.3,

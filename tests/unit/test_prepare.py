@@ -532,10 +532,34 @@ def test_serving_names_a_folder_of_an_earlier_version(tmp_path):
     by the one reader of meta.json."""
     import json
 
-    from recsys.serving.scorer import load_fitted
+    from recsys.prepare.like import load_fitted
 
     (tmp_path / "meta.json").write_text(json.dumps({"format": "recsys-prepared-v2"}))
     with pytest.raises(ValueError, match="'recsys-prepared-v2' of an earlier version; prepare"):
         load_fitted(str(tmp_path))
     with pytest.raises(DataError, match="not a prepared folder"):
         load_fitted(str(tmp_path / "missing"))
+
+
+def test_each_row_keeps_its_group(tmp_path):
+    """``group_by``: each row's group is the hash of its raw value (``groups.npy``, read back by
+    ``RowSource.groups`` across shards and splits), 0 for a row without one; a column the model
+    does not read serves too, and two users whose ids share the unseen row stay two groups."""
+    data = rows(60)
+    data["session"] = [None if i % 10 == 3 else f"s{i % 7}" for i in range(60)]
+    sparse = {"u": {"min_count": 30}, "h": SCHEMA["sparse"]["h"]}  # every user unseen
+    schema = DatasetSchema.from_dict({**SCHEMA, "group_by": "session", "sparse": sparse})
+    src = write_parquet(tmp_path / "a.parquet", data)
+    out = str(tmp_path / "out")
+    prepare(schema, [src], out, workers=0, log=lambda s: None)
+    splits = load_splits([out], 1, [1, 1])
+    got = splits.train.groups(0, len(splits.train))
+    hashes, missing = hash_ids(pa.array(data["session"]))
+    want = np.where(missing, 0, hashes.view(np.int64))
+    assert np.array_equal(got, want) and (got[3::10] == 0).all() and len(set(got) - {0}) == 7
+    assert np.array_equal(splits.train.groups(5, 9), want[5:9])
+    by_user = DatasetSchema.from_dict({**schema.to_dict(), "group_by": "u"})
+    prepare(by_user, [src], str(tmp_path / "users"), workers=0, log=lambda s: None)
+    users = load_splits([str(tmp_path / "users")], 1, [1, 1]).train
+    ids = users.read(0, len(users)).values[0]
+    assert len(set(ids)) < 5 and len(set(users.groups(0, len(users)))) == 5  # rare users kept apart

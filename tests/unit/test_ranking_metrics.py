@@ -1,7 +1,8 @@
 """Ranking and calibration metrics: GAUC (each group's AUC weighted by its rows, groups with one
 class left out and their share reported) and ECE over 10 bins, equal to a plain pandas /
-scikit-learn computation; the training workers' streaming forms (``GroupAUC`` over rows sorted
-by group, ``MetricState``'s calibration bins) equal the in-memory ones."""
+scikit-learn computation; the training workers' forms (``GroupAUC`` over batches that cut groups
+anywhere, ``MetricState``'s calibration bins) equal the in-memory ones (on 2 gloo ranks:
+``tests/distributed/test_group_auc.py``)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,9 @@ def padded(x: torch.Tensor, a: int, b: int, size: int) -> torch.Tensor:
     return torch.cat([x[a:b], x[: size - (b - a)]])
 
 
-def test_the_workers_streaming_forms_equal_the_in_memory_ones():
-    df = rows().sort_values("g", kind="stable").reset_index(drop=True)  # as a prepared split
+def test_the_workers_forms_equal_the_in_memory_ones():
+    df = rows()  # in no order of groups
+    df["g"] += 1  # group 0 is a row without one
     logits = torch.tensor(df["s"].to_numpy(), dtype=torch.float32)[:, None]
     labels = torch.tensor(df["y"].to_numpy(), dtype=torch.float32)[:, None]
     groups = torch.tensor(df["g"].to_numpy())
@@ -72,10 +74,16 @@ def test_the_workers_streaming_forms_equal_the_in_memory_ones():
         x, y, g = (padded(v, a, b, 256) for v in (logits, labels, groups))
         state.update(x, y, valid)
         ranking.update(g, x, y, valid)
-    ranking.finish()
+    ranking.finish(world_size=1)
     got = ranking.compute()
     want, left = pandas_gauc(df)
     assert got["gauc"] == pytest.approx(want, abs=1e-9) and got["gauc_left_out"] == pytest.approx(
         left)  # fmt: skip
+    none = GroupAUC(1, torch.device("cpu"))  # rows without a group: left out, and said
+    g = torch.tensor([0, 0, 5, 5])
+    none.update(g, torch.tensor([[0.1], [0.2], [0.3], [0.9]]), torch.tensor([[0.0], [1.0],
+                [0.0], [1.0]]), torch.ones(4, dtype=torch.bool))  # fmt: skip
+    none.finish(world_size=1)
+    assert none.compute() == {"gauc": 1.0, "gauc_left_out": 0.5}
     probs = torch.sigmoid(logits[:, 0].double()).numpy()
     assert state.compute()["ece"] == pytest.approx(ece(df["y"].to_numpy(), probs), abs=1e-9)

@@ -64,11 +64,33 @@ def test_an_empty_column_entry_takes_the_defaults():
         ({"sparse": {"user_id": {"pooling": "max"}}}, "pooling"),
         ({"split": {"val_fraction": 0.5, "test_fraction": 0.5}}, "leaves no training"),
         ({"format": "json"}, "format"),
+        ({"group_by": "click"}, "group_by='click': is a label"),
+        ({"group_by": "history"}, "is a multi-hot column: a row's group is one value"),
+        ({"group_by": ""}, "name a column, or leave group_by out"),
+        (
+            {
+                "format": "csv",
+                "csv": {
+                    "header": False,
+                    "columns": ["click", "like", "ts", "price", "age", "user_id", "history"],
+                },
+                "group_by": "session",
+            },
+            "lacks columns",
+        ),
     ],
 )
 def test_bad_schemas_are_refused_naming_the_key(change, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
         DatasetSchema.from_dict({**GOOD, **change}, "s.yaml")
+
+
+def test_a_group_column_is_read_once_whatever_else_it_is():
+    """``group_by``: a feature's column (read once) or a column of its own (read too)."""
+    assert DatasetSchema.from_dict({**GOOD, "group_by": "user_id"}).columns().count("user_id") == 1
+    own = DatasetSchema.from_dict({**GOOD, "group_by": "session"})
+    assert own.columns()[-1] == "session" and "session" not in own.sparse
+    assert DatasetSchema.from_dict(own.to_dict()).group_by == "session"
 
 
 def test_a_schema_file_that_is_missing_or_not_yaml_is_named(tmp_path):

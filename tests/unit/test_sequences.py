@@ -25,7 +25,7 @@ from recsys.config import (
 )
 from recsys.configlib import from_dict
 from recsys.data.columns import RaggedColumns
-from recsys.data.dataset import check_weighted
+from recsys.data.dataset import check_carried
 from recsys.data.errors import DataError
 from recsys.data.input.loader import ragged_kjt, to_batch
 from recsys.data.schema import DatasetSchema
@@ -231,7 +231,7 @@ def test_attention_needs_a_target_and_the_transformers_heads_divide_the_width():
         EmbeddingConfig(**clash)
     sequence_cfg = {"embeddings": {**emb, "sequence_targets": {"history": "item_id"}}}
     with pytest.raises(ConfigError, match="data.source=synthetic carries no ordered lists"):
-        check_weighted(ExperimentConfig.from_dict(sequence_cfg))
+        check_carried(ExperimentConfig.from_dict(sequence_cfg))
 
 
 def test_order_times_that_do_not_match_the_items_are_refused_naming_column_and_row(tmp_path):
@@ -259,8 +259,9 @@ def test_prepared_and_served_rows_keep_the_latest_items_by_time(tmp_path):
     """``order_by`` sorts each history (ties in the list's order) before the most recent
     ``max_len`` are kept; preparation and serving give the same position keys."""
     from recsys.data.prepared.folder import load_splits
+    from recsys.prepare.like import load_fitted
     from recsys.prepare.pipeline import prepare
-    from recsys.serving.scorer import load_fitted, tabular_batch
+    from recsys.serving.scorer import tabular_batch
 
     schema = DatasetSchema.from_dict({
         "labels": ["click"], "split": {"by": "order", "val_fraction": 0.0, "test_fraction": 0.0},

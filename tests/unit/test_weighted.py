@@ -302,11 +302,11 @@ def test_weighted_features_on_data_without_weights_are_refused_before_training()
     """Only a prepared folder's weighted lists carry weights; on synthetic data the weighted
     lookup would fail inside TorchRec at the first batch, so the trainer and the sweep's space
     refuse it first, naming the key and the source."""
-    from recsys.data.dataset import check_weighted
+    from recsys.data.dataset import check_carried
 
     cfg = ExperimentConfig().with_overrides({"embeddings.weighted": ["cat_1"]})
     with pytest.raises(
         ConfigError, match=r"embeddings.weighted=\['cat_1'\]: data.source=synthetic"
     ):
-        check_weighted(cfg)
-    check_weighted(ExperimentConfig())
+        check_carried(cfg)
+    check_carried(ExperimentConfig())

@@ -281,6 +281,15 @@ class TrainStream:
         return batch.pin_memory() if self.pin_memory else batch
 
 
+def eval_plan(rows: int, rank: int, world_size: int, batch_size: int, max_batches: int = 0
+              ) -> tuple[int, int, int]:  # fmt: skip
+    """``(start, stop, batches)``: this worker's part of a split of ``rows`` rows and the number
+    of batches every worker yields over it (``max_batches``: at most that many; 0 = all)."""
+    start, stop = shard_range(rows, rank, world_size)
+    count = math.ceil(math.ceil(rows / world_size) / batch_size)
+    return start, stop, min(count, max_batches) if max_batches else count
+
+
 def eval_batches(
     rows: RowSource,
     *,
@@ -294,10 +303,7 @@ def eval_batches(
 
     ``max_batches`` (0 = all) caps the batches per worker.
     """
-    start, stop = shard_range(len(rows), rank, world_size)
-    count = math.ceil(math.ceil(len(rows) / world_size) / batch_size)
-    if max_batches:
-        count = min(count, max_batches)
+    start, stop, count = eval_plan(len(rows), rank, world_size, batch_size, max_batches)
     part = rows.slice(start, stop).resident() if stop > start else rows.slice(0, 1).resident()
     for i in range(count):
         lo = min(i * batch_size, stop - start)
@@ -306,3 +312,22 @@ def eval_batches(
         valid[: hi - lo] = True
         idx = np.concatenate([np.arange(lo, hi), np.zeros(batch_size - (hi - lo), np.int64)])
         yield to_batch(part.take(idx), layout), valid
+
+
+def eval_groups(
+    rows: RowSource, *, rank: int, world_size: int, batch_size: int, max_batches: int = 0
+) -> Iterator[torch.Tensor]:
+    """The groups (``RowSource.groups``: ``[B]`` int64, 0 on padding rows) of the batches
+    ``eval_batches`` yields with the same arguments, batch for batch; a source without groups
+    is a ``DataError``."""
+    start, stop, count = eval_plan(len(rows), rank, world_size, batch_size, max_batches)
+    for i in range(count):
+        lo = min(i * batch_size, stop - start)
+        hi = min(lo + batch_size, stop - start)
+        got = rows.groups(start + lo, start + hi)
+        if got is None:
+            raise DataError(f"{rows.source}: holds no groups (groups.npy): prepare it again "
+                            "with the schema's group_by")  # fmt: skip
+        out = torch.zeros(batch_size, dtype=torch.int64)
+        out[: hi - lo] = torch.from_numpy(np.ascontiguousarray(got))
+        yield out

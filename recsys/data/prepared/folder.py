@@ -6,7 +6,8 @@ A shard ``<split>/part-<k>`` holds ``.dense.npy [N, I]`` float32, ``.labels.npy 
 ``.ids.npy [N, F1]`` uint32 (the one-hot features, in schema order) and per multi-hot feature
 ``j`` ``.list_{j}.values.npy [nnz]`` uint32 with ``.list_{j}.offsets.npy [N + 1]`` int64 (Arrow's
 list layout, never padded), and for a weighted list (``weights``) ``.list_{j}.weights.npy [nnz]``
-float32. A split is the ``Concat`` of its shards: a worker reads only its own
+float32; with the schema's ``group_by``, ``.groups.npy [N]`` int64 (each row's group hash:
+``RowSource.groups``). A split is the ``Concat`` of its shards: a worker reads only its own
 rows (a contiguous range of the split, across shard boundaries as TorchRec's per-rank row
 ranges), a range is a slice of each file and a shuffled batch a gather (``ragged_take``); nothing
 is loaded whole. The split is the preparation's, so ``data.split`` and the fractions of
@@ -62,12 +63,18 @@ class PreparedShard(RowSource):
                 one_hot += 1
             self.weights.append(load(f"list_{j}.weights") if spec.get("weights") else None)
         self.weighted = any(w is not None for w in self.weights)
+        self.group_ids = load("groups") if schema.get("group_by") else None
         n = shard["rows"]
         if len(self.dense) != n or len(self.labels) != n or len(ids) != n:
             raise DataError(f"{stem}: {len(self.dense)} rows, meta.json says {n}")
 
     def __len__(self) -> int:
         return len(self.dense)
+
+    def groups(self, start: int, stop: int) -> np.ndarray | None:
+        if self.group_ids is None:
+            return None
+        return np.asarray(self.group_ids[start : min(stop, len(self))], dtype=np.int64)
 
     def read(self, start: int, stop: int) -> Any:
         stop = min(stop, len(self))
@@ -167,6 +174,12 @@ class AbsentShard(RowSource):
 
     def take(self, idx: np.ndarray) -> Any:
         return self._refuse(len(idx))
+
+    def groups(self, start: int, stop: int) -> np.ndarray | None:
+        if not self.meta["schema"].get("group_by"):
+            return None
+        n = max(min(stop, self.rows) - start, 0)
+        return np.zeros(0, np.int64) if n == 0 else self._refuse(n)
 
 
 def _shard(folder: str, split: str, shard: dict[str, Any], meta: dict[str, Any]) -> RowSource:
