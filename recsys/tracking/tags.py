@@ -25,6 +25,12 @@ class Tag:
     VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
     REFIT_OF = "recsys.refit_of"  # a refit's run (kind "refit"): the trial it trains again
     REFIT_ROWS = "recsys.refit_rows"  # ... and the rows it trained on
+    PARENT_VERSION = "recsys.parent_version"  # a retrained version (and its retrain's run): the
+    # registered version it was retrained from
+    PARENT_DATA = "recsys.parent_data"  # ... that version's data (the earlier period)
+    DATA = "recsys.data"  # ... the period it was retrained on
+    DECISION = "recsys.decision"  # on a retrain's run: promoted, or kept and why
+    REGISTERED_VERSION = "recsys.registered_version"  # ... the version the retrain registered
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep
     EDGE = "recsys.edge"  # on the parent, + ".<key>": the best trials pressed against its range
     EARLY_PEAKS = "recsys.early_peaks"  # on the parent: most trials peaked in their first tenth

@@ -140,7 +140,9 @@ def test_each_option_is_declared_once_and_every_command_reads_it_so(capsys):
     assert set(RESTORED) == {"num_samples", "max_concurrent", "scheduler", "search", "seed",
                              "confirm", "seeds"}  # fmt: skip
     assert RESTORED["num_samples"] == "--num-samples" and KEPT == (
-        "max_concurrent", "scheduler", "search"
+        "max_concurrent",
+        "scheduler",
+        "search",
     )
     args = sweep.parse_args([])  # a restored option untyped is None: a resume tells it apart
     assert all(getattr(args, name) is None for name in RESTORED)
@@ -354,8 +356,17 @@ def test_more_grows_only_a_finished_sweep_with_the_options_it_last_ran(tmp_path)
     assert grown.search == "random"  # typed (here: the default it parsed to)
     grown = dataclasses.replace(grown, search="optuna")
     assert start_growth(grown) == 1
-    assert growths(grown) == [{"num_samples": 4, "max_concurrent": 1, "scheduler": "asha",
-                               "search": "optuna", "seed": 8, "confirm": None, "seeds": None}]
+    assert growths(grown) == [
+        {
+            "num_samples": 4,
+            "max_concurrent": 1,
+            "scheduler": "asha",
+            "search": "optuna",
+            "seed": 8,
+            "confirm": None,
+            "seeds": None,
+        }
+    ]
     again = dataclasses.replace(grown, more=0, resume=True)  # killed while growing: resumes
     assert check_resume(space, again)
     assert (restored_options(again).search, restored_options(again).num_samples) == ("optuna", 4)

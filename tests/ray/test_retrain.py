@@ -1,0 +1,122 @@
+"""The champion retrained on a later period (``recsys.lifecycle.retrain``), on a local Ray: a model
+trained on week 1 of the drift log and registered as ``@champion``; week 2 prepared ``--like``
+week 1 with its vocabularies grown; the retrain warm-started and from scratch, 2 seeds each, scored
+by GAUC beside the frozen champion (read through its own tables, the grown rows mapped to its
+unseen rows), the retrained model registered with its lineage, ``@champion`` moved only by the
+decision. Killed after its first training, the retrain run again trains only the three left;
+run once more, it trains and registers nothing."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from recsys.config import ExperimentConfig
+from recsys.data.dataset import resolve
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SMALL = {"train.epochs": 1.0, "train.batch_size": 256, "train.reports_per_epoch": 1,
+         "train.patience": 0, "model.sequence.pooling": "sum", "embeddings.dim": 8,
+         "train.eval_batches": 0}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def weeks(tmp_path_factory):
+    """Week 1 prepared from its schema, week 2 prepared like it, vocabularies grown."""
+    from recsys.data.schema import DatasetSchema
+    from recsys.demo import drift
+    from recsys.prepare.pipeline import prepare
+
+    tmp = tmp_path_factory.mktemp("weeks")
+    shape = drift.Shape(users=200, items_per_period=50, rows_per_period=2500)
+    out = {}
+    for week in (0, 1):
+        raw = str(tmp / f"raw{week}")
+        drift.write(raw, 0, shape, range(week, week + 1))
+        out[week] = str(tmp / f"week{week + 1}")
+        like = {"like": out[0], "grow_vocab": True} if week else {}
+        schema = DatasetSchema.from_dict(drift.schema_dict())
+        prepare(schema, [raw], out[week], workers=0, log=lambda s: None, **like)
+    return out
+
+
+def champion(uri: str, folder: str, storage: str) -> None:
+    """A model trained on ``folder`` whose run is logged as a trial's, registered as
+    ``models:/m@champion``."""
+    import yaml
+
+    from recsys.runtime.storage import as_uri
+    from recsys.tracking.report import MlflowReportCallback
+    from recsys.tracking.tags import Tag
+    from recsys.tracking.tracker import Tracker, flat_params
+    from recsys.train.ray_trainer import Resources, make_trainer
+
+    cfg = resolve(ExperimentConfig.from_dict({"data": {"source": "prepared", "paths": [folder]}}))
+    cfg = cfg.with_overrides(SMALL)
+    tracker = Tracker(uri)
+    exp = tracker.experiment("week1")
+    run_id = tracker.trial_run(exp, tracker.parent_run(exp, "week1"), "week1", "t0",
+                               flat_params(cfg.to_dict()))  # fmt: skip
+    tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
+    result = make_trainer(cfg, Resources(1, False, 0.95), name="week1", storage_path=storage,
+                          callbacks=[MlflowReportCallback(uri, run_id)]).fit()  # fmt: skip
+    ckpt = as_uri(result.checkpoint.filesystem, result.checkpoint.path)
+    tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: ckpt})
+    tracker.finish(run_id)
+    client = tracker.client
+    client.create_registered_model("m")
+    version = client.create_model_version("m", source=ckpt, run_id=run_id)
+    client.set_registered_model_alias("m", "champion", version.version)
+
+
+def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, weeks, tmp_path,
+                                                                monkeypatch):  # fmt: skip
+    import recsys.train.ray_trainer as ray_trainer
+    from recsys.lifecycle.retrain import frozen_ids, plan_retrain, run_retrain
+    from recsys.tracking.tracker import Tracker
+    from recsys.train.ray_trainer import Resources
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    storage = str(tmp_path / "runs")
+    champion(uri, weeks[0], storage)
+    tracker = Tracker(uri)
+    plan = plan_retrain(tracker, "models:/m@champion", weeks[1], epochs=1.0, seeds=2,
+                        metric="gauc")  # fmt: skip
+    assert plan.cfg.data.paths == [weeks[1]] and plan.cfg.train.epochs == 1.0
+    grown = plan.cfg.embeddings.num_embeddings
+    assert grown[1] > plan.frozen.embeddings.num_embeddings[1]  # the item table grew
+    assert 1 in frozen_ids(weeks[1], plan.frozen.embeddings.num_embeddings)
+    calls = []
+    real = ray_trainer.make_trainer
+    monkeypatch.setattr(ray_trainer, "make_trainer", lambda *a, **k: calls.append(k["name"])
+                        or real(*a, **k))  # fmt: skip
+
+    def killed(line: str) -> None:
+        if line.startswith("retrained seed 1"):
+            raise KeyboardInterrupt("killed after the first training")
+
+    out, resources = str(tmp_path / "export"), Resources(1, False, 0.95)
+    with pytest.raises(KeyboardInterrupt):
+        run_retrain(plan, tracker, resources, storage, out, log=killed)
+    assert calls == ["retrained-seed1"]
+    lines: list[str] = []
+    outcome = run_retrain(plan, tracker, resources, storage, out, log=lines.append)
+    assert calls == ["retrained-seed1", "scratch-seed1", "retrained-seed2", "scratch-seed2"]
+    assert {r: len(v) for r, v in outcome.scores.items()} == {"retrained": 2, "scratch": 2}
+    assert all(0.4 < s < 1.0 for v in outcome.scores.values() for s in v)
+    assert not math.isnan(outcome.frozen) and outcome.frozen > 0.4
+    assert lines[-1] == outcome.decision.line
+    version = tracker.client.get_model_version("m", outcome.version)
+    assert outcome.version == "2" and version.tags["recsys.parent_version"] == "1"
+    assert version.tags["recsys.data"] == os.path.abspath(weeks[1])
+    assert version.tags["recsys.parent_data"] == weeks[0]
+    alias = str(tracker.client.get_model_version_by_alias("m", "champion").version)
+    assert alias == ("2" if outcome.decision.promote else "1")
+    assert version.tags["recsys.champion"] == ("yes" if outcome.decision.promote else
+                                               f"no: {outcome.decision.line}")  # fmt: skip
+    again = run_retrain(plan, tracker, resources, storage, out, log=lines.append)
+    assert len(calls) == 4 and again.scores == outcome.scores  # nothing trained again
+    assert again.version == outcome.version  # nor registered again
