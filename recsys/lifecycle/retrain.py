@@ -121,9 +121,9 @@ def trained_epochs(tracker: Tracker, run_id: str, peak: Callable[[Tracker, str],
 
 def check_same_features(frozen: ExperimentConfig, cfg: ExperimentConfig, data: str) -> None:
     """``data`` was prepared like the champion's data (``recsys-preprocess --like``: its
-    ``meta.json`` names that folder), so its ids mean what the champion's tables learnt, with
-    the same features; else a ``ValueError`` says which and how to prepare it."""
-    from recsys.data.prepared.meta import read_meta
+    ``meta.json`` names that folder, or a folder prepared like it, and so on), so its ids mean
+    what the champion's tables learnt, with the same features; else a ``ValueError`` says which
+    and how to prepare it."""
     from recsys.runtime.storage import is_uri
 
     def where(path: str) -> str:
@@ -134,13 +134,33 @@ def check_same_features(frozen: ExperimentConfig, cfg: ExperimentConfig, data: s
     if old.names() != new.names():
         raise ValueError(f"--data {data}: its features {new.names()} are not the model's "
                          f"{old.names()}: {how}")  # fmt: skip
-    like = (read_meta(data).get("like") or {}).get("folder")
-    if where(data) != where(frozen.data.paths[0]) and like != where(frozen.data.paths[0]):
-        said = f"prepared like {like}" if like else "prepared with vocabularies of its own"
+    chain = like_chain(data)
+    if where(frozen.data.paths[0]) not in [where(data), *chain]:
+        said = f"prepared like {' like '.join(chain)}" if chain else \
+            "prepared with vocabularies of its own"  # fmt: skip
         raise ValueError(
             f"--data {data}: {said}, not like the model's data {frozen.data.paths[0]} (its ids "
             f"would mean other values): {how}"
         )
+
+
+def like_chain(folder: str, limit: int = 1000) -> list[str]:
+    """The folders ``folder`` was prepared like, nearest first (``meta.json``'s ``like``: week 3
+    like week 2 like week 1), as far as they are readable."""
+    from recsys.data.errors import DataError
+    from recsys.data.prepared.meta import read_meta
+
+    out: list[str] = []
+    while len(out) < limit:
+        try:
+            like = (read_meta(folder).get("like") or {}).get("folder")
+        except DataError:
+            break
+        if not like or like in out:
+            break
+        out.append(like)
+        folder = like
+    return out
 
 
 def score_frozen(plan: Plan) -> dict[str, float]:

@@ -53,7 +53,7 @@ def test_a_period_prepared_otherwise_is_refused(tmp_path):
     pq.write_table(table, tmp_path / "raw.parquet")
     schema = DatasetSchema.from_dict({"labels": ["y"], "sparse": {"u": {}, "i": {}}})
     folders = {}
-    for name, like in (("week1", None), ("week2", "week1"), ("own", None)):
+    for name, like in (("week1", None), ("week2", "week1"), ("week3", "week2"), ("own", None)):
         folders[name] = str(tmp_path / name)
         prepare(schema, [str(tmp_path / "raw.parquet")], folders[name], workers=0,
                 like=folders.get(like or ""), log=lambda s: None)  # fmt: skip
@@ -64,6 +64,7 @@ def test_a_period_prepared_otherwise_is_refused(tmp_path):
 
     frozen = cfg(folders["week1"])
     check_same_features(frozen, cfg(folders["week2"]), folders["week2"])
+    check_same_features(frozen, cfg(folders["week3"]), folders["week3"])  # like week2 like week1
     check_same_features(frozen, frozen, folders["week1"])  # the same folder again
     with pytest.raises(ValueError, match="prepared with vocabularies of its own, not like"):
         check_same_features(frozen, cfg(folders["own"]), folders["own"])
