@@ -302,14 +302,16 @@ def run_retrain(
             scores[role].append(float(metrics.get(f"test_{plan.metric}", math.nan)))
             checkpoints[f"{role}-{seed}"] = ckpt
             log(f"{role} seed {seed}: test_{plan.metric} {scores[role][-1]:.4f} (run {run_id})")
-    frozen = score_frozen(plan).get(f"test_{plan.metric}", math.nan)
+    frozen_scores = score_frozen(plan)
+    frozen = frozen_scores.get(f"test_{plan.metric}", math.nan)
     decision = decide(plan, scores["retrained"], frozen, plan.version)
     log(f"frozen champion (version {plan.version}): test_{plan.metric} {frozen:.4f}")
     log(decision.line)
     outcome = Outcome(scores, frozen, decision)
     outcome.version = register(plan, tracker, exp, checkpoints["retrained-1"], out_dir, decision)
     summary = {f"{r}_{plan.metric}_mean": float(sum(v) / len(v)) for r, v in scores.items()}
-    tracker.log_values(parent, {**summary, f"frozen_{plan.metric}": frozen})
+    tracker.log_values(parent, {**summary, **{f"frozen_{k.removeprefix('test_')}": v
+                                              for k, v in frozen_scores.items()}})  # fmt: skip
     tracker.set_tags(parent, {Tag.DECISION: decision.line,
                               Tag.REGISTERED_VERSION: outcome.version})  # fmt: skip
     tracker.finish(parent)
