@@ -18,7 +18,7 @@ from typing import Any
 
 from recsys.cli import add_address, add_options, positive, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named
-from recsys.configlib import ConfigError
+from recsys.configlib import ConfigError, flag_of, options
 from recsys.runtime.cluster import WorkerOptions
 
 
@@ -79,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 REFIT_ONLY = ("address", "num_workers", "cpus_per_worker", "use_gpu", "wait_for_nodes")
+WORKER = options(WorkerOptions)
 
 
 def misplaced(args: argparse.Namespace) -> str | None:
@@ -99,7 +100,8 @@ def misplaced(args: argparse.Namespace) -> str | None:
         return "--refit refits a sweep's best trial: it needs --sweep NAME"
     typed = [k for k in REFIT_ONLY if getattr(args, k, None) not in (None, False)]
     if typed and not args.refit:
-        return f"--{typed[0].replace('_', '-')} says where the refit runs: it needs --refit"
+        flag = "--address" if typed[0] == "address" else flag_of(typed[0], WORKER[typed[0]][0])
+        return f"{flag} says where the refit runs: it needs --refit"
     return None
 
 

@@ -33,13 +33,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("inputs", nargs="+", help="Parquet or text files (plain or gzip), or folders")
-    how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--schema", help="a schema file, or a shipped schema's name")
-    how.add_argument(
+    p.add_argument(
+        "--schema", help="a schema file, or a shipped schema's name (with --like: the earlier "
+        "folder's by default; another may change only format, csv, split and on_bad_row)",
+    )  # fmt: skip
+    p.add_argument(
         "--like", metavar="PREPARED",
         help="prepare a later period with this prepared folder's schema, vocabularies, "
         "statistics and transforms: known ids keep their rows, unseen ones go to the unseen "
-        "rows (counted in meta.json); a model trained on PREPARED reads the output unchanged",
+        "rows (counted in meta.json); a model trained on PREPARED reads the output unchanged "
+        "(with --grow-vocab, with tables as large as the output's)",
     )  # fmt: skip
     p.add_argument(
         "--grow-vocab", action="store_true",
@@ -77,6 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def check_args(args: argparse.Namespace) -> str | None:
     """Flags that cannot apply are refused, naming the flag. Returns the address of the Ray
     cluster the tasks run on (``recsys.runtime.cluster.find_ray``), None for a local Ray or none."""
+    if not args.schema and not args.like:
+        raise DataError("name the data's schema (--schema) or an earlier folder (--like)")
     if args.grow_vocab and not args.like:
         raise DataError("--grow-vocab grows the vocabularies of --like PREPARED: it needs --like")
     if args.workers < 0:
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     try:
         address = check_args(args)
-        schema = like_schema(args.like) if args.like else DatasetSchema.load(args.schema)
+        schema = DatasetSchema.load(args.schema) if args.schema else like_schema(args.like)
         if args.on_bad_row:
             schema.on_bad_row = args.on_bad_row
         meta = prepare(
@@ -133,14 +138,13 @@ def unseen_lines(meta: dict) -> list[str]:
     if "like" not in meta:
         return []
     lines = []
-    for name, unseen in meta["unseen"]["train"].items():
+    for name in meta["unseen"]["train"]:
         ids = sum(meta["ids"][s][name] for s in meta["ids"])
         total = sum(meta["unseen"][s][name] for s in meta["unseen"])
         grew = meta["like"]["grown"].get(name)
         more = f"; its table grew by {grew:,} rows" if grew else ""
         lines.append(f"prepare: {name}: {total:,} of {ids:,} ids unseen in "
                      f"{meta['like']['folder']} ({total / max(ids, 1):.1%}){more}")  # fmt: skip
-        del unseen
     return lines
 
 

@@ -23,12 +23,14 @@ from recsys.configlib import ConfigError
 from recsys.runtime.cluster import WorkerOptions
 
 if TYPE_CHECKING:
-    from recsys.lifecycle.retrain import Plan
+    from recsys.lifecycle.plan import Plan
     from recsys.runtime.cluster import RaySource
     from recsys.tracking.tracker import Tracker
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parser of ``recsys-retrain``: the retrain's own options and the worker options every
+    training command shares (``WorkerOptions``)."""
     p = argparse.ArgumentParser(
         prog="recsys-retrain", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,7 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--storage", default="runs", help="where the trainings' checkpoints go")
-    p.add_argument("--out", help="the retrained model's export (default exports/<name>-retrain)")
+    p.add_argument(
+        "--out", help="the retrained model's export (default exports/<the retrain's key>: "
+        "<name>-v<version>-<digest of the data and configuration>)",
+    )  # fmt: skip
+    p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8",
+                   help="the export's table precision")  # fmt: skip
     add_address(p)
     add_options(p, WorkerOptions)
     return p.parse_args(argv)
@@ -64,26 +71,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    from recsys.distributed import preflight
-    from recsys.lifecycle.retrain import plan_retrain
     from recsys.runtime.storage import check_storage, resolved
     from recsys.tracking.tracker import Tracker
     from recsys.tune.state import default_tracking_uri
 
     uri = args.tracking_uri or default_tracking_uri(os.getcwd())
     tracker = Tracker(uri)
-    device = "cuda" if args.use_gpu else "cpu"
     try:  # everything refused before Ray starts
-        plan = plan_retrain(tracker, args.model, resolved(args.data), args.epochs, args.seeds,
-                            args.metric)  # fmt: skip
-        for role in ("retrained", "scratch"):
-            preflight.check(plan.config_of(role, 1), device, args.num_workers)
+        plan = checked_plan(args, tracker, resolved(args.data))
         storage = resolved(args.storage)
         check_storage(storage)
         address = ray_address(args.address)
     except (ConfigError, ConnectionError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     run(args, plan, tracker, storage, address)
+
+
+def checked_plan(args: argparse.Namespace, tracker: Tracker, data: str) -> Plan:
+    """The retrain's plan, its configuration as the workers' device trains it
+    (``recsys.distributed.preflight.check``: what the workers train is what MLflow records)."""
+    import dataclasses
+
+    from recsys.distributed import preflight
+    from recsys.lifecycle.plan import plan_retrain
+
+    plan = plan_retrain(tracker, args.model, data, args.epochs, args.seeds, args.metric)
+    device = "cuda" if args.use_gpu else "cpu"
+    plan = dataclasses.replace(plan, cfg=preflight.check(plan.cfg, device, args.num_workers))
+    preflight.check(plan.config_of("retrained", 1), device, args.num_workers)
+    return plan
 
 
 def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
@@ -93,22 +109,26 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     from recsys.lifecycle.retrain import run_retrain
     from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
     from recsys.runtime.shared_storage import check_nodes_see
+    from recsys.runtime.storage import is_uri
     from recsys.train.ray_trainer import Resources
 
     connect(address)
     start_train_coordinator()
     gpus = 1.0 if args.use_gpu else 0.0
+    paths, files = run_paths(storage, plan.cfg.data)
+    if not is_uri(plan.checkpoint):  # the workers warm-start from it
+        paths["--model's checkpoint"] = plan.checkpoint
     try:
         wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, args.wait_for_nodes)
-        check_nodes_see(*run_paths(storage, plan.cfg.data))
+        check_nodes_see(paths, files)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
     resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker)
-    out = args.out or os.path.abspath(os.path.join("exports", f"{plan.name}-retrain"))
+    out = args.out or os.path.abspath(os.path.join("exports", plan.key))
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
           f"warm-started and from scratch, by test_{plan.metric}")  # fmt: skip
-    outcome = run_retrain(plan, tracker, resources, storage, out)
-    print(f"registered {plan.name} version {outcome.version}")
+    outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype)
+    print(f"registered {plan.name} version {outcome.version} (export in {out})")
 
 
 if __name__ == "__main__":

@@ -4,294 +4,119 @@ A recommender's log never ends: each period brings new rows, new users and new i
 with the earlier period's vocabularies (``recsys-preprocess --like``). The registered model's
 configuration is trained further on the new period, warm-started from its checkpoint
 (``train.init_from``: tables, dense weights, optimizer state; rows a grown vocabulary added
-initialised), for the epochs its trial peaked at (or ``--epochs``). Beside it, on the new
-period's held-out test rows (the split its folder defines), two bars: the frozen champion (its
-checkpoint as it is, scored once) and a model of the same configuration trained from scratch on
-the new period. Retrained and from-scratch models are trained with ``--seeds`` seeds each, every
+initialised), and the same configuration from scratch beside it, ``--seeds`` times each, every
 training a Ray Train run (the address rules, workers and resume of ``recsys-train``: re-running
-the command resumes the unfinished ones and trains nothing for the finished).
+the command resumes the unfinished ones and trains the finished no more). What is trained, and
+every refusal before it: ``recsys.lifecycle.plan``. On the new period's test rows (the split its
+folder defines), the frozen champion is scored first (``recsys.lifecycle.frozen``), then each
+training.
 
-The retrained model is registered as a new version of the model (its first seed's), with its
-lineage (``recsys.parent_version``, the data of each period) and moves ``@champion`` only where
-its lead over the frozen champion is outside the seed noise: the frozen score is outside the 95%
-interval of the retrained seeds' mean (``recsys.tune.confirm``). Otherwise the alias stays:
-``kept @champion (version K): lead +x inside the noise``. Everything lands in MLflow under one
-parent run per retrain (experiment ``retrain-<NAME>``).
+The decision (``decide``): the retrained model wins where the frozen score lies outside the 95%
+interval of the retrained seeds' mean, on the metric's better side (``recsys.tune.confirm``), and
+the seed that is registered (the one nearest the mean) beats the frozen score too. Its version
+is registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``,
+``recsys.data``) and gets ``@champion`` only on a win, and only where the alias still names the
+version this retrain started from (a retrain of another version, or one the alias moved away
+from meanwhile, moves nothing and says so). Otherwise: ``kept @champion (version K): lead +x
+inside the noise``. The from-scratch models are the bar that says whether the old periods still
+help: their lead or lag is said and logged, and decides nothing. Everything lands in MLflow under
+one parent run per retrain (experiment ``retrain-<NAME>``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from recsys.config import ExperimentConfig
-from recsys.data.columns import Columns, RowSource
+from recsys.lifecycle.plan import ROLES, Plan
 from recsys.tracking.tags import Tag
 from recsys.tracking.tracker import Tracker, flat_params
 from recsys.train.ray_trainer import Resources
 
-ROLES = ("retrained", "scratch")  # the trainings of a retrain, per seed
 CHAMPION = "champion"
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What a retrain trains: the registered version, its run and checkpoint, the configuration
-    on the new period, the seeds and the metric that decides."""
-
-    name: str
-    version: str
-    run_id: str
-    checkpoint: str
-    frozen: ExperimentConfig  # the champion's configuration, as it was trained
-    cfg: ExperimentConfig  # on the new period, its budget set
-    data: str
-    seeds: int
-    metric: str  # test_<metric> decides: "auc", "gauc" or "log_loss"
-    mode: str
-
-    @property
-    def key(self) -> str:
-        """The retrain's name: model, version and new data (what a re-run finds again)."""
-        digest = hashlib.sha256(os.path.abspath(self.data).encode()).hexdigest()[:8]
-        return f"{self.name}-v{self.version}-{digest}"
-
-    def config_of(self, role: str, seed: int) -> ExperimentConfig:
-        """The configuration of one training: ``seed`` added to the champion's; a retrained
-        one starts from the champion's checkpoint."""
-        warm = {"train.init_from": self.checkpoint} if role == "retrained" else {}
-        return self.cfg.with_overrides({"train.seed": self.cfg.train.seed + seed, **warm})
-
-
-def plan_retrain(
-    tracker: Tracker, model_uri: str, data: str, epochs: float | None = None, seeds: int = 3,
-    metric: str = "auc",
-) -> Plan:  # fmt: skip
-    """The retrain of ``model_uri`` on the prepared folder ``data``: its configuration with
-    ``data``'s rows (its tables as ``data``'s ``meta.json`` sizes them: the same, or grown),
-    trained for the epochs its trial peaked at (``epochs`` to choose), no patience (the new
-    period's validation rows are held out for nothing else)."""
-    from recsys.data.dataset import with_data
-    from recsys.serving.mlflow_model import registered_trial, registered_version
-    from recsys.tune.refit import peak_epochs
-
-    if seeds < 2:
-        raise ValueError(f"--seeds {seeds}: at least 2 (the noise needs two values)")
-    if metric not in ("auc", "gauc", "log_loss"):
-        raise ValueError(f"--metric {metric!r}: one of auc, gauc, log_loss")
-    source = registered_version(tracker, model_uri)
-    name, version = str(source.name), str(source.version)
-    run_id, ckpt, frozen = registered_trial(tracker, model_uri)
-    cfg = with_data(frozen, {"data.source": "prepared", "data.paths": [data], "data.refit": False})
-    check_same_features(frozen, cfg, data)
-    cfg = cfg.with_overrides({"embeddings.num_embeddings": grown_rows(frozen, data)})
-    if metric == "gauc" and not cfg.data.group_by:
-        raise ValueError(f"--metric gauc: {data} has no groups (its schema names no group_by)")
-    if cfg.train.solver != "lbfgs":
-        budget = epochs if epochs is not None else trained_epochs(tracker, run_id, peak_epochs)
-        cfg = cfg.with_overrides({"train.epochs": budget, "train.patience": 0})
-    mode = "min" if metric == "log_loss" else "max"
-    return Plan(name, version, run_id, ckpt, frozen, cfg, data, seeds, metric, mode)
-
-
-def grown_rows(frozen: ExperimentConfig, data: str) -> list[int]:
-    """Each table's rows on the new period: the champion's, or the new folder's where its
-    vocabulary grew past them (``--grow-vocab``)."""
-    from recsys.data.prepared.meta import read_meta
-
-    sizes = read_meta(data)["table_sizes"]
-    return [max(a, int(b)) for a, b in zip(frozen.embeddings.num_embeddings, sizes, strict=True)]
-
-
-def trained_epochs(tracker: Tracker, run_id: str, peak: Callable[[Tracker, str], float]) -> float:
-    """The epochs a model was trained for: a refit's or a retrain's own budget, a trial's
-    peak."""
-    run = tracker.client.get_run(run_id)
-    if run.data.tags.get(Tag.KIND) in ("refit", *ROLES):  # trained for a budget of its own
-        return float(run.data.params.get("train.epochs", 1.0))
-    return peak(tracker, run_id)
-
-
-def check_same_features(frozen: ExperimentConfig, cfg: ExperimentConfig, data: str) -> None:
-    """``data`` was prepared like the champion's data (``recsys-preprocess --like``: its
-    ``meta.json`` names that folder, or a folder prepared like it, and so on), so its ids mean
-    what the champion's tables learnt, with the same features; else a ``ValueError`` says which
-    and how to prepare it."""
-    from recsys.runtime.storage import is_uri
-
-    def where(path: str) -> str:
-        return path if is_uri(path) else os.path.abspath(path)
-
-    old, new = frozen.embeddings, cfg.embeddings
-    how = f"prepare the new period with recsys-preprocess --like {frozen.data.paths[0]}"
-    if old.names() != new.names():
-        raise ValueError(f"--data {data}: its features {new.names()} are not the model's "
-                         f"{old.names()}: {how}")  # fmt: skip
-    chain = like_chain(data)
-    if where(frozen.data.paths[0]) not in [where(data), *chain]:
-        said = f"prepared like {' like '.join(chain)}" if chain else \
-            "prepared with vocabularies of its own"  # fmt: skip
-        raise ValueError(
-            f"--data {data}: {said}, not like the model's data {frozen.data.paths[0]} (its ids "
-            f"would mean other values): {how}"
-        )
-
-
-def like_chain(folder: str, limit: int = 1000) -> list[str]:
-    """The folders ``folder`` was prepared like, nearest first (``meta.json``'s ``like``: week 3
-    like week 2 like week 1), as far as they are readable."""
-    from recsys.data.errors import DataError
-    from recsys.data.prepared.meta import read_meta
-
-    out: list[str] = []
-    while len(out) < limit:
-        try:
-            like = (read_meta(folder).get("like") or {}).get("folder")
-        except DataError:
-            break
-        if not like or like in out:
-            break
-        out.append(like)
-        folder = like
-    return out
-
-
-def score_frozen(plan: Plan) -> dict[str, float]:
-    """The champion as it is on the new period's test rows, in this process on the CPU: its own
-    tables, so an id a grown vocabulary gave a new row (``--grow-vocab``) is read as the champion
-    would have read it, from its unseen rows (``frozen_ids``)."""
-    import torch
-
-    from recsys.data.input.loader import load_splits
-    from recsys.distributed.checkpoint import load_model_unsharded
-    from recsys.distributed.env import WorkerEnv
-    from recsys.models import ModelAndLoss, build_model
-    from recsys.train.evaluation import evaluate
-
-    frozen = plan.frozen.with_overrides({"data.paths": [plan.data], "embeddings.dtype": "fp32",
-                                         "data.group_by": plan.cfg.data.group_by})  # fmt: skip
-    wrapper = ModelAndLoss(build_model(frozen.model, frozen.embeddings, len(frozen.loss.tasks)),
-                           frozen.loss)  # fmt: skip
-    load_model_unsharded(plan.checkpoint, wrapper)
-    rows = frozen.embeddings.num_embeddings
-    test = load_splits(plan.cfg.data, frozen.model.num_dense, rows).test
-    maps = frozen_ids(plan.data, rows)
-    env = WorkerEnv(0, 1, 0, 1, torch.device("cpu"))
-    return evaluate(wrapper.eval(), MappedIds(test, maps) if maps else test, frozen, env, "test")
-
-
-def frozen_ids(folder: str, rows: list[int]) -> dict[int, np.ndarray]:
-    """Per feature whose table in ``folder`` grew past the champion's ``rows``: each row id of
-    the grown table mapped to the champion's (an earlier row to itself, a new row to the unseen
-    row its value's hash picks: ``Vocabulary.ids``)."""
-    from recsys.prepare.like import load_fitted
-
-    fitted = load_fitted(folder)
-    maps = {}
-    for f, name in enumerate(fitted.schema.sparse):
-        v = fitted.vocabs.get(name)
-        if v is None or v.rows <= rows[f]:
-            continue
-        m = np.arange(v.rows, dtype=np.int64)
-        new = np.arange(rows[f], v.rows)
-        m[new] = (1 + v.hashes[new - 1 - v.oov_buckets] % np.uint64(v.oov_buckets)).astype(np.int64)
-        maps[f] = m
-    return maps
-
-
-class MappedIds(RowSource):
-    """``base``'s rows with feature ``f``'s ids replaced by ``maps[f][id]``."""
-
-    def __init__(self, base: RowSource, maps: dict[int, np.ndarray]) -> None:
-        self.base, self.maps, self.source = base, maps, base.source
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def read(self, start: int, stop: int) -> Any:
-        return self._mapped(self.base.read(start, stop))
-
-    def take(self, idx: np.ndarray) -> Any:
-        return self._mapped(self.base.take(idx))
-
-    def groups(self, start: int, stop: int) -> np.ndarray | None:
-        return self.base.groups(start, stop)
-
-    def _mapped(self, cols: Any) -> Any:
-        if isinstance(cols, Columns):
-            sparse = np.array(cols.sparse)
-            for f, m in self.maps.items():
-                sparse[:, f, :] = m[sparse[:, f, :]]
-            return dataclasses.replace(cols, sparse=sparse)
-        values = tuple(self.maps[f][v].astype(v.dtype) if f in self.maps else v
-                       for f, v in enumerate(cols.values))  # fmt: skip
-        return dataclasses.replace(cols, values=values)
-
-
-@dataclass(frozen=True)
 class Decision:
-    """The retrained seeds' spread against the frozen score: promote where outside the noise."""
+    """Whether the retrained model is promoted, the seed registered, and the line that says
+    why."""
 
     promote: bool
+    seed: int  # the retrained seed registered (1-based)
     line: str
 
 
-def decide(plan: Plan, retrained: list[float], frozen: float, kept_version: str) -> Decision:
-    """Whether the retrained model's lead over the frozen champion is outside the seed noise:
-    the frozen score outside the 95% interval of the retrained seeds' mean (in the metric's
-    direction)."""
+def decide(plan: Plan, retrained: list[float], frozen: float, champion: str) -> Decision:
+    """The module's rule: the frozen score outside the retrained seeds' 95% interval on the
+    better side, and the registered seed (the one nearest the mean) better than it.
+    ``champion``: the version ``@champion`` names now, for the line."""
     from recsys.tune.confirm import LEVEL, spread
 
     s = spread("retrained", retrained)
     sign = 1.0 if plan.mode == "max" else -1.0
     lead = sign * (s.mean - frozen)
+    seed = 1 + min(range(len(retrained)), key=lambda i: abs(retrained[i] - s.mean))
+    mine = sign * (retrained[seed - 1] - frozen)
     outside = (s.low > frozen) if plan.mode == "max" else (s.high < frozen)
-    interval = f"{LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] of {len(retrained)} seeds"
     metric = f"test_{plan.metric}"
-    if outside:
-        return Decision(
-            True,
-            f"retrained {metric} {s.mean:.4f} ({interval}) against the frozen "
-            f"champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise",
-        )
+    interval = f"{LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] of {len(retrained)} seeds"
+    exact = "; the seeds agree exactly: no seed noise measured" if s.std == 0 else ""
+    if outside and mine > 0:
+        return Decision(True, seed, f"retrained {metric} {s.mean:.4f} ({interval}) against the "
+                        f"frozen champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; "
+                        f"seed {seed} registered ({retrained[seed - 1]:.4f}){exact}")  # fmt: skip
+    why = "inside the noise" if not outside else f"seed {seed}, nearest the mean, not ahead"
     return Decision(
         False,
-        f"kept @{CHAMPION} (version {kept_version}): lead {lead:+.4f} inside "
-        f"the noise ({metric} {s.mean:.4f}, {interval}; frozen {frozen:.4f})",
+        seed,
+        f"kept @{CHAMPION} (version {champion}): lead {lead:+.4f} "
+        f"{why} ({metric} {s.mean:.4f}, {interval}; frozen {frozen:.4f}){exact}",
     )
+
+
+def scratch_line(plan: Plan, scores: dict[str, list[float]]) -> str:
+    """The warm start against the models from scratch: its lead, and whether it is outside the
+    seed noise (Welch's 95% interval of the difference, ``recsys.tune.confirm.separation``)."""
+    from recsys.tune.confirm import separation, spread
+
+    warm, cold = spread("retrained", scores["retrained"]), spread("scratch", scores["scratch"])
+    sep = separation(warm, cold, plan.mode)
+    where = "outside" if sep.low > 0 or sep.high < 0 else "inside"
+    return (f"warm start against from scratch: lead {sep.lead:+.4f} (95% CI [{sep.low:+.4f}, "
+            f"{sep.high:+.4f}], {where} the noise; from scratch {cold.mean:.4f})")  # fmt: skip
 
 
 @dataclass
 class Outcome:
     """A retrain's result: each training's test metric by role, the frozen champion's, the
-    decision, and the registered version (if any)."""
+    decision, and the registered version."""
 
     scores: dict[str, list[float]]
     frozen: float
     decision: Decision
     version: str = ""
+    lines: list[str] = field(default_factory=list)
 
 
 def run_retrain(
     plan: Plan, tracker: Tracker, resources: Resources, storage: str, out_dir: str,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, dtype: str = "int8",
 ) -> Outcome:  # fmt: skip
-    """Train every seed of both roles (Ray connected; each resumes where a run of this retrain
-    left it), score the frozen champion, register the retrained model and move ``@champion``
-    where ``decide`` says so; all under one MLflow parent run."""
+    """The frozen champion scored, every seed of both roles trained (Ray connected; each
+    resumes where a run of this retrain left it), the decision, the retrained model registered
+    and ``@champion`` moved where the decision and the alias allow; all under one MLflow parent
+    run."""
+    from recsys.lifecycle.frozen import score_frozen
     from recsys.runtime.storage import join as storage_join
 
     exp = tracker.experiment(f"retrain-{plan.name}")
-    parent = tracker.parent_run(exp, plan.key)
-    tracker.set_tags(parent, {Tag.PARENT_VERSION: plan.version,
-                              Tag.DATA: os.path.abspath(plan.data)})  # fmt: skip
+    parent = tracker.parent_run(exp, plan.key, kind="retrain")
+    tracker.set_tags(parent, {Tag.PARENT_VERSION: plan.version, Tag.DATA: plan.data})
+    frozen_scores = score_frozen(plan.frozen, plan.checkpoint, plan.cfg)  # first: it is cheap
+    frozen = frozen_scores.get(f"test_{plan.metric}", math.nan)
+    log(f"frozen champion (version {plan.version}): test_{plan.metric} {frozen:.4f}")
     folder = storage_join(storage, f"retrain-{plan.key}")
     scores: dict[str, list[float]] = {r: [] for r in ROLES}
     checkpoints: dict[str, str] = {}
@@ -299,23 +124,38 @@ def run_retrain(
         for role in ROLES:
             metrics, ckpt, run_id = train_one(plan, role, seed, tracker, exp, parent, resources,
                                               folder)  # fmt: skip
-            scores[role].append(float(metrics.get(f"test_{plan.metric}", math.nan)))
+            scores[role].append(test_score(metrics, plan, role, seed))
             checkpoints[f"{role}-{seed}"] = ckpt
             log(f"{role} seed {seed}: test_{plan.metric} {scores[role][-1]:.4f} (run {run_id})")
-    frozen_scores = score_frozen(plan)
-    frozen = frozen_scores.get(f"test_{plan.metric}", math.nan)
-    decision = decide(plan, scores["retrained"], frozen, plan.version)
-    log(f"frozen champion (version {plan.version}): test_{plan.metric} {frozen:.4f}")
-    log(decision.line)
-    outcome = Outcome(scores, frozen, decision)
-    outcome.version = register(plan, tracker, exp, checkpoints["retrained-1"], out_dir, decision)
+    decision = decide(plan, scores["retrained"], frozen, current_champion(tracker, plan))
+    outcome = Outcome(scores, frozen, decision, lines=[scratch_line(plan, scores)])
+    outcome.version, moved = register(plan, tracker, exp, checkpoints, out_dir, decision, dtype)
+    outcome.lines += [decision.line, *([moved] if moved else [])]
+    for line in outcome.lines:
+        log(line)
     summary = {f"{r}_{plan.metric}_mean": float(sum(v) / len(v)) for r, v in scores.items()}
     tracker.log_values(parent, {**summary, **{f"frozen_{k.removeprefix('test_')}": v
                                               for k, v in frozen_scores.items()}})  # fmt: skip
-    tracker.set_tags(parent, {Tag.DECISION: decision.line,
+    tracker.set_tags(parent, {Tag.DECISION: " ".join(outcome.lines),
                               Tag.REGISTERED_VERSION: outcome.version})  # fmt: skip
     tracker.finish(parent)
     return outcome
+
+
+def test_score(metrics: dict[str, Any], plan: Plan, role: str, seed: int) -> float:
+    """A training's ``test_<metric>``; a training that reported none is refused."""
+    key = f"test_{plan.metric}"
+    if key not in metrics:
+        raise ValueError(f"the {role} training of seed {seed} reported no {key}")
+    return float(metrics[key])
+
+
+def current_champion(tracker: Tracker, plan: Plan) -> str:
+    """The version ``@champion`` names now ("none" without the alias)."""
+    try:
+        return str(tracker.client.get_model_version_by_alias(plan.name, CHAMPION).version)
+    except Exception:  # MlflowException: no such alias
+        return "none"
 
 
 def train_one(
@@ -370,26 +210,41 @@ def finished(tracker: Tracker, exp: str, trial: str, metric: str
 
 
 def register(
-    plan: Plan, tracker: Tracker, exp: str, checkpoint: str, out_dir: str, decision: Decision
-) -> str:
-    """Export the retrained model (its first seed) as a new version of ``plan.name``, with its
-    lineage, and ``@champion`` where ``decision`` promotes it; its version. A retrain run again
-    after it registered finds its version and registers none."""
+    plan: Plan, tracker: Tracker, exp: str, checkpoints: dict[str, str], out_dir: str,
+    decision: Decision, dtype: str = "int8",
+) -> tuple[str, str]:  # fmt: skip
+    """Export the decision's retrained seed as a new version of ``plan.name`` with its lineage
+    (a retrain run again finds its version and registers none), and move ``@champion`` to it
+    where the decision promotes it and the alias still names ``plan.version``. Its version, and
+    a line where a promotion did not move the alias."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
-    run = tracker.find_trial_run(exp, f"{plan.key}.retrained-1")
-    assert run is not None
-    run_id = str(run.info.run_id)
-    client = tracker.client
+    trial = f"{plan.key}.retrained-{decision.seed}"
+    run = tracker.find_trial_run(exp, trial)
+    if run is None:
+        raise ValueError(f"retrain {plan.key}: no MLflow run of {trial}")
+    run_id, client = str(run.info.run_id), tracker.client
     if not any(v.run_id == run_id for v in client.search_model_versions(f"name = '{plan.name}'")):
-        export_to_run(tracker, run_id, checkpoint, plan.config_of("retrained", 1), out_dir,
-                      "int8", plan.name)  # fmt: skip
-    version = newest_version(tracker, plan.name, run_id)
-    tags = {Tag.PARENT_VERSION: plan.version, Tag.DATA: os.path.abspath(plan.data),
-            Tag.PARENT_DATA: ",".join(plan.frozen.data.paths),
-            Tag.CHAMPION: "yes" if decision.promote else f"no: {decision.line}"}  # fmt: skip
+        export_to_run(
+            tracker,
+            run_id,
+            checkpoints[f"retrained-{decision.seed}"],
+            plan.config_of("retrained", decision.seed),
+            out_dir,
+            dtype,
+            plan.name,
+        )
+    version = str(newest_version(tracker, plan.name, run_id))
+    now = current_champion(tracker, plan)
+    moved = ""
+    if decision.promote and now != plan.version:
+        moved = (f"not promoted: @{CHAMPION} names version {now}, not version {plan.version} "
+                 "this retrain started from")  # fmt: skip
+    said = "yes" if decision.promote and not moved else f"no: {moved or decision.line}"
+    tags = {Tag.PARENT_VERSION: plan.version, Tag.DATA: plan.data,
+            Tag.PARENT_DATA: ",".join(plan.frozen.data.paths), Tag.CHAMPION: said}  # fmt: skip
     for k, v in tags.items():
         client.set_model_version_tag(plan.name, version, k, v)
-    if decision.promote:
+    if decision.promote and not moved:
         client.set_registered_model_alias(plan.name, CHAMPION, version)
-    return str(version)
+    return version, moved

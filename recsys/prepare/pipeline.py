@@ -287,6 +287,8 @@ def prepare(
         )  # fmt: skip
     if grow_vocab and like is None:
         raise DataError("--grow-vocab grows an earlier folder's vocabularies: it needs --like")
+    if like is not None and storage.is_uri(like):
+        raise DataError(f"--like {like}: a local prepared folder (copy it from the store first)")
     earlier = load_fitted(like) if like is not None else None
     if earlier is not None:
         check_same_schema(schema, earlier.schema, like)
@@ -295,6 +297,7 @@ def prepare(
     if earlier is not None:
         check_types(str(like), earlier.id_types, id_types(seen.types, schema))
         check_dense(seen.types, schema, str(like))
+    check_group(seen.types, schema)
     splits = file_splits(files, schema) if schema.split_by == "files" else {}
     for warning in seen.warnings():
         log(f"prepare: warning: {warning}")
@@ -338,17 +341,30 @@ def _plan(ex: Executor, schema: DatasetSchema, pieces: list[Piece], splits: dict
     return pieces, SplitPlan("hash")
 
 
+FREE_WITH_LIKE = ("format", "csv", "split", "on_bad_row")  # do not change what an id means
+
+
 def check_same_schema(schema: DatasetSchema, earlier: DatasetSchema, folder: Any) -> None:
-    """``--like``: ``schema`` is the earlier folder's, but for ``on_bad_row``; else the keys
-    that differ are named."""
-    mine = {**schema.to_dict(), "on_bad_row": None}
-    theirs = {**earlier.to_dict(), "on_bad_row": None}
+    """``--like``: ``schema`` is the earlier folder's in everything that says what an id or a
+    value means (it may read another format, split otherwise, skip bad rows: ``FREE_WITH_LIKE``);
+    else the keys that differ are named."""
+    mine = {k: v for k, v in schema.to_dict().items() if k not in FREE_WITH_LIKE}
+    theirs = {k: v for k, v in earlier.to_dict().items() if k not in FREE_WITH_LIKE}
     if mine != theirs:
         keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         raise DataError(
             f"--like {folder}: the schema differs from that folder's in {keys}; a later period "
             "is prepared with the earlier folder's own schema"
         )
+
+
+def check_group(types: dict[str, pa.DataType | None], schema: DatasetSchema) -> None:
+    """``group_by`` names a column of integers or text: a float's values would merge when
+    hashed as integers, and its NaNs would form one group."""
+    tp = types.get(schema.group_by or "")
+    if tp is not None and pa.types.is_floating(tp):
+        raise DataError(f"group_by={schema.group_by!r}: a column of {tp}; groups are integers or "
+                        "text (cast the column)")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,6 +171,9 @@ def inspect(files: list[str], schema: DatasetSchema) -> Inspection:
     all_null: dict[str, list[str]] = {}
     for path in files:
         types = file_types(path, schema)
+        if schema.group_by and schema.group_by not in types:
+            raise DataError(f"{path}: column {schema.group_by!r} (group_by in the schema) is "
+                            f"missing; the file has {sorted(types)[:12]}")  # fmt: skip
         for role, names in schema.roles().items():
             for name in names:
                 if name not in types:
@@ -199,6 +202,8 @@ def inspect(files: list[str], schema: DatasetSchema) -> Inspection:
         if name in all_null:
             raise DataError(f"{all_null[name][0]}: label column {name!r} holds no value")
     types = {name: tp for name, (_, tp) in first.items()}
+    if schema.group_by and schema.group_by not in types:  # (not a role: its type read here)
+        types[schema.group_by] = file_types(files[0], schema).get(schema.group_by)
     types.update({n: pa.null() for n in all_null if n not in types})
     return Inspection(types, all_null)
 

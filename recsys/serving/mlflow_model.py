@@ -254,6 +254,8 @@ def carry_verdict(tracker: Tracker, source: str, name: str, run_id: str) -> str:
     source_version = registered_version(tracker, source)
     version = newest_version(tracker, name, run_id)
     for key, value in (source_version.tags or {}).items():
+        if key == Tag.CHAMPION:  # the alias stays on the source: this version is no champion
+            value = f"no: a re-export of {source} (the alias stays there)"
         if key.startswith("recsys."):
             client.set_model_version_tag(name, version, key, value)
     return f"models:/{name}/{version}"

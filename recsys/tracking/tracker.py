@@ -168,16 +168,18 @@ class Tracker:
         """The MLflow run of Tune trial ``trial_id`` (None if it has none)."""
         return self._find(experiment_id, Tag.TRIAL, trial_id)
 
-    def parent_run(self, experiment_id: str, sweep: str) -> str:
-        return self._waiting(f"sweep {sweep}", lambda: self._parent(experiment_id, sweep))
+    def parent_run(self, experiment_id: str, sweep: str, kind: str = "sweep") -> str:
+        """The parent run of sweep ``sweep`` (``kind``: what it is, its ``Tag.KIND`` reads
+        ``<kind>:<sweep>``; a retrain's is ``retrain``), found again or created, running."""
+        return self._waiting(f"{kind} {sweep}", lambda: self._parent(experiment_id, sweep, kind))
 
-    def _parent(self, experiment_id: str, sweep: str) -> str:
-        found = self._find(experiment_id, Tag.KIND, f"sweep:{sweep}")
+    def _parent(self, experiment_id: str, sweep: str, kind: str) -> str:
+        found = self._find(experiment_id, Tag.KIND, f"{kind}:{sweep}")
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
             return str(found.info.run_id)
         run = self.client.create_run(
-            experiment_id, run_name=sweep, tags={Tag.SWEEP: sweep, Tag.KIND: f"sweep:{sweep}"}
+            experiment_id, run_name=sweep, tags={Tag.SWEEP: sweep, Tag.KIND: f"{kind}:{sweep}"}
         )
         return str(run.info.run_id)
 

@@ -9,7 +9,6 @@ run once more, it trains and registers nothing."""
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 
@@ -75,7 +74,9 @@ def champion(uri: str, folder: str, storage: str) -> None:
 def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, weeks, tmp_path,
                                                                 monkeypatch):  # fmt: skip
     import recsys.train.ray_trainer as ray_trainer
-    from recsys.lifecycle.retrain import frozen_ids, plan_retrain, run_retrain
+    from recsys.lifecycle.frozen import frozen_ids
+    from recsys.lifecycle.plan import plan_retrain
+    from recsys.lifecycle.retrain import run_retrain
     from recsys.tracking.tracker import Tracker
     from recsys.train.ray_trainer import Resources
 
@@ -108,10 +109,15 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert {r: len(v) for r, v in outcome.scores.items()} == {"retrained": 2, "scratch": 2}
     assert all(0.4 < s < 1.0 for v in outcome.scores.values() for s in v)
     assert not math.isnan(outcome.frozen) and outcome.frozen > 0.4
-    assert lines[-1] == outcome.decision.line
+    assert outcome.decision.line in lines and lines[-1] in outcome.lines
+    assert any(ln.startswith("warm start against from scratch: lead") for ln in lines)
     version = tracker.client.get_model_version("m", outcome.version)
+    registered = tracker.find_trial_run(
+        tracker.experiment("retrain-m"), f"{plan.key}.retrained-{outcome.decision.seed}"
+    )
+    assert version.run_id == registered.info.run_id  # the seed the decision names
     assert outcome.version == "2" and version.tags["recsys.parent_version"] == "1"
-    assert version.tags["recsys.data"] == os.path.abspath(weeks[1])
+    assert version.tags["recsys.data"] == weeks[1]
     assert version.tags["recsys.parent_data"] == weeks[0]
     alias = str(tracker.client.get_model_version_by_alias("m", "champion").version)
     assert alias == ("2" if outcome.decision.promote else "1")
@@ -120,3 +126,5 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     again = run_retrain(plan, tracker, resources, storage, out, log=lines.append)
     assert len(calls) == 4 and again.scores == outcome.scores  # nothing trained again
     assert again.version == outcome.version  # nor registered again
+    with pytest.raises(ValueError, match="version 2 was trained on this folder already"):
+        plan_retrain(tracker, "models:/m/2", weeks[1], epochs=1.0, seeds=2)

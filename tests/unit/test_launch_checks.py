@@ -113,6 +113,7 @@ def test_an_option_a_source_would_ignore_is_refused(capsys):
         (["--model", "models:/m@a", "--config", "c.yaml"], "--config names a checkpoint's"),
         (["--sweep", "s", "--num-workers", "4"], "--num-workers says where the refit runs"),
         (["--sweep", "s", "--wait-for-nodes", "30"], "--wait-for-nodes says where the refit"),
+        (["--sweep", "s", "--gpus"], "--gpus says where the refit runs"),
     ]:
         with pytest.raises(SystemExit):
             export.parse_args(argv)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from recsys.config import ExperimentConfig
 from recsys.data.columns import DataError
@@ -81,6 +82,17 @@ def test_known_ids_keep_their_rows_and_unseen_ones_are_counted(earlier, tmp_path
     assert cfg_new.embeddings == cfg_old.embeddings and cfg_new.model == cfg_old.model
 
 
+def test_a_group_column_of_floats_is_refused(tmp_path):
+    data = period(50, (0, 10), 5, seed=5)
+    data["session"] = np.linspace(0, 1, 50)
+    schema = DatasetSchema.from_dict({**SCHEMA, "group_by": "session"})
+    with pytest.raises(DataError, match="group_by='session': a column of double"):
+        prepare(schema, [write(tmp_path / "f.parquet", data)], str(tmp_path / "o"), workers=0)
+    gone = {k: v for k, v in data.items() if k != "session"}
+    with pytest.raises(DataError, match="column 'session' .group_by in the schema. is missing"):
+        prepare(schema, [write(tmp_path / "g.parquet", gone)], str(tmp_path / "o"), workers=0)
+
+
 def test_a_column_that_changed_type_or_went_missing_is_refused_naming_it(earlier, tmp_path):
     schema = load_fitted(earlier).schema
     text = period(50, (0, 10), 5, seed=2)
@@ -127,9 +139,20 @@ def test_the_command_takes_a_folder_or_a_schema(earlier, tmp_path):
                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert "prepare: item: " in ok.stderr and "ids unseen in" in ok.stderr
-    both = subprocess.run([*run, "--like", earlier, "--schema", "x.yaml", "--out", "o"],
+    neither = subprocess.run([*run, "--out", "o"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=120)  # fmt: skip
+    assert neither.returncode != 0 and "name the data's schema (--schema)" in neither.stderr
+    other = tmp_path / "other.yaml"  # another split is free; another transform is not
+    other.write_text(yaml.safe_dump({**SCHEMA, "split": {"val_fraction": 0.2}}))
+    ok = subprocess.run([*run, "--like", earlier, "--schema", str(other), "--out",
+                         str(tmp_path / "w3")], capture_output=True, text=True, cwd=ROOT,
+                        timeout=120)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    other.write_text(yaml.safe_dump({**SCHEMA, "dense": {"x": {"transform": "log1p"}}}))
+    both = subprocess.run([*run, "--like", earlier, "--schema", str(other), "--out", "o"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
-    assert both.returncode != 0 and "not allowed with argument" in both.stderr
+    assert both.returncode != 0 and "the schema differs from that folder's in ['dense']" in \
+        both.stderr  # fmt: skip
     grow = subprocess.run([*run, "--schema", "clicklogs", "--grow-vocab", "--out", "o"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
     assert grow.returncode != 0 and "--grow-vocab grows the vocabularies of --like" in grow.stderr

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from recsys.config import ExperimentConfig
-from recsys.lifecycle.retrain import Plan, check_same_features, decide
+from recsys.lifecycle.plan import Plan, check_period, on_period
+from recsys.lifecycle.retrain import decide
 
 
 def plan(metric: str = "auc") -> Plan:
@@ -18,26 +19,30 @@ def plan(metric: str = "auc") -> Plan:
 
 def test_a_lead_inside_the_seed_noise_keeps_the_champion():
     noisy = [0.7010, 0.6950, 0.7090]  # mean 0.7017, its 95% interval about +-0.017
-    kept = decide(plan(), noisy, frozen=0.7000, kept_version="3")
+    kept = decide(plan(), noisy, frozen=0.7000, champion="3")
     assert not kept.promote
     assert kept.line.startswith("kept @champion (version 3): lead +0.0017 inside the noise")
     tight = [0.7110, 0.7105, 0.7115]  # the interval [0.710, 0.712] clear of 0.7000
-    won = decide(plan(), tight, frozen=0.7000, kept_version="3")
+    won = decide(plan(), tight, frozen=0.7000, champion="3")
     assert won.promote and "lead +0.0110, outside the noise" in won.line
-    behind = decide(plan(), [0.69, 0.691, 0.689], frozen=0.7000, kept_version="3")
+    assert won.seed == 1 and "seed 1 registered (0.7110)" in won.line  # the one nearest the mean
+    behind = decide(plan(), [0.69, 0.691, 0.689], frozen=0.7000, champion="3")
     assert not behind.promote and "lead -0.0100" in behind.line
+    same = decide(plan(), [0.71, 0.71, 0.71], frozen=0.7000, champion="3")  # a solved model
+    assert same.promote and "the seeds agree exactly: no seed noise measured" in same.line
 
 
 def test_log_loss_decides_downwards():
-    lower = decide(plan("log_loss"), [0.401, 0.400, 0.402], frozen=0.45, kept_version="3")
+    lower = decide(plan("log_loss"), [0.401, 0.400, 0.402], frozen=0.45, champion="3")
     assert lower.promote and "lead +0.0490" in lower.line
-    higher = decide(plan("log_loss"), [0.46, 0.461, 0.459], frozen=0.45, kept_version="3")
+    higher = decide(plan("log_loss"), [0.46, 0.461, 0.459], frozen=0.45, champion="3")
     assert not higher.promote
 
 
 def test_a_period_prepared_otherwise_is_refused(tmp_path):
-    """The new period must be prepared ``--like`` the champion's data: its ids then mean what the
-    champion's tables learnt; one with vocabularies of its own, or other features, is refused."""
+    """The new period's vocabularies must start with the champion's (``--like``, grown or not):
+    its ids then mean what the champion's tables learnt; one with vocabularies of its own, other
+    features, the champion's own data again, or no test rows, is refused."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -46,33 +51,45 @@ def test_a_period_prepared_otherwise_is_refused(tmp_path):
     from recsys.data.schema import DatasetSchema
     from recsys.prepare.pipeline import prepare
 
-    rng = np.random.default_rng(0)
-    table = pa.table({"y": rng.integers(0, 2, 200).astype(np.int8),
-                      "u": [f"u{i}" for i in rng.integers(0, 9, 200)],
-                      "i": rng.integers(0, 5, 200)})  # fmt: skip
-    pq.write_table(table, tmp_path / "raw.parquet")
+    def write(name: str, seed: int) -> str:
+        rng = np.random.default_rng(seed)
+        table = pa.table({"y": rng.integers(0, 2, 200).astype(np.int8),
+                          "u": [f"u{i}" for i in rng.integers(0, 9, 200)],
+                          "i": rng.integers(0, 5, 200)})  # fmt: skip
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+        return str(tmp_path / f"{name}.parquet")
+
     schema = DatasetSchema.from_dict({"labels": ["y"], "sparse": {"u": {}, "i": {}}})
     folders = {}
-    for name, like in (("week1", None), ("week2", "week1"), ("week3", "week2"), ("own", None)):
+    for name, like, seed in (("week1", None, 0), ("week2", "week1", 1), ("week3", "week2", 2),
+                             ("own", None, 3)):  # fmt: skip
         folders[name] = str(tmp_path / name)
-        prepare(schema, [str(tmp_path / "raw.parquet")], folders[name], workers=0,
-                like=folders.get(like or ""), log=lambda s: None)  # fmt: skip
+        prepare(schema, [write(name, seed)], folders[name], workers=0, like=folders.get(like or ""),
+                log=lambda s: None)  # fmt: skip
+    data = {"source": "prepared", "paths": [folders["week1"]]}
+    frozen = resolve(ExperimentConfig.from_dict({"data": data}))
 
-    def cfg(folder):
-        return resolve(ExperimentConfig.from_dict({"data": {"source": "prepared",
-                                                            "paths": [folder]}}))  # fmt: skip
+    def check(name: str) -> None:
+        check_period(frozen, on_period(frozen, folders[name]), folders[name], "auc", "version 1")
 
-    frozen = cfg(folders["week1"])
-    check_same_features(frozen, cfg(folders["week2"]), folders["week2"])
-    check_same_features(frozen, cfg(folders["week3"]), folders["week3"])  # like week2 like week1
-    check_same_features(frozen, frozen, folders["week1"])  # the same folder again
-    with pytest.raises(ValueError, match="prepared with vocabularies of its own, not like"):
-        check_same_features(frozen, cfg(folders["own"]), folders["own"])
-    other = frozen.with_overrides(
-        {"embeddings.feature_names": ["v", "i"], "embeddings.feature_pooling": {}}
-    )
-    with pytest.raises(ValueError, match=r"its features \['v', 'i'\] are not the model's"):
-        check_same_features(frozen, other, folders["week2"])
+    check("week2")
+    check("week3")  # like week2 like week1
+    with pytest.raises(ValueError, match="feature 'u''s vocabulary is not the champion's"):
+        check("own")
+    with pytest.raises(ValueError, match="version 1 was trained on this folder already"):
+        check("week1")
+    with pytest.raises(ValueError, match="no groups"):
+        check_period(frozen, on_period(frozen, folders["week2"]), folders["week2"], "gauc", "v1")
+    other = frozen.with_overrides({"embeddings.feature_names": ["v", "i"],
+                                   "embeddings.feature_pooling": {}})  # fmt: skip
+    with pytest.raises(ValueError, match=r"its features \['u', 'i'\] are not the model's"):
+        check_period(other, on_period(frozen, folders["week2"]), folders["week2"], "auc", "v1")
+    grandchild = frozen.with_overrides({"train.init_from": "/old/ckpt"})  # a retrained champion
+    period = on_period(grandchild, folders["week2"])
+    scratch = Plan("m", "1", "r", "ckpt", grandchild, period, folders["week2"], 2, "auc", "max")
+    assert scratch.config_of("scratch", 1).train.init_from == ""  # never the grandparent's
+    assert scratch.config_of("retrained", 1).train.init_from == "ckpt"
+    assert scratch.cfg.train.eval_batches == 0  # the frozen champion scored on the same rows
 
 
 def test_the_command_refuses_before_ray_starts(tmp_path, capsys):

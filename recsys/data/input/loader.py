@@ -329,5 +329,5 @@ def eval_groups(
             raise DataError(f"{rows.source}: holds no groups (groups.npy): prepare it again "
                             "with the schema's group_by")  # fmt: skip
         out = torch.zeros(batch_size, dtype=torch.int64)
-        out[: hi - lo] = torch.from_numpy(np.ascontiguousarray(got))
+        out[: hi - lo] = torch.from_numpy(np.array(got, dtype=np.int64))  # (a copy: writable)
         yield out
