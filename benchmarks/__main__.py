@@ -23,6 +23,8 @@ changes: FILES)" next to the commit. Outside a git checkout it writes "commit un
     .venv/bin/python -m benchmarks quality             # the sweep's best against a plain MLP,
                                                        # its references against scikit-learn's LR
                                                        # and a plain FM, and the oracle
+    .venv/bin/python -m benchmarks timewalk            # a drifting log over 6 periods: frozen
+                                                       # champion, retrained, a new sweep each
 
 They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
 Ray/MLflow drivers here are measuring tools, not part of the library.
@@ -124,6 +126,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     u.add_argument("--search", choices=["random", "optuna"], default="random",
                    help="the sweeps' search algorithm (recsys-sweep --search)")  # fmt: skip
     u.add_argument("--smoke", action="store_true", help="the space's smoke variant (a dry run)")
+    w = sub.add_parser("timewalk", help="a drifting log over periods: frozen, retrained, new sweep")
+    w.add_argument("--periods", type=int, default=6)
+    w.add_argument("--rows", type=int, default=20_000, help="rows a period")
+    w.add_argument("--samples", type=int, default=6, help="trials of each period's sweep")
+    w.add_argument("--seeds", type=int, default=3, help="seeds of each retrain")
+    w.add_argument("--workers", type=int, default=1, help="Ray Train workers per training")
+    w.add_argument("--concurrent", type=int, default=2, help="a sweep's trials at a time")
+    w.add_argument("--seed", type=int, default=0, help="the log's seed")
     return p.parse_args(argv)
 
 
@@ -140,6 +150,10 @@ def run(args: argparse.Namespace) -> str:
         from benchmarks import export
 
         return export.run(args.gib)
+    if args.bench == "timewalk":
+        from benchmarks import timewalk
+
+        return timewalk.main(args)
     if args.bench == "quality":
         from benchmarks import quality
 

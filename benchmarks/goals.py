@@ -305,3 +305,27 @@ def _every_task(verdicts: Sequence[str]) -> str:
     if MISSED in verdicts:
         return MISSED
     return next((v for v in verdicts if v != MET), MET)
+
+
+RETRAIN_GAP = 0.005  # test AUC a retrained model may trail a new sweep by
+RETRAIN_COST = 0.1  # of a new sweep's compute
+
+
+def retrain_keeps_up(gaps: Sequence[float], cost: float) -> str:
+    """The time walk: in every period the retrained model's test AUC (its seeds' mean) minus a
+    new sweep's is at least -0.005, and the retrains' compute at most a tenth of the new
+    sweeps' (wall seconds of their trainings, all periods)."""
+    verdicts = [("in AUC", MET if all(g >= -RETRAIN_GAP for g in gaps) else MISSED),
+                ("in compute", MET if cost <= RETRAIN_COST else MISSED)]  # fmt: skip
+    return cases(verdicts)
+
+
+def retrain_beats_frozen(periods: Mapping[int, tuple[Interval, float]]) -> str:
+    """The time walk, from its third period on: the retrained seeds' test AUC above the frozen
+    champion's (one figure: the checkpoint as it is), the whole 95% interval, every period
+    (``interval_at_least``, strictly; keyed by period)."""
+    if not periods:
+        return MISSED
+    verdicts = [(str(p), interval_at_least(i, frozen, strict=True).split(":")[0])
+                for p, (i, frozen) in sorted(periods.items())]  # fmt: skip
+    return cases(verdicts, prefix="in period ")

@@ -116,6 +116,19 @@ def test_the_lr_reference_is_judged_either_side_of_scikit_learns() -> None:
     assert goals.refit_beats_lr(0.6600, 0.6617) == "missed"
 
 
+def test_the_time_walk_is_judged_per_period_and_by_its_interval() -> None:
+    assert goals.retrain_keeps_up([-0.004, 0.01], 0.08) == "met"
+    assert goals.retrain_keeps_up([-0.006, 0.01], 0.08) == "missed in AUC; met in compute"
+    assert goals.retrain_keeps_up([0.0], 0.2) == "met in AUC; missed in compute"
+    above, across = goals.Interval(0.71, 0.705, 0.715), goals.Interval(0.71, 0.69, 0.73)
+    assert goals.retrain_beats_frozen({3: (above, 0.70), 4: (above, 0.70)}) == "met"
+    assert goals.retrain_beats_frozen({3: (above, 0.70), 4: (across, 0.70)}) == (
+        "met in period 3; not met in period 4"
+    )
+    assert goals.retrain_beats_frozen({3: (above, 0.72)}) == "missed"
+    assert goals.retrain_beats_frozen({}) == "missed"
+
+
 def test_cases_say_each_verdict_with_its_labels() -> None:
     assert goals.cases([("a", "met"), ("b", "met")]) == "met"
     assert goals.cases([("in time order", "met"), ("with shuffling", "missed")]) == (
