@@ -89,10 +89,23 @@ def test_bf16_on_cpu_is_refused_clearly():
     assert "embeddings.dtype='bf16'" in message and "use fp16 on CPU" in message
 
 
-def test_embedding_adam_on_cpu_is_refused_clearly():
-    """FBGEMM's CPU kernels have no fused Adam (it failed deep in TorchRec's sharding)."""
+def test_embedding_adam_on_cpu_with_a_table_pinned_off_data_parallel_is_refused_clearly():
+    """FBGEMM's CPU kernels have no fused Adam: on CPU the tables train dense, data-parallel
+    (``preflight.dense_adam``), which a table pinned to column-wise forbids; the refusal names
+    the pin, where it once failed deep in TorchRec's planner."""
     (message,) = run_ranks(_build_on_cpu, {"optim.embedding_optimizer": "adam"}, world_size=1)
-    assert "optim.embedding_optimizer='adam'" in message and "needs GPU workers" in message
+    assert message.startswith("sharding.tables.t_cat_3.sharding_types=['column_wise']"), message
+    assert "optim.embedding_optimizer='adam' on CPU workers" in message
+    assert "allow data_parallel, or use GPU workers" in message
+
+
+def test_embedding_adam_on_cpu_builds_with_dense_tables():
+    (message,) = run_ranks(
+        _build_on_cpu,
+        {"optim.embedding_optimizer": "adam", "sharding.tables": {}},
+        world_size=1,
+    )
+    assert message == "built"
 
 
 def test_embedding_weight_decay_on_fp32_tables_on_cpu_is_refused_clearly():
