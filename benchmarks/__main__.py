@@ -23,6 +23,7 @@ changes: FILES)" next to the commit. Outside a git checkout it writes "commit un
     .venv/bin/python -m benchmarks quality             # the sweep's best against a plain MLP,
                                                        # its references against scikit-learn's LR
                                                        # and a plain FM, and the oracle
+    .venv/bin/python -m benchmarks quickstart          # the README's default sweep, timed
     .venv/bin/python -m benchmarks timewalk            # a drifting log over 6 periods: frozen
                                                        # champion, retrained, a new sweep each
 
@@ -126,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     u.add_argument("--search", choices=["random", "optuna"], default="random",
                    help="the sweeps' search algorithm (recsys-sweep --search)")  # fmt: skip
     u.add_argument("--smoke", action="store_true", help="the space's smoke variant (a dry run)")
+    sub.add_parser("quickstart", help="the README's default sweep from start to exit, timed")
     w = sub.add_parser("timewalk", help="a drifting log over periods: frozen, retrained, new sweep")
     w.add_argument("--periods", type=int, default=6)
     w.add_argument("--rows", type=int, default=20_000, help="rows a period")
@@ -150,6 +152,10 @@ def run(args: argparse.Namespace) -> str:
         from benchmarks import export
 
         return export.run(args.gib)
+    if args.bench == "quickstart":
+        from benchmarks import quickstart
+
+        return quickstart.run()
     if args.bench == "timewalk":
         from benchmarks import timewalk
 

@@ -329,3 +329,13 @@ def retrain_beats_frozen(periods: Mapping[int, tuple[Interval, float]]) -> str:
     verdicts = [(str(p), interval_at_least(i, frozen, strict=True).split(":")[0])
                 for p, (i, frozen) in sorted(periods.items())]  # fmt: skip
     return cases(verdicts, prefix="in period ")
+
+
+# --- the first sweep (issue 59) ------------------------------------------------------------------
+
+QUICKSTART_S = 300.0  # the default sweep, start to exit, on 2 cores, at most
+
+
+def quickstart(seconds: float) -> str:
+    """The README's default sweep (``benchmarks.quickstart``), its wall seconds: at most 5 min."""
+    return at_most(seconds, QUICKSTART_S)

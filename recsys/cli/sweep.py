@@ -26,13 +26,17 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import add_address, add_options, ray_address
-from recsys.configlib import ConfigError
+from recsys.cli import TYPES, add_address, add_options, ray_address
+from recsys.configlib import ConfigError, nearest
+
+# the options a space's ``run`` section may set, where the command line does not
+RUN = ("num_workers", "cpus_per_worker", "max_concurrent", "scheduler", "search")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parser of ``recsys-sweep``: the options declared on ``SweepOptions``' fields
     (``recsys.cli.add_options``), and those of this command alone."""
+    from recsys.configlib import options
     from recsys.tune.state import SweepOptions
 
     p = argparse.ArgumentParser(
@@ -56,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--name", help="sweep name (default: the space's name)")
     again = add_options(p, SweepOptions)["again"]
+    for action in p._actions:  # untyped, the space's run section says them (run_defaults)
+        if action.dest in RUN:
+            default = options(SweepOptions)[action.dest][1]
+            help = (action.help or "").split(" (default")[0]
+            action.help = f"{help} (default: the space's run section, else {default})"
+            action.default = None
     again.add_argument(
         "--restart", action="store_true",
         help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
@@ -89,8 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def sweep_options(args: argparse.Namespace, space: Any) -> Any:
     """The ``SweepOptions`` of the command line: every option typed, the name, storage and store
-    by their rules, the sample count from the smoke variant or the space where not typed (and
-    the dataclass's default where neither says)."""
+    by their rules, the sample count from the smoke variant or the space where not typed, the
+    space's ``run`` section where not typed (``run_defaults``), and the dataclass's default
+    where none says."""
     from recsys.configlib import options
     from recsys.runtime.storage import resolved
     from recsys.tune.state import SweepOptions, default_tracking_uri
@@ -99,12 +110,40 @@ def sweep_options(args: argparse.Namespace, space: Any) -> Any:
     smoke = space.smoke.get("num_samples") if args.smoke_test else None
     if "num_samples" not in given and (n := smoke or space.raw.get("num_samples")):
         given["num_samples"] = n
+    given = {**run_defaults(space), **given}
     return SweepOptions(
         name=args.name or space.name,
         storage=resolved(args.storage),
         tracking_uri=args.tracking_uri or default_tracking_uri(os.getcwd()),
         **given,
     )
+
+
+def run_defaults(space: Any) -> dict[str, Any]:
+    """The space's ``run`` section (``run: {num_workers: 1, max_concurrent: 2}``): options of
+    ``RUN`` by their names, each value checked as its flag checks a typed one; refused naming
+    the space's file and the key."""
+    from recsys.configlib import options
+    from recsys.tune.state import SweepOptions
+
+    declared = options(SweepOptions)
+    out: dict[str, Any] = {}
+    for key, value in space.run.items():
+        if key not in RUN:
+            raise ConfigError(f"{space.source}: run.{key}: not an option a space sets"
+                              f"{nearest(str(key), RUN)}; it sets {', '.join(RUN)}")  # fmt: skip
+        opt, default = declared[key]
+        kind = opt.kind or {int: "int", float: "float"}.get(type(default), "str")
+        try:
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise argparse.ArgumentTypeError(f"{value!r} is not a {kind}")
+            out[key] = TYPES[kind](str(value))
+        except argparse.ArgumentTypeError as e:
+            raise ConfigError(f"{space.source}: run.{key}: {e}") from None
+        if opt.choices and out[key] not in opt.choices:
+            raise ConfigError(f"{space.source}: run.{key}: {value!r} is not one of "
+                              f"{', '.join(opt.choices)}")  # fmt: skip
+    return out
 
 
 def with_confirm(space: Any, top: int | None, seeds: int | None, references: bool = False) -> Any:

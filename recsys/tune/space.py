@@ -18,6 +18,8 @@ A space file::
     baselines: [lr, fm]              # reference models, each the best of a small search
     confirm: {top: 2, seeds: 3}      # after the search: the 2 best re-trained with 3 new seeds
                                      # (references: true: each reference's best too)
+    run: {num_workers: 1, max_concurrent: 2}   # sweep options the command line did not type
+                                     # (recsys.cli.sweep.RUN, by their flags' names)
 
 ``baselines`` and ``confirm`` are the sweep's later phases (``recsys.tune.phases``); ``smoke`` may
 set its own. ``--confirm K --seeds N`` on the command line replace ``confirm``.
@@ -61,7 +63,7 @@ PRIMITIVES = ("choice", "grid", "uniform", "loguniform", "randint")
 MAX_COMBINATIONS = 4096
 SECTIONS = (
     "description", "base", "num_samples", "overrides", "space", "metric", "mode", "smoke",
-    "constraints", "baselines", "confirm",
+    "constraints", "baselines", "confirm", "run",
 )  # fmt: skip
 SMOKE_SECTIONS = ("num_samples", "overrides", "baselines", "confirm")
 VALIDATION: tuple[str, ...] = tuple(f"val_{m}" for m in MONITORED)  # (/<task>, /mean too)
@@ -153,6 +155,7 @@ class SearchSpace:
     baselines: list[str] = field(default_factory=list)
     confirm: Confirm = field(default_factory=lambda: Confirm(0, 0))
     references: dict[str, Reference] = field(default_factory=dict)  # by arch, as ``baselines``
+    run: dict[str, Any] = field(default_factory=dict)  # the ``run`` section, as written
 
     @property
     def metric(self) -> str:
@@ -309,7 +312,16 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
         baselines=list(references),
         confirm=confirm,
         references=references,
+        run=_run(path, raw.get("run") or {}),
     )
+
+
+def _run(path: str, run: Any) -> dict[str, Any]:
+    """The ``run`` section: a mapping (its keys and values are checked by the command that runs
+    the sweep, as its flags: ``recsys.cli.sweep.run_defaults``)."""
+    if not isinstance(run, dict):
+        raise ConfigError(f"{path}: run: expected a mapping of options, got {run!r}")
+    return dict(run)
 
 
 def _smoke(path: str, smoke: Any) -> dict[str, Any]:

@@ -129,6 +129,11 @@ def test_the_time_walk_is_judged_per_period_and_by_its_interval() -> None:
     assert goals.retrain_beats_frozen({}) == "missed"
 
 
+def test_the_first_sweep_is_judged_by_its_wall_seconds() -> None:
+    assert goals.quickstart(300.0) == "met"
+    assert goals.quickstart(300.5) == "missed"
+
+
 def test_cases_say_each_verdict_with_its_labels() -> None:
     assert goals.cases([("a", "met"), ("b", "met")]) == "met"
     assert goals.cases([("in time order", "met"), ("with shuffling", "missed")]) == (

@@ -125,17 +125,23 @@ def test_an_option_a_source_would_ignore_is_refused(capsys):
 def test_each_option_is_declared_once_and_every_command_reads_it_so(capsys):
     """The worker options of every training command, and the sweep's, come from the one
     declaration on their dataclass: flag, default and help alike."""
+    import dataclasses
+
     from recsys.cli import retrain, sweep, train
     from recsys.configlib import options
     from recsys.runtime.cluster import WorkerOptions
     from recsys.tune.state import KEPT, RESTORED
 
     base = ["--model", "models:/m@champion", "--data", "d"]
-    for parse, argv in [(train.parse_args, []), (sweep.parse_args, []),
-                        (retrain.parse_args, base)]:  # fmt: skip
+    for parse, argv in [(train.parse_args, []), (retrain.parse_args, base)]:
         args = parse(argv)
         for name, (_, default) in options(WorkerOptions).items():
             assert getattr(args, name) == default, (parse.__module__, name)
+    args = sweep.parse_args([])  # untyped, a space's run section may say them first
+    bare = sweep.sweep_options(args, dataclasses.replace(spaces.load("default"), run={}))
+    for name, (_, default) in options(WorkerOptions).items():
+        assert getattr(args, name) == (None if name in sweep.RUN else default), name
+        assert getattr(bare, name) == default, name
     args = train.parse_args(["--gpus", "--cpus-per-worker", "3", "--wait-for-nodes", "5"])
     assert (args.use_gpu, args.cpus_per_worker, args.wait_for_nodes) == (True, 3.0, 5.0)
     assert set(RESTORED) == {"num_samples", "max_concurrent", "scheduler", "search", "seed",
@@ -157,6 +163,42 @@ def test_each_option_is_declared_once_and_every_command_reads_it_so(capsys):
         with pytest.raises(SystemExit):
             sweep.parse_args(argv)
         assert message in capsys.readouterr().err, argv
+
+
+def test_a_spaces_run_section_sets_the_options_the_command_line_does_not(tmp_path):
+    """``run:`` in a space: the options of ``RUN`` where not typed, checked as their flags."""
+    import dataclasses
+
+    from recsys.cli import sweep
+
+    space = spaces.load("default", smoke=True)
+    run = {"num_workers": 1, "max_concurrent": 2, "scheduler": "asha", "cpus_per_worker": 0.5}
+    runs = dataclasses.replace(space, run=run)
+    opts = sweep.sweep_options(sweep.parse_args([]), runs)
+    assert (opts.num_workers, opts.max_concurrent, opts.scheduler, opts.cpus_per_worker) == (
+        1, 2, "asha", 0.5)  # fmt: skip
+    typed = sweep.parse_args(["--num-workers", "2", "--scheduler", "fifo"])
+    opts = sweep.sweep_options(typed, runs)
+    assert (opts.num_workers, opts.max_concurrent, opts.scheduler) == (2, 2, "fifo")
+    for run, message in [
+        (
+            {"num_worker": 1},
+            "run.num_worker: not an option a space sets (did you mean 'num_workers'?)",
+        ),
+        ({"num_workers": 0}, "run.num_workers: '0': must be at least 1"),
+        ({"num_workers": 1.5}, "run.num_workers: '1.5' is not a whole number"),
+        ({"max_concurrent": True}, "run.max_concurrent: True is not a count"),
+        ({"scheduler": "ashaa"}, "run.scheduler: 'ashaa' is not one of fifo, asha, hyperband"),
+        ({"cpus_per_worker": -1}, "run.cpus_per_worker: '-1': must be > 0"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            sweep.sweep_options(sweep.parse_args([]), dataclasses.replace(space, run=run))
+        assert str(e.value).startswith(f"{space.source}: {message}"), e.value
+    bad = tmp_path / "s.yaml"
+    with open(space.source) as f:
+        bad.write_text(f.read() + "run: [num_workers]\n")
+    with pytest.raises(ConfigError, match="run: expected a mapping of options"):
+        spaces.load(str(bad))
 
 
 def test_a_resume_restores_the_seed_check_it_started_with(tmp_path):

@@ -1,0 +1,94 @@
+"""The README's first command as a new user meets it: the default sweep (``experiments/sweep.py``
+with no arguments, as ``./run.sh sweep`` runs it after its setup check) in a folder of its own
+(its ``runs/`` and ``mlflow.db``, a local Ray started for it), timed from the command's start to
+its exit, on an idle machine. The setup check that ``./run.sh`` makes first is timed apart.
+
+Reported: the wall seconds, when each part of its output first appeared (the references, the
+search's table, the seed check, the verdicts against the references, the MLflow link), and the
+trainings it ran (MLflow's runs of the sweep: search trials, reference trainings, seed-check
+runs). A run that lacks one of those parts of its output is refused as a figure.
+
+Goal (``benchmarks.goals.quickstart``, issue 59): at most 5 minutes of wall time on 2 cores.
+
+    .venv/bin/python -m benchmarks quickstart
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.common import table
+from benchmarks.goals import QUICKSTART_S, quickstart
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# each part of the default sweep's output, by a line that starts it (what the README shows)
+PARTS = {
+    "the search's table": "best trials (each by its best",
+    "the seed check": "seed check (",
+    "the verdicts against the references": "against the baselines (",
+    "the MLflow link": "http://127.0.0.1:5000/#/experiments/",
+}
+
+
+def timed_lines(argv: list[str], cwd: str) -> tuple[float, list[tuple[float, str]], int]:
+    """``argv`` run in ``cwd``: its wall seconds, each output line with the seconds since the
+    start when it came, and its exit code."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append((time.perf_counter() - start, line.rstrip("\n")))
+    code = proc.wait()
+    return time.perf_counter() - start, lines, code
+
+
+def trainings(tracking_uri: str) -> dict[str, int]:
+    """The sweep's MLflow runs by kind (``Tag.KIND``; its parent left out): search trials,
+    references (``baseline``), seed-check runs (``confirm``)."""
+    from mlflow.tracking import MlflowClient
+
+    from recsys.tracking.tags import Tag
+
+    client = MlflowClient(tracking_uri)
+    (exp,) = [e for e in client.search_experiments() if e.name == "default"]
+    counts: dict[str, int] = {}
+    for run in client.search_runs([exp.experiment_id], max_results=10_000):
+        if Tag.PARENT in run.data.tags:
+            kind = run.data.tags.get(Tag.KIND, "?")
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def run() -> str:
+    setup_s, _, code = timed_lines(["bash", "scripts/setup.sh"], ROOT)
+    if code:
+        raise SystemExit(f"scripts/setup.sh exited {code}")
+    with tempfile.TemporaryDirectory(prefix="quickstart-") as tmp:
+        sweep = os.path.join(ROOT, "experiments", "sweep.py")
+        wall, lines, code = timed_lines([sys.executable, sweep], tmp)
+        output = "\n".join(text for _, text in lines)
+        if code:
+            raise SystemExit(f"the default sweep exited {code}:\n{output[-4000:]}")
+        seen = {part: next((t for t, text in lines if marker in text), None)
+                for part, marker in PARTS.items()}  # fmt: skip
+        missing = [part for part, t in seen.items() if t is None]
+        if missing:
+            raise SystemExit(f"the default sweep's output lacks {', '.join(missing)}:\n{output}")
+        runs = trainings(f"sqlite:///{os.path.join(tmp, 'mlflow.db')}")
+    rows = [["the setup check (`scripts/setup.sh`, done before)", f"{setup_s:.1f}"]]
+    rows += [[f"{part} printed", f"{t:.0f}"] for part, t in seen.items()]
+    rows += [["**the default sweep, start to exit**", f"**{wall:.0f}**"]]
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(runs.items()))
+    return "\n".join([
+        table(["part", "seconds"], rows),
+        "",
+        f"Trainings (MLflow runs under the sweep, by kind): {counts}.",
+        f"Goal: at most {QUICKSTART_S:.0f} s: **{quickstart(wall)}**.",
+    ])  # fmt: skip
