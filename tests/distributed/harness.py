@@ -1,5 +1,11 @@
-"""Run a function on N ranks in spawned processes (as TorchRec's multi-process tests do): gloo on
-CPU, or NCCL with rank ``r`` on ``cuda:r`` (the ``gpu`` tests)."""
+"""Run a function on N ranks in processes of their own (as TorchRec's multi-process tests do):
+gloo on CPU, or NCCL with rank ``r`` on ``cuda:r`` (the ``gpu`` tests).
+
+The ranks are forked from a server process that imported torch, TorchRec and the trainer once
+(multiprocessing's ``forkserver``, ``PRELOAD``), not started anew: a spawned rank spent seconds of
+CPU importing them before its first line, in every one of the suite's many multi-rank tests. The
+server runs no torch op (no thread pool, no CUDA) before it forks, and each rank takes the
+caller's environment and working directory as they are at the call, as a spawned one did."""
 
 from __future__ import annotations
 
@@ -20,9 +26,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# what the fork server imports once; its ranks find them imported
+PRELOAD = ["torch", "torchrec", "torchrec.distributed", "recsys.train.trainer",
+           "tests.distributed.common"]  # fmt: skip
+
+
 def _worker(
-    rank: int, world: int, port: int, backend: str, fn: Callable[..., Any], args: tuple, q: Any
-) -> None:
+    rank: int, world: int, port: int, backend: str, fn: Callable[..., Any], args: tuple, q: Any,
+    env: dict[str, str], cwd: str,
+) -> None:  # fmt: skip
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -57,11 +72,13 @@ def run_ranks(
     backend: str = "gloo",
 ) -> list:
     """``[fn(rank, world_size, *args) for each rank]``; a rank's exception fails the caller."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
     q = ctx.Queue()
     port = free_port()
+    env, cwd = dict(os.environ), os.getcwd()
     procs = [
-        ctx.Process(target=_worker, args=(r, world_size, port, backend, fn, args, q))
+        ctx.Process(target=_worker, args=(r, world_size, port, backend, fn, args, q, env, cwd))
         for r in range(world_size)
     ]
     for p in procs:
