@@ -3,10 +3,11 @@ with no arguments, as ``./run.sh sweep`` runs it after its setup check) in a fol
 (its ``runs/`` and ``mlflow.db``, a local Ray started for it), timed from the command's start to
 its exit, on an idle machine. The setup check that ``./run.sh`` makes first is timed apart.
 
-Reported: the wall seconds, when each part of its output first appeared (the references, the
-search's table, the seed check, the verdicts against the references, the MLflow link), and the
-trainings it ran (MLflow's runs of the sweep: search trials, reference trainings, seed-check
-runs). A run that lacks one of those parts of its output is refused as a figure.
+Reported: the wall seconds, when each part of its output first appeared (the references' start
+and ends, the seed check's start, then the summary: the search's table, the seed check's
+intervals, the verdicts against the references, the MLflow link), and the trainings it ran
+(MLflow's runs of the sweep by kind: search trials, reference trainings, seed-check runs; their
+seconds). A run that lacks one of those parts of its output is refused as a figure.
 
 Goal (``benchmarks.goals.quickstart``, issue 59): at most 5 minutes of wall time on 2 cores.
 
@@ -26,10 +27,15 @@ from benchmarks.goals import QUICKSTART_S, quickstart
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# each part of the default sweep's output, by a line that starts it (what the README shows)
+# each part of the default sweep's output, by a line that starts it: the phases as they start
+# and end (the first of each), then the summary the README shows, printed at the end
 PARTS = {
+    "the references start": "baselines: ",
+    "the LR reference ends": "reference lr: ",
+    "the FM reference ends": "reference fm: ",
+    "the seed check starts": "seed check: ",
+    "the seed check's intervals": "seed check (",
     "the search's table": "best trials (each by its best",
-    "the seed check": "seed check (",
     "the verdicts against the references": "against the baselines (",
     "the MLflow link": "http://127.0.0.1:5000/#/experiments/",
 }
@@ -49,21 +55,23 @@ def timed_lines(argv: list[str], cwd: str) -> tuple[float, list[tuple[float, str
     return time.perf_counter() - start, lines, code
 
 
-def trainings(tracking_uri: str) -> dict[str, int]:
-    """The sweep's MLflow runs by kind (``Tag.KIND``; its parent left out): search trials,
-    references (``baseline``), seed-check runs (``confirm``)."""
+def trainings(tracking_uri: str) -> dict[str, list[float]]:
+    """The seconds of the sweep's MLflow runs (start to end), by kind (``Tag.KIND``; its parent
+    left out): search trials (``trial``), references (``baseline``), seed-check runs
+    (``confirm``)."""
     from mlflow.tracking import MlflowClient
 
     from recsys.tracking.tags import Tag
 
     client = MlflowClient(tracking_uri)
     (exp,) = [e for e in client.search_experiments() if e.name == "default"]
-    counts: dict[str, int] = {}
+    out: dict[str, list[float]] = {}
     for run in client.search_runs([exp.experiment_id], max_results=10_000):
         if Tag.PARENT in run.data.tags:
             kind = run.data.tags.get(Tag.KIND, "?")
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
+            seconds = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
+            out.setdefault(kind, []).append(seconds)
+    return out
 
 
 def run() -> str:
@@ -85,10 +93,14 @@ def run() -> str:
     rows = [["the setup check (`scripts/setup.sh`, done before)", f"{setup_s:.1f}"]]
     rows += [[f"{part} printed", f"{t:.0f}"] for part, t in seen.items()]
     rows += [["**the default sweep, start to exit**", f"**{wall:.0f}**"]]
-    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(runs.items()))
+    kinds = [[kind, len(t), f"{sum(t) / len(t):.0f}", f"{max(t):.0f}", f"{sum(t):.0f}"]
+             for kind, t in sorted(runs.items())]  # fmt: skip
     return "\n".join([
         table(["part", "seconds"], rows),
         "",
-        f"Trainings (MLflow runs under the sweep, by kind): {counts}.",
+        "Its trainings (MLflow runs under the sweep, start to end, by kind):",
+        "",
+        table(["kind", "runs", "mean s", "max s", "total s"], kinds),
+        "",
         f"Goal: at most {QUICKSTART_S:.0f} s: **{quickstart(wall)}**.",
     ])  # fmt: skip
