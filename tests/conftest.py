@@ -25,21 +25,20 @@ os.environ.setdefault("RAY_ADDRESS", "local")
 
 
 # ``./run.sh test`` spreads the files over 2 processes (pytest-xdist): each file is one unit of
-# work (``pytest_xdist_make_scheduler``), except every file under ``tests/ray/``, which together
-# are one unit.
-# Those files start a local Ray and sweeps of their own (subprocesses, several trials); two of
-# them at once on 2 cores starve each other's trials (a smoke sweep then took over 10 minutes
-# with both cores kept busy), so they run one after another in one process while the other
-# process takes the rest. The Ray unit is the longest, so it is queued first.
-#
-# The multi-node files (clusters of several raylets, a Ray job's head) are a second Ray unit,
-# queued after tests/distributed/: the process that is not running the sweeps takes them once
-# the 2-rank tests are done, so the two halves end together (one Ray unit of both took longer
-# than the whole suite should).
+# work (``pytest_xdist_make_scheduler``), except the files under ``tests/ray/``, which are three.
+# Those files start a local Ray and sweeps of their own (subprocesses, several trials), each on
+# ports Ray chose free: the sweeps' files are two units of about equal time (``RAY_UNITS``), one
+# per process, queued first, so that the run's longest path is half of them; the multi-node files
+# (clusters of several raylets, a Ray job's head) are a third, queued after tests/distributed/, the
+# 2-rank tests (whose ranks are forked from a server that imported torch once: seconds each).
 RAY_GROUP = "tests/ray/"
+RAY_SECOND = "tests/ray/second"
 CLUSTER_GROUP = "tests/ray/clusters"
 CLUSTER_FILES = ("test_multinode.py", "test_storage_views.py", "test_ray_jobs.py")
-FIRST = [RAY_GROUP, "tests/distributed/", CLUSTER_GROUP]
+# the second Ray unit's files (by their times in a full run; the rest of tests/ray/ the first's)
+SECOND_FILES = ("test_sweep_grow.py", "test_references.py", "test_object_storage.py",
+                "test_sweep_resume.py", "test_cluster.py")  # fmt: skip
+FIRST = [RAY_GROUP, RAY_SECOND, "tests/distributed/", CLUSTER_GROUP]
 CLUSTERS_ENV = "RECSYS_CLUSTER_TESTS"
 EXTENDED_ENV = "RECSYS_EXTENDED_TESTS"
 # a tracking server over PostgreSQL: each end-to-end sweep test runs against SQLite in the suite;
@@ -49,11 +48,14 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.extended)]
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: ``tests/ray/`` as a whole but for its multi-node
-    files (``CLUSTER_GROUP``), any other file by itself."""
+    """The unit of work a test belongs to: a file under ``tests/ray/`` one of its three units
+    (``CLUSTER_GROUP``, ``RAY_SECOND``, else ``RAY_GROUP``), any other file by itself."""
     path = nodeid.split("::")[0]
     if path.startswith(RAY_GROUP):
-        return CLUSTER_GROUP if path.rsplit("/", 1)[-1] in CLUSTER_FILES else RAY_GROUP
+        name = path.rsplit("/", 1)[-1]
+        if name in CLUSTER_FILES:
+            return CLUSTER_GROUP
+        return RAY_SECOND if name in SECOND_FILES else RAY_GROUP
     return path
 
 
