@@ -152,7 +152,7 @@ def test_the_command_line_replaces_the_spaces_seed_check():
         with_confirm(space, 2, 1)
     assert not space.confirm.references  # off by default
     checked = with_confirm(space, None, None, references=True).confirm
-    assert (checked.top, checked.seeds, checked.references) == (2, 3, True)
+    assert (checked.top, checked.seeds, checked.references) == (space.confirm.top, 3, True)
     with pytest.raises(ConfigError, match="--confirm-references needs a seed check"):
         with_confirm(space, 0, None, references=True)
     with pytest.raises(ConfigError, match="--confirm-references needs --confirm K"):
