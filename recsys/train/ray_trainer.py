@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
+from ray.train.torch import TorchConfig, TorchTrainer
 
 from recsys.config import ExperimentConfig
 from recsys.configlib import check
 from recsys.distributed.env import backend_for
 from recsys.runtime.cluster import alive_nodes, node_slots, placement_strategy
 from recsys.runtime.storage import ray_storage
-from recsys.train.backend import ProcessGroupConfig
 from recsys.train.nodes import NodeWatch
 from recsys.train.worker import train_func
 
@@ -72,8 +71,7 @@ def make_trainer(
             "node_workers": resources.node_workers,
             "system_metrics": system_metrics,
         },
-        # TorchConfig's fields and backend from a module without torch (recsys.train.backend)
-        torch_config=ProcessGroupConfig(backend=backend_for(resources.use_gpu)),  # type: ignore[arg-type]
+        torch_config=TorchConfig(backend=backend_for(resources.use_gpu)),
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
             use_gpu=resources.use_gpu,
