@@ -28,7 +28,8 @@ def timed(fn: Callable[[], Any], steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def init_world1() -> None:
+def init_world1(backend: str = "gloo") -> None:
+    """A one-rank process group on a free local port (``backend``: gloo, or NCCL on a GPU)."""
     import socket
 
     import torch.distributed as dist
@@ -40,7 +41,7 @@ def init_world1() -> None:
         port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0")
     os.environ.update(LOCAL_WORLD_SIZE="1", RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group(backend, rank=0, world_size=1)
 
 
 def machine() -> str:

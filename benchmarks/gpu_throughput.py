@@ -45,7 +45,6 @@ import logging
 import math
 import os
 import platform
-import socket
 import sys
 import time
 import warnings
@@ -59,7 +58,7 @@ import torch.distributed as dist
 from torch import nn
 from torchrec.datasets.utils import Batch
 
-from benchmarks.common import median_spread, revision, table
+from benchmarks.common import init_world1, median_spread, revision, table
 from benchmarks.step import batches
 from recsys.config import ExperimentConfig
 from recsys.config_registry import KAGGLE_ROWS, criteo_kaggle
@@ -247,14 +246,7 @@ def torchrec_dlrm(cfg: ExperimentConfig, env: WorkerEnv, data: list[Batch]) -> M
 
 def one_rank_group(device: torch.device) -> None:
     """A one-rank process group on a free local port: NCCL on a GPU, gloo on CPU (as a worker's)."""
-    if dist.is_initialized():
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0")
-    os.environ.update(LOCAL_WORLD_SIZE="1", RANK="0", WORLD_SIZE="1")
-    dist.init_process_group(backend_for(device.type == "cuda"), rank=0, world_size=1)
+    init_world1(backend_for(device.type == "cuda"))
 
 
 def plan_kinds(module: nn.Module) -> dict[str, int]:

@@ -125,6 +125,15 @@ ROWS: list[Row] = [
         "", EPYC, "2026-11-21", "e151b23",
     ),
     Row(
+        "the first sweep: the README's default sweep (`./run.sh sweep` after its setup check), "
+        "start to exit, 2 cores, ≤ 5 minutes",
+        "**{seconds:.0f} s** (4 trials, 9 reference trainings, 3 seed-check runs); one run",
+        goals.quickstart,
+        {"seconds": 281.0},
+        ": runs of one configuration spread by about 20 s ([quickstart](#quickstart))",
+        EPYC, "2026-11-29", "436505d",
+    ),
+    Row(
         "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.2x",
         "**{ratio:.2f}x** (15.4 s vs 12.0 s); four runs span 1.25–1.35x",
         goals.trial_overhead,
