@@ -36,7 +36,6 @@ RUN = ("num_workers", "cpus_per_worker", "max_concurrent", "scheduler", "search"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parser of ``recsys-sweep``: the options declared on ``SweepOptions``' fields
     (``recsys.cli.add_options``), and those of this command alone."""
-    from recsys.configlib import options
     from recsys.tune.state import SweepOptions
 
     p = argparse.ArgumentParser(
@@ -60,12 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--name", help="sweep name (default: the space's name)")
     again = add_options(p, SweepOptions)["again"]
-    for action in p._actions:  # untyped, the space's run section says them (run_defaults)
-        if action.dest in RUN:
-            default = options(SweepOptions)[action.dest][1]
-            help = (action.help or "").split(" (default")[0]
-            action.help = f"{help} (default: the space's run section, else {default})"
-            action.default = None
+    defer_to_space(p)
     again.add_argument(
         "--restart", action="store_true",
         help="archive the sweep of this --name (its folder and MLflow experiment renamed aside) "
@@ -95,6 +89,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.refit and not args.export:
         p.error("--refit exports the refitted model: it needs --export DTYPE")
     return args
+
+
+def defer_to_space(p: argparse.ArgumentParser) -> None:
+    """The flags of ``RUN`` untyped are None (the space's ``run`` section says them first:
+    ``run_defaults``), their help naming both defaults."""
+    from recsys.configlib import options
+    from recsys.tune.state import SweepOptions
+
+    for action in p._actions:
+        if action.dest in RUN:
+            default = options(SweepOptions)[action.dest][1]
+            help = (action.help or "").split(" (default")[0]
+            action.help = f"{help} (default: the space's run section, else {default})"
+            action.default = None
 
 
 def sweep_options(args: argparse.Namespace, space: Any) -> Any:

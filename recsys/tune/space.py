@@ -260,14 +260,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     resolved against the data (``recsys.data.dataset.resolve``: features, tables, tasks), then
     the rest of the overrides apply."""
     path = resolve(path_or_name)
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top")
-    unknown = set(raw) - set(SECTIONS)
-    if unknown:
-        key = sorted(unknown)[0]
-        raise ConfigError(f"{path}: unknown section {key!r}{nearest(key, SECTIONS)}")
+    raw = _read(path)
     base_ref = raw.get("base", "debug")
     base = named(base_ref) if base_ref in EXPERIMENTS else from_file(_relative(path, base_ref))
     overrides = dict(raw.get("overrides") or {})
@@ -297,7 +290,7 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     objectives = _objectives(path, raw)
     _check_metric(path, base, objectives[0].metric)
     own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
-    phases = {**raw, **own}  # the smoke variant's own phases, if it has them
+    phases: dict[str, Any] = {**raw, **own}  # the smoke variant's own phases, if it has them
     references = baselines_of(path, phases.get("baselines") or [], base, smoke)
     confirm = _confirm(path, phases.get("confirm"))
     return SearchSpace(
@@ -322,6 +315,19 @@ def _run(path: str, run: Any) -> dict[str, Any]:
     if not isinstance(run, dict):
         raise ConfigError(f"{path}: run: expected a mapping of options, got {run!r}")
     return dict(run)
+
+
+def _read(path: str) -> dict[str, Any]:
+    """A space file's sections, each a known one (an unknown one named, with the nearest)."""
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top")
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"{path}: unknown section {key!r}{nearest(key, SECTIONS)}")
+    return raw
 
 
 def _smoke(path: str, smoke: Any) -> dict[str, Any]:
