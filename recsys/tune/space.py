@@ -289,7 +289,9 @@ def load(path_or_name: str, smoke: bool = False, data: str | None = None) -> Sea
     _check_read(path, base, dims, overrides)
     objectives = _objectives(path, raw)
     _check_metric(path, base, objectives[0].metric)
-    own = {k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke}
+    own: dict[str, Any] = {
+        k: smoke_raw[k] for k in ("baselines", "confirm") if k in smoke_raw and smoke
+    }
     phases: dict[str, Any] = {**raw, **own}  # the smoke variant's own phases, if it has them
     references = baselines_of(path, phases.get("baselines") or [], base, smoke)
     confirm = _confirm(path, phases.get("confirm"))
