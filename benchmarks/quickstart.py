@@ -45,8 +45,9 @@ def timed_lines(argv: list[str], cwd: str) -> tuple[float, list[tuple[float, str
     """``argv`` run in ``cwd``: its wall seconds, each output line with the seconds since the
     start when it came, and its exit code."""
     start = time.perf_counter()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "local"}  # a Ray of its own
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+                            text=True, env=env)  # fmt: skip
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -26,8 +26,8 @@ os.environ.setdefault("RAY_ADDRESS", "local")
 
 # ``./run.sh test`` spreads the files over 2 processes (pytest-xdist): each file is one unit of
 # work (``pytest_xdist_make_scheduler``), except the files under ``tests/ray/``, which are three.
-# Those files start a local Ray and sweeps of their own (subprocesses, several trials), each on
-# ports Ray chose free: the sweeps' files are two units of about equal time (``RAY_UNITS``), one
+# Those files start a local Ray and sweeps of their own (subprocesses, several trials), each Ray
+# its own: the sweeps' files are two units of about equal time (``RAY_SECOND``), one
 # per process, queued first, so that the run's longest path is half of them; the multi-node files
 # (clusters of several raylets, a Ray job's head) are a third, queued after tests/distributed/, the
 # 2-rank tests (whose ranks are forked from a server that imported torch once: seconds each).

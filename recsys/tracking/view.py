@@ -132,7 +132,9 @@ def sweep_view(
 def sweep_note(sweep: str, runs: list[Any], parent: Any, score: str) -> str:
     """The description of a sweep's run, one line: its trials (by status), baselines and seed
     runs, what scores them, the trial that won (``Tag.BEST_TRIAL``: by confirmed mean when the
-    seed check ran) with its score and searched values, and its lead over each baseline."""
+    seed check ran) with its score and searched values, and its lead over each baseline; where a
+    reference beat every trial (``Tag.WINNER_KIND``), that trial is the search's best and the
+    reference is named as the best model."""
     tags = parent.data.tags
     metric, mode = tags.get(Tag.METRIC, "val_auc"), tags.get(Tag.MODE, "max")
     kinds: dict[str, list[Any]] = {}
@@ -152,7 +154,8 @@ def sweep_note(sweep: str, runs: list[Any], parent: Any, score: str) -> str:
     won = next((r for r in trials if best and r.data.tags.get(Tag.TRIAL) == best), None)
     if won is None:
         return line + " No trial won: none finished."
-    line += f" Won: trial {best}"
+    reference = tags.get(Tag.WINNER_KIND) == "reference"  # a reference beat every trial
+    line += f" Best of the search: trial {best}" if reference else f" Won: trial {best}"
     if (value := won.data.metrics.get(score)) is not None:
         line += f", {score} {value:.4f}"
     if (mean := won.data.metrics.get(f"confirmed_mean_{metric}")) is not None:
@@ -171,6 +174,8 @@ def sweep_note(sweep: str, runs: list[Any], parent: Any, score: str) -> str:
             f"{arch} {lead:+.4f}" + (" (a tie: inside the seed noise)" if arch in ties else "")
             for arch, lead in leads
         )
+    if reference:
+        return line + f". The best model is {tags.get(Tag.WINNER)}: no search trial beats it."
     return line + "."
 
 

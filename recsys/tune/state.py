@@ -106,7 +106,10 @@ def unlogged_dir(where: str, sweep: str) -> str | None:
 
 
 def _fingerprint(space: SearchSpace) -> dict[str, Any]:
-    return {"space": space.raw, "base": space.base.to_dict()}
+    """What a resume must find unchanged: the space but its ``run`` section (how the sweep runs,
+    as the flags it stands for), and the base config."""
+    raw = {k: v for k, v in space.raw.items() if k != "run"}
+    return {"space": raw, "base": space.base.to_dict()}
 
 
 # the options a resumed sweep keeps from its start, whatever is typed (Tune's restore brings back

@@ -4,8 +4,10 @@ gloo on CPU, or NCCL with rank ``r`` on ``cuda:r`` (the ``gpu`` tests).
 The ranks are forked from a server process that imported torch, TorchRec and the trainer once
 (multiprocessing's ``forkserver``, ``PRELOAD``), not started anew: a spawned rank spent seconds of
 CPU importing them before its first line, in every one of the suite's many multi-rank tests. The
-server runs no torch op (no thread pool, no CUDA) before it forks, and each rank takes the
-caller's environment and working directory as they are at the call, as a spawned one did."""
+server runs no torch op before it forks; each rank takes the caller's environment and working
+directory as they are at the call, though what the imports read of the environment (thread
+counts, ``TORCH_*``) is as it was when the server started. NCCL ranks are spawned: importing
+FBGEMM asks CUDA whether a GPU is there, and a CUDA process must not fork."""
 
 from __future__ import annotations
 
@@ -72,8 +74,11 @@ def run_ranks(
     backend: str = "gloo",
 ) -> list:
     """``[fn(rank, world_size, *args) for each rank]``; a rank's exception fails the caller."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    if backend == "nccl":  # importing FBGEMM asks CUDA whether it is there: no fork after it
+        ctx = mp.get_context("spawn")
+    else:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
     q = ctx.Queue()
     port = free_port()
     env, cwd = dict(os.environ), os.getcwd()

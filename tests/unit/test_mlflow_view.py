@@ -101,6 +101,14 @@ def test_show_sweep_marks_the_experiment_saves_its_view_and_describes_its_run(ur
     t.show_sweep("s")
     note = client.get_run(parent).data.tags[Tag.NOTE]
     assert note.endswith("; lead over lr +0.0300 (a tie: inside the seed noise).")
+    t.set_tags(parent, {Tag.WINNER_KIND: "reference", Tag.WINNER: "lr (a reference, trial r_0)"})
+    t.show_sweep("s")  # a reference beat every trial: the note says which model is best
+    note = client.get_run(parent).data.tags[Tag.NOTE]
+    assert "(max). Best of the search: trial t_1, best_val_auc 0.7400" in note
+    assert note.endswith(
+        "(a tie: inside the seed noise). The best model is lr (a reference, trial r_0): no "
+        "search trial beats it."
+    )
 
 
 def test_a_kind_given_by_hand_is_kept_and_a_missing_one_added(uri):
