@@ -128,7 +128,10 @@ def test_the_sweep_and_its_trial_are_in_mlflow(smoke):
     note = parent.data.tags["mlflow.note.content"]
     assert "\n" not in note and note.startswith("Sweep t2: 1 trial (1 finished), baseline lr;")
     best = trial.data.metrics["best_val_auc"]
-    assert f"Won: trial {trial.data.tags['recsys.trial_id']}, best_val_auc {best:.4f}" in note
+    won = (
+        "Best of the search" if parent.data.tags.get("recsys.winner_kind") == "reference" else "Won"
+    )
+    assert f"{won}: trial {trial.data.tags['recsys.trial_id']}, best_val_auc {best:.4f}" in note
     assert f"optim.lr={float(trial.data.params['optim.lr']):.4g}" in note
     assert f"lead over lr {parent.data.metrics['lead_over_lr']:+.4f}" in note
     (seen,) = client.get_run(trial.info.run_id).inputs.dataset_inputs  # the UI's Datasets
