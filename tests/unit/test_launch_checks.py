@@ -39,6 +39,13 @@ def test_resume_checks(tmp_path):
     other = spaces.load("default")  # the full variant: another base config
     with pytest.raises(ConfigError, match="was started with another search space"):
         check_resume(other, opts)
+    import dataclasses  # a run section changed is how it runs, as flags are: it resumes
+
+    ran = {**space.raw, "run": {"num_workers": 2, "max_concurrent": 1}}
+    assert check_resume(dataclasses.replace(space, raw=ran, run=ran["run"]), opts)
+    changed = {**space.raw, "num_samples": 99}
+    with pytest.raises(ConfigError, match="was started with another search space"):
+        check_resume(dataclasses.replace(space, raw=changed), opts)
 
 
 def test_a_resume_on_another_worker_count_is_announced(tmp_path):
