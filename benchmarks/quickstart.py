@@ -65,7 +65,9 @@ def trainings(tracking_uri: str) -> dict[str, list[float]]:
     from recsys.tracking.tags import Tag
 
     client = MlflowClient(tracking_uri)
-    (exp,) = [e for e in client.search_experiments() if e.name == "default"]
+    exp = client.get_experiment_by_name("default")
+    if exp is None:
+        raise SystemExit(f"the default sweep left no MLflow experiment 'default' in {tracking_uri}")
     out: dict[str, list[float]] = {}
     for run in client.search_runs([exp.experiment_id], max_results=10_000):
         if Tag.PARENT in run.data.tags:

@@ -56,6 +56,11 @@ TYPES: dict[str, Callable[[str], Any]] = {"count": count, "positive": positive, 
                                           "float": number, "str": str}  # fmt: skip
 
 
+def kind_of(opt: Any, default: Any) -> str:
+    """An option's kind (``Opt.kind``; "" by its default's type): a key of ``TYPES``."""
+    return opt.kind or {int: "int", float: "float"}.get(type(default), "str")
+
+
 def add_options(
     p: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
     names: Iterable[str] | None = None, undefaulted: bool = False,
@@ -80,8 +85,7 @@ def add_options(
         if opt.kind == "flag" or isinstance(default, bool):
             kwargs.update(action="store_true", default=None if none else default)
         else:
-            kind = opt.kind or {int: "int", float: "float"}.get(type(default), "str")
-            kwargs.update(type=TYPES[kind], default=None if none else default)
+            kwargs.update(type=TYPES[kind_of(opt, default)], default=None if none else default)
             if opt.choices:
                 kwargs["choices"] = list(opt.choices)
             if opt.metavar:

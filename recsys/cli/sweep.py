@@ -26,7 +26,7 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import TYPES, add_address, add_options, ray_address
+from recsys.cli import TYPES, add_address, add_options, kind_of, ray_address
 from recsys.configlib import ConfigError, nearest
 
 # the options a space's ``run`` section may set, where the command line does not
@@ -141,7 +141,7 @@ def run_defaults(space: Any) -> dict[str, Any]:
             raise ConfigError(f"{space.source}: run.{key}: not an option a space sets"
                               f"{nearest(str(key), RUN)}; it sets {', '.join(RUN)}")  # fmt: skip
         opt, default = declared[key]
-        kind = opt.kind or {int: "int", float: "float"}.get(type(default), "str")
+        kind = kind_of(opt, default)
         try:
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise argparse.ArgumentTypeError(f"{value!r} is not a {kind}")
