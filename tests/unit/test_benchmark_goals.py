@@ -134,6 +134,18 @@ def test_the_first_sweep_is_judged_by_its_wall_seconds() -> None:
     assert goals.quickstart(300.5) == "missed"
 
 
+def test_references_under_halving_are_judged_by_score_and_trial_seconds() -> None:
+    assert goals.halving_score({"the planted LR": 0.0, "the demo FM": -0.002}) == "met"
+    assert goals.halving_score({"the planted LR": 0.004}) == "met"  # better than the full grid
+    assert goals.halving_score({"the planted LR": -0.0021, "the demo FM": 0.001}) == (
+        "missed for the planted LR; met for the demo FM"
+    )
+    assert goals.halving_cost({"the planted LR": 0.40, "the demo FM": 0.1}) == "met"
+    assert goals.halving_cost({"the planted LR": 0.41, "the demo FM": 0.1}) == (
+        "missed for the planted LR; met for the demo FM"
+    )
+
+
 def test_cases_say_each_verdict_with_its_labels() -> None:
     assert goals.cases([("a", "met"), ("b", "met")]) == "met"
     assert goals.cases([("in time order", "met"), ("with shuffling", "missed")]) == (
