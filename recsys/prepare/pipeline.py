@@ -285,22 +285,8 @@ def prepare(
             ),
             out, overwrite, address, log,
         )  # fmt: skip
-    if grow_vocab and like is None:
-        raise DataError("--grow-vocab grows an earlier folder's vocabularies: it needs --like")
-    if like is not None and storage.is_uri(like):
-        raise DataError(f"--like {like}: a local prepared folder (copy it from the store first)")
-    earlier = load_fitted(like) if like is not None else None
-    if earlier is not None:
-        check_same_schema(schema, earlier.schema, like)
-    files = input_files(inputs, schema.format)
-    seen = inspect(files, schema)
-    if earlier is not None:
-        check_types(str(like), earlier.id_types, id_types(seen.types, schema))
-        check_dense(seen.types, schema, str(like))
-    check_group(seen.types, schema)
-    splits = file_splits(files, schema) if schema.split_by == "files" else {}
-    for warning in seen.warnings():
-        log(f"prepare: warning: {warning}")
+    earlier = checked_earlier(schema, like, grow_vocab)
+    files, seen, splits = checked_inputs(schema, inputs, earlier, like, log)
     with partial_output(out, overwrite) as tmp:
         ex = Executor(workers, address, object_store_mb, progress)
         try:
@@ -320,6 +306,41 @@ def prepare(
         finally:
             ex.close()
     return meta
+
+
+def checked_earlier(schema: DatasetSchema, like: str | None, grow_vocab: bool) -> Fitted | None:
+    """The earlier folder's fitted transforms (``load_fitted``) for ``--like``, its schema
+    checked against ``schema``; None without ``like``."""
+    if grow_vocab and like is None:
+        raise DataError("--grow-vocab grows an earlier folder's vocabularies: it needs --like")
+    if like is None:
+        return None
+    if storage.is_uri(like):
+        raise DataError(f"--like {like}: a local prepared folder (copy it from the store first)")
+    earlier = load_fitted(like)
+    check_same_schema(schema, earlier.schema, like)
+    return earlier
+
+
+def checked_inputs(
+    schema: DatasetSchema,
+    inputs: list[str],
+    earlier: Fitted | None,
+    like: str | None,
+    log: Callable[[str], Any],
+) -> tuple[list[str], Inspection, dict[str, int]]:
+    """The input files, what a first read of them saw (refused where a column's type or a group
+    breaks ``schema``, or the types differ from ``earlier``'s), and their splits by file."""
+    files = input_files(inputs, schema.format)
+    seen = inspect(files, schema)
+    if earlier is not None:
+        check_types(str(like), earlier.id_types, id_types(seen.types, schema))
+        check_dense(seen.types, schema, str(like))
+    check_group(seen.types, schema)
+    splits = file_splits(files, schema) if schema.split_by == "files" else {}
+    for warning in seen.warnings():
+        log(f"prepare: warning: {warning}")
+    return files, seen, splits
 
 
 def _plan(ex: Executor, schema: DatasetSchema, pieces: list[Piece], splits: dict[str, int]

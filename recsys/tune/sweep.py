@@ -359,14 +359,32 @@ def launch(
     Returns the trials' rows, best first.
     ``restore``: what ``check_resume`` said of it, where the caller checked (the command line,
     with the options typed); None: checked here."""
-    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
-
     if restore is None:
         check_storage(opts.storage)
         restore = check_resume(space, opts)
         opts = grown_options(opts, frozenset()) if opts.more else opts
     if restore and (change := worker_change(opts)):
         print(change)
+    tracker = checked_before_ray(space, opts, restore)
+    start_on_ray(space, opts, address)
+    table = run_sweep(space, opts, tracker, restore)
+    link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
+    print(f"\nsweep folder: {sweep_dir(opts)}")
+    if export:
+        export_winner(opts, export, register, refit)
+    if (kept := unlogged_dir(opts.storage, opts.name)) and os.path.isdir(kept):
+        print(
+            f"artifacts MLflow could not store are kept in {kept} (one folder per run; the "
+            "warnings above name each and the command that logs it later)"
+        )
+    print(compare_line(opts.tracking_uri, link))
+    return table
+
+
+def checked_before_ray(space: SearchSpace, opts: SweepOptions, restore: bool) -> Tracker:
+    """What the driver refuses before Ray starts: the space as this run searches it (grown or
+    widened on a resume; ``--widen`` with no edge to widen), every config of it, and MLflow's
+    reach and artifact space. Returns the sweep's tracker."""
     from recsys.tune.preflight import check_space
 
     parts = growths(opts) if restore else []
@@ -382,6 +400,14 @@ def launch(
     tracker = Tracker(opts.tracking_uri, keep=unlogged_dir(opts.storage, opts.name))
     tracker.check_reachable()
     tracker.check_artifact_space(opts.name)
+    return tracker
+
+
+def start_on_ray(space: SearchSpace, opts: SweepOptions, address: str | RaySource | None) -> None:
+    """Connect to (or start) Ray, wait until the trial's workers fit, and refuse a storage or data
+    path some node sees otherwise."""
+    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
+
     connect(address)
     start_train_coordinator()
     gpus = 1.0 if opts.use_gpu else 0.0
@@ -389,38 +415,32 @@ def launch(
         opts.num_workers, opts.cpus_per_worker, gpus, opts.driver_cpus, opts.wait_for_nodes
     )
     check_nodes_see(*run_paths(opts.storage, space.base.data))  # one node's own disk: refused
-    table = run_sweep(space, opts, tracker, restore)
-    link = tracker.show_sweep(opts.name, [o.key for o in space.objectives])  # its MLflow UI view
-    print(f"\nsweep folder: {sweep_dir(opts)}")
-    if export:
-        from recsys.serving.mlflow_model import quiet_libraries
-        from recsys.tune.publish import export_best
 
-        quiet_libraries()
-        out = export_dir(opts.storage, opts.name)
-        if refit:
-            from recsys.train.ray_trainer import Resources
-            from recsys.tune.refit import refit_best
 
-            workers = Resources(opts.num_workers, opts.use_gpu, opts.cpus_per_worker)
-            run_id, report, uri = refit_best(
-                opts.tracking_uri, opts.name, opts.storage, workers, out, export, register
-            )
-            what = f"the best trial refitted (run {run_id})"
-        else:
-            run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
-            what = f"the best trial ({run_id})"
-        print(
-            f"exported {what} as {export}: {report.path}; test AUC "
-            f"{report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f}); MLflow model {uri}"
+def export_winner(opts: SweepOptions, export: str, register: str | None, refit: bool) -> None:
+    """Export the sweep's best trial as ``export`` (refitted first where ``refit``), registered
+    as ``register`` if given, and say where it went and its test AUC."""
+    from recsys.serving.mlflow_model import quiet_libraries
+    from recsys.tune.publish import export_best
+
+    quiet_libraries()
+    out = export_dir(opts.storage, opts.name)
+    if refit:
+        from recsys.train.ray_trainer import Resources
+        from recsys.tune.refit import refit_best
+
+        workers = Resources(opts.num_workers, opts.use_gpu, opts.cpus_per_worker)
+        run_id, report, uri = refit_best(
+            opts.tracking_uri, opts.name, opts.storage, workers, out, export, register
         )
-    if (kept := unlogged_dir(opts.storage, opts.name)) and os.path.isdir(kept):
-        print(
-            f"artifacts MLflow could not store are kept in {kept} (one folder per run; the "
-            "warnings above name each and the command that logs it later)"
-        )
-    print(compare_line(opts.tracking_uri, link))
-    return table
+        what = f"the best trial refitted (run {run_id})"
+    else:
+        run_id, report, uri = export_best(opts.tracking_uri, opts.name, out, export, register)
+        what = f"the best trial ({run_id})"
+    print(
+        f"exported {what} as {export}: {report.path}; test AUC "
+        f"{report.exported_auc:.4f} (FP32 {report.fp32_auc:.4f}); MLflow model {uri}"
+    )
 
 
 def run_sweep(
