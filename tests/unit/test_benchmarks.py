@@ -24,7 +24,7 @@ DOC = os.path.join(ROOT, "BENCHMARKS.md")
 PLACEHOLDERS = {"<name>"}
 SUBCOMMANDS = [
     "step", "overhead", "qr", "data", "sweeps", "scale", "own-data", "store", "soak", "quality",
-    "export", "serving", "checkpoint", "timewalk", "quickstart",
+    "export", "serving", "checkpoint", "timewalk", "quickstart", "refcost",
 ]  # fmt: skip
 
 
