@@ -204,7 +204,14 @@ def main(argv: list[str] | None = None) -> None:
         space = spaces.load(args.space, smoke=args.smoke_test, data=args.data)
         with_confirm(space, args.confirm, args.seeds, args.confirm_references)  # (checked)
         from recsys.runtime.storage import check_storage
-        from recsys.tune.state import RESTORED, check_resume, grown_options, restored_options
+        from recsys.tune.state import (
+            RESTORED,
+            WORKERS,
+            check_resume,
+            grown_options,
+            restored_options,
+            resumed_workers,
+        )
 
         opts = sweep_options(args, space)
         check_storage(opts.storage)  # before Ray, torch and MLflow load
@@ -214,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
         typed = frozenset(k for k in RESTORED if getattr(args, k) is not None)
         if restore := check_resume(space, opts, typed):
             opts = grown_options(opts, typed) if opts.more else restored_options(opts)
+            typed_workers = frozenset(k for k in WORKERS if getattr(args, k) is not None)
+            opts = resumed_workers(opts, typed_workers)
         space = with_confirm(space, opts.confirm, opts.seeds, args.confirm_references)
         from recsys.tune.sweep import launch
 

@@ -254,6 +254,29 @@ def restored_options(opts: SweepOptions) -> SweepOptions:
     return dataclasses.replace(opts, **{k: was[k] for k in RESTORED if k in was})
 
 
+WORKERS = ("num_workers", "cpus_per_worker")  # a resume runs on its last run's, unless typed
+LAST_WORKERS = "workers"  # sweep.json: the WORKERS its latest run (start or resume) used
+
+
+def resumed_workers(opts: SweepOptions, typed: frozenset[str]) -> SweepOptions:
+    """``opts`` of a sweep being resumed or grown, with the ``WORKERS`` its latest run used
+    (``typed``: the ones the user gave, kept as given): a bare re-run goes on with the workers it
+    ran on, not with the space's ``run`` section or the flags' defaults."""
+    saved = saved_state(opts) or {}
+    last = {**saved.get("options", {}), **(saved.get(LAST_WORKERS) or {})}
+    return dataclasses.replace(
+        opts, **{k: last[k] for k in WORKERS if k in last and k not in typed}
+    )
+
+
+def record_workers(opts: SweepOptions) -> None:
+    """Record in ``sweep.json`` the ``WORKERS`` this run of the sweep uses (a resume's: what the
+    next bare re-run resumes with)."""
+    saved = saved_state(opts) or {}
+    saved[LAST_WORKERS] = {k: getattr(opts, k) for k in WORKERS}
+    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
+
+
 def mark_finished(
     opts: SweepOptions, trials: int, errored: int = 0, edges: list[dict[str, Any]] | None = None
 ) -> None:

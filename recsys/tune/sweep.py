@@ -52,6 +52,7 @@ from recsys.tune.state import (
     growths,
     mark_finished,
     part_options,
+    record_workers,
     save_state,
     saved_edges,
     start_growth,
@@ -471,6 +472,8 @@ def run_sweep(
     )
     if not restore:
         save_state(space, opts)
+    else:
+        record_workers(opts)  # what a bare re-run resumes with
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     if opts.more:
         _searcher(opts, space)  # refused before the growth is recorded (a grid with Optuna)

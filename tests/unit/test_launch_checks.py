@@ -426,6 +426,23 @@ def test_more_grows_only_a_finished_sweep_with_the_options_it_last_ran(tmp_path)
     assert grown_options(grow, frozenset()).seed == 9  # the second growth: start's seed + 2
 
 
+def test_a_bare_resume_keeps_the_workers_its_latest_run_used_and_a_typed_count_wins(tmp_path):
+    import dataclasses
+
+    from recsys.tune.state import record_workers, resumed_workers
+
+    space, started = saved_sweep(tmp_path, num_workers=2, cpus_per_worker=0.5)
+    bare = dataclasses.replace(started, num_workers=1, cpus_per_worker=0.9)  # the space's run
+    assert check_resume(space, bare)
+    kept = resumed_workers(bare, frozenset())
+    assert (kept.num_workers, kept.cpus_per_worker) == (2, 0.5)  # as it started
+    typed = resumed_workers(bare, frozenset({"num_workers"}))
+    assert (typed.num_workers, typed.cpus_per_worker) == (1, 0.5)
+    record_workers(typed)  # that resume ran on 1 worker: the next bare one goes on with it
+    again = resumed_workers(bare, frozenset())
+    assert (again.num_workers, again.cpus_per_worker) == (1, 0.5)
+
+
 def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
     import pandas as pd
     from optuna.trial import TrialState
