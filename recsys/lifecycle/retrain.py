@@ -13,14 +13,14 @@ training.
 
 The decision (``decide``): the retrained model wins where the frozen score lies outside the 95%
 interval of the retrained seeds' mean, on the metric's better side (``recsys.tune.confirm``), and
-the seed that is registered (the one nearest the mean) beats the frozen score too. Its version
-is registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``,
-``recsys.data``) and gets ``@champion`` only on a win, and only where the alias still names the
-version this retrain started from (a retrain of another version, or one the alias moved away
-from meanwhile, moves nothing and says so). Otherwise: ``kept @champion (version K): lead +x
-inside the noise``. The from-scratch models are the bar that says whether the old periods still
-help: their lead or lag is said and logged, and decides nothing. Everything lands in MLflow under
-one parent run per retrain (experiment ``retrain-<NAME>``).
+the seed that is registered (the one nearest the mean) beats the frozen score too. Its version is
+registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``, ``recsys.data``)
+and gets ``@champion`` only on a win, and only where the alias still names the version this retrain
+started from (a retrain of another version, or one the alias moved away from meanwhile, moves
+nothing and says so). Otherwise: ``kept @champion (version K): lead +x inside the noise`` (or
+``lead -x outside the noise, behind it``). The from-scratch models are the bar that says whether
+the old periods still help: their lead or lag is said and logged, and decides nothing. Everything
+lands in MLflow under one parent run per retrain (experiment ``retrain-<NAME>``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ def decide(plan: Plan, retrained: list[float], frozen: float, champion: str) -> 
         return Decision(True, seed, f"retrained {metric} {s.mean:.4f} ({interval}) against the "
                         f"frozen champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; "
                         f"seed {seed} registered ({retrained[seed - 1]:.4f}){exact}")  # fmt: skip
-    why = "inside the noise" if not outside else f"seed {seed}, nearest the mean, not ahead"
+    behind = (s.high < frozen) if plan.mode == "max" else (s.low > frozen)
+    why = (
+        "outside the noise, behind it" if behind
+        else "inside the noise" if not outside
+        else f"seed {seed}, nearest the mean, not ahead"
+    )  # fmt: skip
     return Decision(
         False,
         seed,

@@ -27,7 +27,7 @@ def test_a_lead_inside_the_seed_noise_keeps_the_champion():
     assert won.promote and "lead +0.0110, outside the noise" in won.line
     assert won.seed == 1 and "seed 1 registered (0.7110)" in won.line  # the one nearest the mean
     behind = decide(plan(), [0.69, 0.691, 0.689], frozen=0.7000, champion="3")
-    assert not behind.promote and "lead -0.0100" in behind.line
+    assert not behind.promote and "lead -0.0100 outside the noise, behind it" in behind.line
     same = decide(plan(), [0.71, 0.71, 0.71], frozen=0.7000, champion="3")  # a solved model
     assert same.promote and "the seeds agree exactly: no seed noise measured" in same.line
 
@@ -36,7 +36,9 @@ def test_log_loss_decides_downwards():
     lower = decide(plan("log_loss"), [0.401, 0.400, 0.402], frozen=0.45, champion="3")
     assert lower.promote and "lead +0.0490" in lower.line
     higher = decide(plan("log_loss"), [0.46, 0.461, 0.459], frozen=0.45, champion="3")
-    assert not higher.promote
+    assert not higher.promote and "lead -0.0100 outside the noise, behind it" in higher.line
+    close = decide(plan("log_loss"), [0.44, 0.46, 0.45], frozen=0.4501, champion="3")
+    assert not close.promote and "inside the noise" in close.line
 
 
 def test_a_period_prepared_otherwise_is_refused(tmp_path):
