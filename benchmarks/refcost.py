@@ -104,7 +104,9 @@ def references(log: Log, tmp: str, scheduler: str, workers: int, concurrent: int
                 [experiment_id], "tags.`recsys.kind` = 'baseline'", max_results=1000
             )
             mine = [r for r in runs if r.data.params.get("model.arch") == arch]
-            ends = [r.info.end_time or math.nan for r in mine]
+            if unended := [r.info.run_id for r in mine if not r.info.end_time]:
+                raise RuntimeError(f"{log.name} {arch}: MLflow runs with no end: {unended}")
+            ends = [r.info.end_time for r in mine]
             params = dict(best["params"]) if best is not None else {}
             chosen = ref.describe(params) if best is not None else "none trained to its end"
             if summary := walk.summary(params or None):

@@ -95,13 +95,14 @@ def defer_to_space(p: argparse.ArgumentParser) -> None:
     """The flags of ``RUN`` untyped are None (the space's ``run`` section says them first:
     ``run_defaults``), their help naming both defaults."""
     from recsys.configlib import options
-    from recsys.tune.state import SweepOptions
+    from recsys.tune.state import WORKERS, SweepOptions
 
     for action in p._actions:
         if action.dest in RUN:
             default = options(SweepOptions)[action.dest][1]
             help = (action.help or "").split(" (default")[0]
-            action.help = f"{help} (default: the space's run section, else {default})"
+            resume = "; a resume: its latest run's" if action.dest in WORKERS else ""
+            action.help = f"{help} (default: the space's run section, else {default}{resume})"
             action.default = None
 
 

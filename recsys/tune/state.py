@@ -270,10 +270,10 @@ def resumed_workers(opts: SweepOptions, typed: frozenset[str]) -> SweepOptions:
 
 
 def record_workers(opts: SweepOptions) -> None:
-    """Record in ``sweep.json`` the ``WORKERS`` this run of the sweep uses (a resume's: what the
-    next bare re-run resumes with)."""
+    """Record in ``sweep.json`` the ``WORKERS`` (and the device) this run of the sweep uses (a
+    resume's: what the next bare re-run resumes with, and ``worker_change`` compares with)."""
     saved = saved_state(opts) or {}
-    saved[LAST_WORKERS] = {k: getattr(opts, k) for k in WORKERS}
+    saved[LAST_WORKERS] = {k: getattr(opts, k) for k in (*WORKERS, "use_gpu")}
     storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
 
 
@@ -316,15 +316,17 @@ def archive(opts: SweepOptions) -> str:
 
 def worker_change(opts: SweepOptions) -> str:
     """On a resume, a notice if the trials now get another number of workers (or device) than the
-    sweep started with: their checkpoints are resharded ('' if nothing changed)."""
-    started = json.loads(storage.read_text(state_file(opts.storage, opts.name)))
-    started = started.get("options", {})
-    was = (started.get("num_workers"), bool(started.get("use_gpu")))
+    sweep's latest run gave them (its start's, or its last resume's): their checkpoints are
+    resharded ('' if nothing changed)."""
+    saved = json.loads(storage.read_text(state_file(opts.storage, opts.name)))
+    last = {**saved.get("options", {}), **(saved.get(LAST_WORKERS) or {})}
+    was = (last.get("num_workers"), bool(last.get("use_gpu")))
     if was == (opts.num_workers, opts.use_gpu):
         return ""
     kind = {False: "CPU", True: "GPU"}
+    ran = "last ran" if saved.get(LAST_WORKERS) else "started"
     return (
-        f"note: sweep {opts.name!r} started with {was[0]} {kind[was[1]]} workers per trial, it "
+        f"note: sweep {opts.name!r} {ran} with {was[0]} {kind[was[1]]} workers per trial, it "
         f"resumes with {opts.num_workers} {kind[opts.use_gpu]}: each unfinished trial's checkpoint "
         "is resharded (tables and optimizer state exactly; data position by epoch fraction; the "
         "global batch changes), and its MLflow run is tagged recsys.resume_note"

@@ -472,8 +472,6 @@ def run_sweep(
     )
     if not restore:
         save_state(space, opts)
-    else:
-        record_workers(opts)  # what a bare re-run resumes with
     scores = ", ".join(f"{o.metric} ({o.mode})" for o in space.objectives)
     if opts.more:
         _searcher(opts, space)  # refused before the growth is recorded (a grid with Optuna)
@@ -484,6 +482,8 @@ def run_sweep(
         verb = "resuming" if restore else "starting"
         print(f"{verb} sweep {opts.name!r}: {opts.num_samples} trials of {space.source}, by "
               f"{scores}")  # fmt: skip
+    if restore:
+        record_workers(opts)  # what a bare re-run resumes with (after every refusal above)
     space = budgeted(space, opts.num_workers)  # (a resume on other workers derives again)
     if line := budget_line(space, opts.num_workers):
         print(line)

@@ -59,6 +59,12 @@ def test_a_resume_on_another_worker_count_is_announced(tmp_path):
     assert worker_change(opts) == ""
     more = dataclasses.replace(opts, num_workers=8, use_gpu=True)
     assert "started with 2 CPU workers per trial, it resumes with 8 GPU" in worker_change(more)
+    from recsys.tune.state import record_workers
+
+    record_workers(more)  # that resume ran on 8 GPU workers: the next is compared with it
+    assert worker_change(more) == ""
+    back = dataclasses.replace(opts, num_workers=2)
+    assert "last ran with 8 GPU workers per trial, it resumes with 2 CPU" in worker_change(back)
 
 
 def test_a_refit_runs_on_the_workers_its_sweeps_trials_ran_on(tmp_path):
@@ -441,6 +447,28 @@ def test_a_bare_resume_keeps_the_workers_its_latest_run_used_and_a_typed_count_w
     record_workers(typed)  # that resume ran on 1 worker: the next bare one goes on with it
     again = resumed_workers(bare, frozenset())
     assert (again.num_workers, again.cpus_per_worker) == (1, 0.5)
+
+
+def test_the_command_resumes_on_the_started_workers_unless_a_count_is_typed(tmp_path, monkeypatch):
+    """``recsys-sweep`` itself: an untyped ``--num-workers`` is None in the parser (the space's
+    run section fills it), so a bare re-run takes the sweep's own; a typed one is kept."""
+    from recsys.cli import sweep
+    from recsys.tune import sweep as driver
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    saved_sweep(tmp_path, num_workers=2, cpus_per_worker=0.5)  # the smoke space, unfinished
+    launched = []
+
+    def launch(space, opts, **kw):
+        launched.append(opts)
+        return [{"status": "finished"}]
+
+    monkeypatch.setattr(driver, "launch", launch)
+    monkeypatch.setattr(sweep, "nothing_finished", lambda table: "")
+    common = ["--smoke-test", "--name", "s", "--storage", str(tmp_path), "--address", "local"]
+    sweep.main(common)
+    sweep.main([*common, "--num-workers", "1"])
+    assert [(o.num_workers, o.cpus_per_worker) for o in launched] == [(2, 0.5), (1, 0.5)]
 
 
 def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
