@@ -134,6 +134,29 @@ ROWS: list[Row] = [
         EPYC, "2026-11-29", "436505d",
     ),
     Row(
+        "references under successive halving: each reference's chosen score (val AUC) under ASHA "
+        "within 0.002 of its full grid's, planted and demo logs (20k rows each)",
+        "planted LR {diffs[the planted LR]:+.4f}, FM {diffs[the planted FM]:+.4f}; demo LR "
+        "{diffs[the demo LR]:+.4f}, FM {diffs[the demo FM]:+.4f}",
+        goals.halving_score,
+        {"diffs": {"the planted LR": 0.0, "the planted FM": 0.0, "the demo LR": 0.0,
+               "the demo FM": 0.0}},
+        " ([refcost](#refcost))",
+        EPYC, "2026-11-29", "40a3d7e",
+    ),
+    Row(
+        "references under successive halving: each reference's trial-seconds under ASHA ≤ 0.40x "
+        "its full grid's",
+        "planted LR **{ratios[the planted LR]:.2f}x**, FM {ratios[the planted FM]:.2f}x; demo LR "
+        "{ratios[the demo LR]:.2f}x, FM {ratios[the demo FM]:.2f}x",
+        goals.halving_cost,
+        {"ratios": {"the planted LR": 0.92, "the planted FM": 0.94, "the demo LR": 0.95,
+               "the demo FM": 0.94}},
+        ": a training's loop is 3-5 s of its 19-22 trial-seconds, the rest its start, which ASHA "
+        "cannot stop; it stopped 0-1 training a reference ([refcost](#refcost))",
+        EPYC, "2026-11-29", "40a3d7e",
+    ),
+    Row(
         "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.2x",
         "**{ratio:.2f}x** (15.4 s vs 12.0 s); four runs span 1.25–1.35x",
         goals.trial_overhead,
