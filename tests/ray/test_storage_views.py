@@ -236,8 +236,8 @@ def test_nodes_that_do_not_answer_are_named(odd_node, monkeypatch):
     monkeypatch.setattr(shared_storage, "look_all", silent_on_the_odd_node)
     storage = odd_node.own / "silent"
     with pytest.raises(ConfigError) as refused:
-        shared_storage.check_nodes_see({"--storage": str(storage)}, timeout_s=30)
+        shared_storage.check_nodes_see({"--storage": str(storage)}, timeout_s=20)
     text = str(refused.value)
     assert "1 of 2 nodes do not see" in text  # the head answered
-    assert f"  {ODD_IP} (node {odd_id[:8]}): did not answer within 30 s" in text
+    assert f"  {ODD_IP} (node {odd_id[:8]}): did not answer within 20 s" in text
     assert os.listdir(storage) == []  # the marker removed on failure too
