@@ -243,8 +243,13 @@ def start_growth(opts: SweepOptions) -> int:
     saved.setdefault(GROWTHS, []).append(part)
     saved.pop("finished", None)
     saved.pop("errored", None)
-    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
+    write_state(opts, saved)
     return len(saved[GROWTHS])
+
+
+def write_state(opts: SweepOptions, saved: dict[str, Any]) -> None:
+    """``sweep.json`` of the sweep replaced by ``saved`` (as ``saved_state`` read it, changed)."""
+    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
 
 
 def restored_options(opts: SweepOptions) -> SweepOptions:
@@ -262,11 +267,16 @@ def resumed_workers(opts: SweepOptions, typed: frozenset[str]) -> SweepOptions:
     """``opts`` of a sweep being resumed or grown, with the ``WORKERS`` its latest run used
     (``typed``: the ones the user gave, kept as given): a bare re-run goes on with the workers it
     ran on, not with the space's ``run`` section or the flags' defaults."""
-    saved = saved_state(opts) or {}
-    last = {**saved.get("options", {}), **(saved.get(LAST_WORKERS) or {})}
+    last = latest_workers(saved_state(opts) or {})
     return dataclasses.replace(
         opts, **{k: last[k] for k in WORKERS if k in last and k not in typed}
     )
+
+
+def latest_workers(saved: dict[str, Any]) -> dict[str, Any]:
+    """The options a sweep's latest run gave its workers (``saved``: its ``sweep.json``): its
+    last resume's (``LAST_WORKERS``) over its start's."""
+    return {**saved.get("options", {}), **(saved.get(LAST_WORKERS) or {})}
 
 
 def record_workers(opts: SweepOptions) -> None:
@@ -274,7 +284,7 @@ def record_workers(opts: SweepOptions) -> None:
     resume's: what the next bare re-run resumes with, and ``worker_change`` compares with)."""
     saved = saved_state(opts) or {}
     saved[LAST_WORKERS] = {k: getattr(opts, k) for k in (*WORKERS, "use_gpu")}
-    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
+    write_state(opts, saved)
 
 
 def mark_finished(
@@ -288,7 +298,7 @@ def mark_finished(
     saved["finished"] = f"{trials} trials{failed}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
     saved["errored"] = errored
     saved[EDGES] = list(edges or [])
-    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
+    write_state(opts, saved)
 
 
 def archive(opts: SweepOptions) -> str:
@@ -318,8 +328,8 @@ def worker_change(opts: SweepOptions) -> str:
     """On a resume, a notice if the trials now get another number of workers (or device) than the
     sweep's latest run gave them (its start's, or its last resume's): their checkpoints are
     resharded ('' if nothing changed)."""
-    saved = json.loads(storage.read_text(state_file(opts.storage, opts.name)))
-    last = {**saved.get("options", {}), **(saved.get(LAST_WORKERS) or {})}
+    saved = saved_state(opts) or {}
+    last = latest_workers(saved)
     was = (last.get("num_workers"), bool(last.get("use_gpu")))
     if was == (opts.num_workers, opts.use_gpu):
         return ""
