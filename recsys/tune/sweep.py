@@ -552,7 +552,7 @@ def run_phases(space: SearchSpace, opts: SweepOptions, spec: TrialSpec, restore:
             run = Run(space, opts, spec, restore, finished=restore and bool(parts))
             run.register()
             together = room_beside(opts, alive_nodes())
-            print(header(space, opts.scheduler, together))
+            print(header(space, opts.scheduler, together, opts.max_concurrent))
             if together:
                 beside = Beside(run).start()
             else:

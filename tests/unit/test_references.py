@@ -5,9 +5,12 @@ the default recipes: logistic regression solved over decades of L2, the FM by Ad
 
 from __future__ import annotations
 
+import threading
+
 import pandas as pd
 import pytest
 
+from recsys.tune import baselines
 from recsys.tune import references as refs
 from recsys.tune.baselines import best_trained, done_line, header
 from recsys.tune.references import MAX_EDGE_STEPS, Walk, next_value, walkable
@@ -98,3 +101,36 @@ def test_the_reference_is_the_best_trained_to_its_end(tmp_path):
     line = done_line("lr", frame, walk, space)
     assert line == ("reference lr: val_auc 0.8000, best of 2 trained to their end (1 stopped at "
                     "a rung): weight_decay=0.0001")  # fmt: skip
+
+
+def test_references_share_the_trials_at_once_side_by_side():
+    assert baselines.lanes(2, 2) == (2, 1) and baselines.lanes(4, 2) == (2, 2)
+    assert baselines.lanes(1, 2) == (1, 1) and baselines.lanes(3, 1) == (1, 3)
+    assert baselines.lanes(2, 3) == (2, 1) and baselines.lanes(5, 2) == (2, 2)  # never above
+
+
+def test_references_run_side_by_side_and_a_lanes_error_comes_after_all_end():
+    both_in = threading.Barrier(2, timeout=30)  # passed only with both lanes inside at once
+    ended: list[str] = []
+
+    def one(item: str) -> None:
+        if item != "c":  # a and b wait for each other: two lanes at once, or a timeout
+            both_in.wait()
+        if item == "b":
+            raise ValueError("b failed")
+        ended.append(item)
+
+    with pytest.raises(ValueError, match="b failed"):
+        baselines.in_lanes(one, ["a", "b", "c"], together=2)
+    assert sorted(ended) == ["a", "c"]  # c ran after b's error, in the lane b left
+    order: list[str] = []
+    baselines.in_lanes(order.append, ["a", "b", "c"], together=1)  # one at a time, in order
+    assert order == ["a", "b", "c"]
+
+
+def test_the_header_says_how_the_references_share_the_slots(tmp_path):
+    body = "overrides: {train.steps: 40}\nspace:\n  optim.lr: {choice: [0.1]}\n"
+    space = load(space_file(tmp_path, body + "baselines: [lr, fm]\n"))
+    assert "2 side by side, 1 trial at a time each" in header(space, "fifo", False, slots=2)
+    assert "2 side by side, 2 trials at a time each" in header(space, "fifo", False, slots=4)
+    assert "side by side" not in header(space, "fifo", False, slots=1)
