@@ -31,13 +31,8 @@ from recsys.train.system_metrics import node_monitor
 class RayReporter:
     """Where the run's storage is a file system (a local or mounted path, as on one node or a
     shared disk), every rank writes its part of a checkpoint straight into the checkpoint's folder
-    there and reports it without an upload: each byte is written once and nothing is staged. Such
-    a report is handed to the Train controller in the background (``CheckpointUploadMode.ASYNC``
-    with an upload that does nothing, ``in_place``; Ray Train hands them on in order, and waits
-    for them before the worker's end): training goes on while the controller takes it (a report
-    waited for the controller to take the one before: 0.17 s a report, 1.7 s of a 100-step smoke
-    trial's 10 on 2 cores). A worker lost meanwhile loses that report with its checkpoint, as one
-    lost before it reported. Elsewhere (an object store URI) each rank writes to a
+    there and reports it without an upload (``CheckpointUploadMode.NO_UPLOAD``): each byte is
+    written once and nothing is staged. Elsewhere (an object store URI) each rank writes to a
     local staging folder (``train.checkpoint_staging``, default the system's temp folder; its free
     space is checked first), which ``ray.train.report`` uploads and merges (through the run's
     ``storage_filesystem``, which retries while the store is down: ``recsys.runtime.storage``),
@@ -96,18 +91,11 @@ class RayReporter:
                 metrics,
                 checkpoint=checkpoint,
                 checkpoint_dir_name=self._name(step),
-                checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
-                checkpoint_upload_fn=in_place,
-                delete_local_checkpoint_after_upload=False,  # (it is the run's checkpoint)
+                checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
             )
             return
         ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def in_place(checkpoint: Any, dir_name: str) -> Any:
-    """Ray Train's upload of a checkpoint written where the run keeps it: none."""
-    return checkpoint
 
 
 def check_space(folder: str, need: int) -> None:
