@@ -54,5 +54,7 @@ def floor_trial(config: dict[str, Any], storage: str, cpus: float) -> None:
             "worker start": metrics["t_worker_start"] - t0,
             "imports": metrics["t_imported"] - metrics["t_worker_start"],
             "teardown": t1 - metrics["t_imported"],
+            "t_fit_start": t0,
+            "t_fit_end": t1,
         }
     )

@@ -9,6 +9,10 @@ The floor: the same number of Tune trials, each fitting a ``TorchTrainer`` with 
 and resources whose function only imports torch (and, second variant, TorchRec and FBGEMM too) and
 reports once: what any Ray Train trial costs before it does work. ``ours / floor`` compares the
 overhead with the floor that imports TorchRec.
+
+Both kinds of trial are also split as Ray Train's controller sees them (``benchmarks.start_clock``:
+its controller up, the worker actors, their train contexts, the process group, the shutdown),
+the same marks for the floor's runs and ours: the floor's own parts.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from benchmarks import start_clock
 from benchmarks.common import table
 from recsys.runtime.cluster import connect
 from recsys.tracking.tracker import Tracker
@@ -68,7 +73,14 @@ def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dic
     return [dict(grid[i].metrics or {}) for i in range(len(grid))]
 
 
-def ours(trials: int, steps: int, space: str, tmp: str) -> tuple[list[dict[str, float]], float]:
+def fits(rows: list[dict[str, float]], start: str, end: str) -> list[tuple[float, float]]:
+    """Each trial's ``fit()`` (start, return), by its metrics' keys."""
+    return [(r[start], r[end]) for r in rows if start in r and end in r]
+
+
+def ours(
+    trials: int, steps: int, space: str, tmp: str
+) -> tuple[list[dict[str, float]], float, list[tuple[float, float]]]:
     loaded = spaces.load(space, smoke=True)
     base = loaded.base.with_overrides({"train.steps": steps})
     loaded = dataclasses.replace(loaded, base=base, baselines=[], confirm=Confirm(0, 0))  # search
@@ -80,21 +92,33 @@ def ours(trials: int, steps: int, space: str, tmp: str) -> tuple[list[dict[str, 
     client = MlflowClient(uri)
     exp_id = Tracker(uri).experiment("bench", None)
     runs = client.search_runs([exp_id], "tags.`recsys.kind` = 'trial'")
-    return [phases(r.data.metrics) for r in runs], wall
+    metrics = [r.data.metrics for r in runs]
+    return [phases(m) for m in metrics], wall, fits(metrics, "trial_fit_start", "trial_fit_end")
 
 
 def _median(rows: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in rows) if rows and key in rows[0] else float("nan")
 
 
+def cells(split: list[dict[str, float]], name: str) -> list[Any]:
+    """A part's medians: ours, its range (none), the floor's two kinds."""
+    ours_s, bare, with_torchrec = (s.get(name, float("nan")) for s in split)
+    return [ours_s, "-", bare, with_torchrec]
+
+
 def run(trials: int, steps: int, space: str = "default") -> str:
-    t0 = time.perf_counter()
-    connect("local")
-    ray_start = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
+        start_clock.enable(f"{tmp}/marks")  # (before Ray starts: its processes inherit it)
+        t0 = time.perf_counter()
+        connect("local")
+        ray_start = time.perf_counter() - t0
         bare = floor(trials, torchrec=False, tmp=tmp)
         with_torchrec = floor(trials, torchrec=True, tmp=tmp)
-        per_trial, sweep_wall = ours(trials, steps, space, tmp)
+        per_trial, sweep_wall, our_fits = ours(trials, steps, space, tmp)
+        marks = start_clock.read(f"{tmp}/marks")
+    split = [start_clock.medians(marks, f) for f in
+             (our_fits, fits(bare, "t_fit_start", "t_fit_end"),
+              fits(with_torchrec, "t_fit_start", "t_fit_end"))]  # fmt: skip
     rows: list[list[Any]] = [["Ray start (once)", ray_start, "-", "-", "-"]]
     for p in PHASES:
         vals = [t[p] for t in per_trial]
@@ -116,6 +140,8 @@ def run(trials: int, steps: int, space: str = "default") -> str:
             _median(with_torchrec, "imports"),
         ]
     )
+    for name, _, _ in start_clock.PARTS:  # as the controller sees them
+        rows.append([f"per trial, controller's view: {name}", *cells(split, name)])
     train_total = sum(t["train"] for t in per_trial)
     rows.append(["sweep wall time (ours)", sweep_wall, "-", "-", "-"])
     rows.append(
