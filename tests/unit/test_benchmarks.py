@@ -217,3 +217,27 @@ def test_the_experts_interval_is_students_t_of_paired_differences() -> None:
     half = 4.302652729911275 * 0.01 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
     assert math.isclose(lo, 0.02 - half) and math.isclose(hi, 0.02 + half)
     assert all(math.isnan(v) for v in interval([0.01]))
+
+
+def test_the_start_clock_splits_each_trial_by_the_run_its_controller_started_during(tmp_path):
+    from benchmarks import start_clock
+
+    clock = start_clock.StartClock()
+    clock.folder = str(tmp_path)
+    clock.name = "run_a"
+    clock.marks = {"controller": 12.0, "group_begin": 12.5, "workers": 15.0, "context": 17.0,
+                   "launched": 17.25, "last_report": 20.0, "shutdown_begin": 20.5}  # fmt: skip
+    clock.after_worker_group_shutdown(None)  # marks its end and writes the run's file
+    (a,) = start_clock.read(str(tmp_path))
+    a["shutdown_end"] = 21.0  # (the clock's own time.time(): set for the arithmetic)
+    b = {**a, "controller": 102.0, "last_report": 106.0}  # a second run: only these differ
+    split = start_clock.parts(a, (10.0, 22.0))
+    assert split["fit() to its controller running"] == 2.0
+    assert split["the worker actors (placement, processes)"] == 2.5
+    assert split["the process group, the function launched"] == 0.25
+    assert split["the shutdown to fit()'s return"] == 1.0
+    assert sum(split.values()) == 12.0 - (20.0 - 17.25)  # the fit, but the function's own time
+    # each fit takes the run whose controller came up during it; a fit without one is left out
+    med = start_clock.medians([b, a], [(10.0, 22.0), (50.0, 60.0)])
+    assert med == split
+    assert start_clock.medians([a, b], [(100.0, 110.0)])["fit() to its controller running"] == 2.0
