@@ -10,8 +10,8 @@
 - **Side by side**: the references share the ``--max-concurrent`` trials among them (``lanes``):
   with 2 at a time and LR and FM, each reference's grid runs one trial at a time, both at once,
   instead of LR's grid two at a time and then FM's. A grid's last trials and each edge's step
-  leave no slot empty while another reference has trials to run (on 2 cores the quickstart's
-  references took 177 s arch after arch); the trials at once stay ``--max-concurrent``.
+  leave no slot empty while another reference has trials to run (BENCHMARKS.md, quickstart);
+  the trials at once stay ``--max-concurrent``.
 - **Successive halving**: each reference's grid is one Tune experiment (``baselines-<arch>``)
   under ASHA on the same kind of budget as its trials (the rungs in the reports' epochs, or in
   steps for a budget in steps: the solver's iterations) unless the sweep's scheduler is FIFO:
@@ -254,17 +254,19 @@ def search_references(run: Run, log: Callable[[str], None] = print) -> Found:
 
 
 def in_lanes(fn: Callable[[str], None], items: list[str], together: int) -> None:
-    """``fn`` of every item, ``together`` at a time (each in a daemon thread of its own after
-    the first: a driver's interrupt ends it, as ``Beside``), in ``items``' order; after all of
-    them have ended, re-raises the first error any raised."""
+    """``fn`` of every item, ``together`` at a time (the caller's thread one lane, each other
+    lane a daemon thread: a driver's exit ends it, as ``Beside``), in ``items``' order; after all
+    of them have ended, re-raises the first error any raised. An interrupt (``KeyboardInterrupt``,
+    ``SystemExit``) starts no further item, and in the caller's lane goes on up at once."""
     if together <= 1:
         for item in items:
             fn(item)
         return
-    todo, errors = list(items), []
+    todo: list[str] = list(items)
+    errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def lane() -> None:
+    def lane(caller: bool = False) -> None:
         while True:
             with lock:
                 if not todo:
@@ -272,14 +274,21 @@ def in_lanes(fn: Callable[[str], None], items: list[str], together: int) -> None
                 item = todo.pop(0)
             try:
                 fn(item)
-            except BaseException as e:  # (re-raised in the caller's thread)
+            except Exception as e:  # (re-raised in the caller's thread once all have ended)
                 errors.append(e)
+            except BaseException as e:
+                with lock:
+                    todo.clear()
+                if caller:
+                    raise
+                errors.append(e)
+                return
 
     threads = [threading.Thread(target=lane, name=f"references-{k}", daemon=True)
                for k in range(1, together)]  # fmt: skip
     for t in threads:
         t.start()
-    lane()
+    lane(caller=True)
     for t in threads:
         t.join()
     if errors:

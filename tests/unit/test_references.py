@@ -128,6 +128,18 @@ def test_references_run_side_by_side_and_a_lanes_error_comes_after_all_end():
     assert order == ["a", "b", "c"]
 
 
+def test_an_interrupt_in_a_lane_starts_no_further_reference():
+    started: list[str] = []
+
+    def interrupted(item: str) -> None:
+        started.append(item)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # the caller's lane: at once
+        baselines.in_lanes(interrupted, ["a", "b", "c", "d"], together=2)
+    assert len(started) <= 2 and "d" not in started  # each lane's first only, then none
+
+
 def test_the_header_says_how_the_references_share_the_slots(tmp_path):
     body = "overrides: {train.steps: 40}\nspace:\n  optim.lr: {choice: [0.1]}\n"
     space = load(space_file(tmp_path, body + "baselines: [lr, fm]\n"))
