@@ -153,6 +153,17 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         TESTS,
         "with `RECSYS_TEST_HOLD_AFTER_TRAINING_S`: only the runs of this `train.seed` wait",
     ),
+    "RECSYS_TEST_HOLD_AT_STEP": (
+        TESTS,
+        "with `RECSYS_TEST_HOLD_AFTER_TRAINING_S`: the wait comes after the checkpoint of this "
+        "step instead of after the last report, so a test can kill a sweep while a trial is "
+        "mid-run on a machine of any speed (`tests/ray/killing.py`)",
+    ),
+    "RECSYS_START_CLOCK_DIR": (
+        INTERNAL,
+        "the overhead benchmark's: where each Ray Train run's controller writes the times of its "
+        "start's parts (`benchmarks/start_clock.py`; set by the benchmark itself)",
+    ),
 }
 # where RECSYS_* variables are read: folders (their .py, .sh, .yaml files) and single files
 ENV_SCAN = ("recsys", "scripts", "experiments", "benchmarks", "tests", "run.sh", ".ci/run")

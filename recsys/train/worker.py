@@ -49,6 +49,7 @@ class RayReporter:
         self.worker_nodes = worker_nodes
         self.suffix = ""
         self.staging, self.need_bytes = staging or tempfile.gettempdir(), need_bytes
+        self.seed: int | None = None  # the run's train.seed (the tests' holds: ``hold``)
         storage = ray.train.get_context().get_storage()
         self.direct = isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
         self.storage = storage
@@ -84,18 +85,19 @@ class RayReporter:
         metrics = {**metrics, "worker_nodes": self.worker_nodes}
         if not folder:
             ray.train.report(metrics)
-            return
-        checkpoint = ray.train.Checkpoint.from_directory(folder)
-        if self.direct:
+        elif self.direct:
             ray.train.report(
                 metrics,
-                checkpoint=checkpoint,
+                checkpoint=ray.train.Checkpoint.from_directory(folder),
                 checkpoint_dir_name=self._name(step),
                 checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
             )
-            return
-        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
-        shutil.rmtree(folder, ignore_errors=True)
+        else:
+            checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
+            shutil.rmtree(folder, ignore_errors=True)
+        if folder and self.seed is not None:
+            hold(self.seed, step)
 
 
 def check_space(folder: str, need: int) -> None:
@@ -161,23 +163,29 @@ def train_func(config: dict[str, Any]) -> None:
     nodes = ",".join(sorted({p[3] for p in placement}))
     cfg = localised(cfg, env.rank, env.world_size)  # a prepared folder in an object store
     reporter = RayReporter(nodes, cfg.train.checkpoint_staging)
+    reporter.seed = cfg.train.seed
     trainer = Trainer(cfg, env, reporter)
     reporter.need_bytes = trainer.checkpoint_bytes()
     with node_monitor(config.get("system_metrics"), env):
         trainer.train()
-    hold_after_training(cfg.train.seed)
+    hold(cfg.train.seed)
 
 
 HOLD_ENV = "RECSYS_TEST_HOLD_AFTER_TRAINING_S"
 HOLD_SEED_ENV = "RECSYS_TEST_HOLD_SEED"
+HOLD_STEP_ENV = "RECSYS_TEST_HOLD_AT_STEP"
 
 
-def hold_after_training(seed: int) -> None:
+def hold(seed: int, step: int | None = None) -> None:
     """For the tests only: with ``RECSYS_TEST_HOLD_AFTER_TRAINING_S`` set, a worker waits that
-    long after its last report (only in runs of ``train.seed`` = ``RECSYS_TEST_HOLD_SEED``, when
-    that is set), so a test can kill the sweep exactly after a trial's last checkpoint and before
-    Tune records the trial as done (``tests/ray/test_sweep_resume.py``)."""
+    long after its last report (``step`` None), or, with ``RECSYS_TEST_HOLD_AT_STEP`` set, after
+    its checkpoint's report of that step instead; only in runs of ``train.seed`` =
+    ``RECSYS_TEST_HOLD_SEED``, when that is set. So a test can kill a sweep exactly after a
+    trial's last checkpoint and before Tune records the trial as done, or while a trial is
+    mid-run, whatever the machine's speed (``tests/ray/killing.py``)."""
     seconds = float(os.environ.get(HOLD_ENV, "0") or 0)
-    only = os.environ.get(HOLD_SEED_ENV, "")
-    if seconds > 0 and (not only or int(only) == seed):
+    only, at = os.environ.get(HOLD_SEED_ENV, ""), os.environ.get(HOLD_STEP_ENV, "")
+    if seconds <= 0 or (only and int(only) != seed):
+        return
+    if (step is None and not at) or (step is not None and at and int(at) == step):
         time.sleep(seconds)

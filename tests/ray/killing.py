@@ -14,17 +14,25 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from recsys.train.worker import HOLD_ENV, HOLD_SEED_ENV, HOLD_STEP_ENV
 from tests.ray.spaces import write_space
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS, LOG_EVERY = 600, 50  # trial 2 is killed between its step-200 report and step 600
+STEPS, LOG_EVERY = 600, 50  # trial 2 is killed after its step-200 checkpoint
+HELD_AT = 200
+# trial 2 (seed 2) waits after its checkpoint of step HELD_AT until it is killed, so the kill
+# finds it mid-run on a machine of any speed (recsys.train.worker.hold)
+MID_RUN = {HOLD_ENV: "600", HOLD_SEED_ENV: "2", HOLD_STEP_ENV: str(HELD_AT)}
 
 
 def kill_space(folder: Path) -> str:
-    """Two trials of STEPS steps, a checkpoint every 100 and a report every LOG_EVERY."""
+    """Two trials of STEPS steps (``train.seed`` 1, then 2), a checkpoint every 100 and a report
+    every LOG_EVERY."""
     space = Path(write_space(folder, steps=STEPS))
     text = space.read_text().replace("train.checkpoint_every: 10", "train.checkpoint_every: 100")
     text = text.replace("train.log_every: 5", f"train.log_every: {LOG_EVERY}")
+    text = text.replace("{grid: [fp32, fp16]}", "{choice: [fp32]}")
+    text = text.replace("space:\n", "space:\n  train.seed: {grid: [1, 2]}\n")
     space.write_text(text.replace("{choice: [null, 500]}", "{choice: [500]}"))
     return str(space)
 
@@ -67,14 +75,16 @@ def trial_runs(client: MlflowClient) -> list:
 
 
 def wait_for_mid_run(client: MlflowClient, proc: subprocess.Popen, timeout: float = 400) -> None:
+    """Until trial 1 has finished and trial 2 has logged its report of step ``HELD_AT`` (the
+    sweep started with ``MID_RUN``'s hold: trial 2 waits there)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert proc.poll() is None, "the sweep ended before it could be killed"
         runs = trial_runs(client)
         if len(runs) == 2 and runs[0].info.status == "FINISHED":
             step = runs[1].data.metrics.get("step", 0)
-            assert step < STEPS, "trial 2 finished before the kill; the test needs a slower trial"
-            if step >= 200:
+            assert step <= HELD_AT, f"trial 2 went on past its hold at step {HELD_AT}: {step}"
+            if step == HELD_AT:
                 return
         time.sleep(0.3)
     raise AssertionError("trial 2 never got mid-run")

@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 from recsys.runtime import storage
 from tests.ray.killing import (
     LOG_EVERY,
+    MID_RUN,
     STEPS,
     check_resumed,
     kill_space,
@@ -90,7 +91,7 @@ def run_kill_and_resume(space: str, uri: str, s3: str) -> None:
     sweeps = storage.join(s3, "sweeps")
     client = MlflowClient(uri)
     head, env = head_node()
-    first = start_sweep(space, sweeps, uri, cwd=os.path.join(head, "work"), **env)
+    first = start_sweep(space, sweeps, uri, cwd=os.path.join(head, "work"), **env, **MID_RUN)
     try:
         wait_for_mid_run(client, first)
         first_finished = trial_runs(client)[0]

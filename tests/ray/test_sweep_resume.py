@@ -19,6 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.ray.killing import (
+    MID_RUN,
     check_resumed,
     kill_space,
     kill_when,
@@ -37,7 +38,7 @@ def test_killed_driver_resumes(tmp_path, tracking_uri):
     space = kill_space(tmp_path)
     client = MlflowClient(tracking_uri)
     runs = str(tmp_path / "runs")
-    first = start_sweep(space, runs, tracking_uri)
+    first = start_sweep(space, runs, tracking_uri, **MID_RUN)  # trial 2 held mid-run
     try:
         wait_for_mid_run(client, first)
         first_finished = trial_runs(client)[0]
