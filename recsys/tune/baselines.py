@@ -9,9 +9,9 @@
   (its registry is not safe to write from two threads).
 - **Side by side**: the references share the ``--max-concurrent`` trials among them (``lanes``):
   with 2 at a time and LR and FM, each reference's grid runs one trial at a time, both at once,
-  instead of LR's grid two at a time and then FM's. A grid's last trials and each edge's step
-  leave no slot empty while another reference has trials to run (BENCHMARKS.md, quickstart);
-  the trials at once stay ``--max-concurrent``.
+  instead of LR's grid two at a time and then FM's: a grid's odd last trial or an edge's single
+  step no longer runs beside an empty slot (BENCHMARKS.md, quickstart); once one reference has
+  ended, its slot waits for the other's end. The trials at once stay ``--max-concurrent``.
 - **Successive halving**: each reference's grid is one Tune experiment (``baselines-<arch>``)
   under ASHA on the same kind of budget as its trials (the rungs in the reports' epochs, or in
   steps for a budget in steps: the solver's iterations) unless the sweep's scheduler is FIFO:
