@@ -248,9 +248,8 @@ def search_references(run: Run, log: Callable[[str], None] = print) -> Found:
         log(done_line(arch, frame, walk, run.space))
 
     in_lanes(one, archs, together)
-    found = Found(walks={a: searched[a][1] for a in archs})
-    found.frame = ranked_refs([searched[a][0] for a in archs], run.space)
-    return found
+    return Found(frame=ranked_refs([searched[a][0] for a in archs], run.space),
+                 walks={a: searched[a][1] for a in archs})  # fmt: skip
 
 
 def in_lanes(fn: Callable[[str], None], items: list[str], together: int) -> None:

@@ -248,8 +248,10 @@ def start_growth(opts: SweepOptions) -> int:
 
 
 def write_state(opts: SweepOptions, saved: dict[str, Any]) -> None:
-    """``sweep.json`` of the sweep replaced by ``saved`` (as ``saved_state`` read it, changed)."""
-    storage.write_text(state_file(opts.storage, opts.name), json.dumps(saved, indent=2))
+    """``sweep.json`` of the sweep replaced by ``saved`` (its start's, ``save_state``; or as
+    ``saved_state`` read it, changed); values JSON has no type for are written as text."""
+    text = json.dumps(saved, indent=2, default=str)
+    storage.write_text(state_file(opts.storage, opts.name), text)
 
 
 def restored_options(opts: SweepOptions) -> SweepOptions:
@@ -349,5 +351,4 @@ def save_state(space: SearchSpace, opts: SweepOptions) -> None:
         "space_source": space.source,
         "options": asdict(opts),
     }
-    text = json.dumps(state, indent=2, default=str)
-    storage.write_text(state_file(opts.storage, opts.name), text)
+    write_state(opts, state)
