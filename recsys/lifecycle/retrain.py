@@ -173,7 +173,7 @@ def train_one(
 
     from recsys.runtime.storage import as_uri
     from recsys.tracking import inputs
-    from recsys.tracking.report import MlflowReportCallback
+    from recsys.tracking.report import report_callbacks
     from recsys.train.ray_trainer import make_trainer
 
     cfg = plan.config_of(role, seed)
@@ -190,7 +190,7 @@ def train_one(
         name=f"{role}-seed{seed}",
         storage_path=folder,
         max_failures=2,
-        callbacks=[MlflowReportCallback(tracker.uri, run_id)],
+        callbacks=report_callbacks(tracker.uri, run_id),
     )
     result = trainer.fit()
     if result.checkpoint is None:

@@ -20,13 +20,15 @@ from recsys.configlib import ConfigError, option
 
 # Ray Train V2's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (default 2 s)
 # and takes one report per poll, so every ray.train.report waited up to 2 s (measured: 2.0 s per
-# report, 15.7 s of a 37 s smoke trial). 0.2 s cuts that tenfold for a little controller CPU.
+# report, 15.7 s of a 37 s smoke trial). 0.1 s cuts that twentyfold for a little controller CPU
+# (two actor calls per poll): the overhead benchmark's 10 reports took 0.29 s in all at 0.1 s, as
+# at 0.05 s (with the MLflow store opened early: recsys.tracking.report).
 #
 # Ray Train V2 also starts a PreemptionWatcher actor per run, for ray.train.get_preemption_info(),
 # which this project does not read (worker failures are handled by FailureConfig either way); Ray
 # core logs an error line about that actor's restart arguments for every trial. Off.
 TRAIN_ENV = {
-    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 }
 

@@ -37,7 +37,7 @@ from recsys.distributed.sharding import Machine
 from recsys.runtime import storage
 from recsys.runtime.storage import as_uri
 from recsys.tracking import inputs
-from recsys.tracking.report import MlflowReportCallback
+from recsys.tracking.report import report_callbacks
 from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
@@ -175,7 +175,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         name=f"trial_{trial_id}",
         storage_path=train_storage,
         max_failures=spec.max_failures,
-        callbacks=[TuneReportCallback(), MlflowReportCallback(spec.tracking_uri, run_id)],
+        callbacks=[TuneReportCallback(), *report_callbacks(spec.tracking_uri, run_id)],
         system_metrics=system_metrics(spec, run_id),
     )
     fit_start = time.time()

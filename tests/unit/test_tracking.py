@@ -69,6 +69,51 @@ def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
     assert "resume_note" not in data.metrics and data.metrics["val_auc"] == 0.7
 
 
+def test_the_tracker_opened_early_is_the_one_the_reports_use_after_a_pickle(tmp_path):
+    """Ray pickles the callbacks list into Train's controller as one: the early opening
+    (``OpenTrackerEarly``) must open the tracker of the very callback that logs the reports."""
+    import cloudpickle
+
+    from recsys.tracking.report import MlflowReportCallback, OpenTrackerEarly, report_callbacks
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
+    callback, early = cloudpickle.loads(cloudpickle.dumps(report_callbacks(uri, run)))
+    assert isinstance(callback, MlflowReportCallback) and isinstance(early, OpenTrackerEarly)
+    assert early.callback is callback
+    early.after_controller_start(None)
+    opened = callback.tracker()  # joins the opening thread
+    assert opened is not None
+    callback.after_report(None, [report(10, 0.6)], None)
+    assert callback.tracker() is opened
+    assert MlflowClient(uri).get_run(run).data.metrics["val_auc"] == 0.6
+    # a callback with an open tracker pickles without it (a thread or a store cannot travel)
+    again = cloudpickle.loads(cloudpickle.dumps(callback))
+    assert again._tracker is None and again.run_id == run
+
+
+def test_an_early_opening_that_fails_is_retried_and_raises_at_the_first_report(
+    tmp_path, monkeypatch
+):
+    from recsys.tracking import tracker
+    from recsys.tracking.report import MlflowReportCallback
+
+    opened = []
+
+    def down(self, uri, keep=None):
+        opened.append(uri)
+        raise ConnectionError(f"{uri}: store down")
+
+    monkeypatch.setattr(tracker.Tracker, "__init__", down)
+    callback = MlflowReportCallback(f"sqlite:///{tmp_path}/m.db", "run")
+    callback.open_early()
+    with pytest.raises(ConnectionError, match="store down"):
+        callback.after_report(None, [report(10, 0.6)], None)
+    assert len(opened) == 2  # the early opening, then the report's own
+
+
 def test_a_runs_constants_are_logged_when_they_change_not_every_report(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     t = Tracker(uri)
