@@ -34,7 +34,13 @@ from recsys.tune.references import Walk
 from recsys.tune.results import SCORED, TRAINED_TO_END, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import CONFIRMS, FinishStoppedTrials, TrialSpec, run_trial
+from recsys.tune.trial import (
+    CONFIRMS,
+    REUSE_TRIAL_ACTORS,
+    FinishStoppedTrials,
+    TrialSpec,
+    run_trial,
+)
 
 PHASE_DIRS = {"confirm": "confirm"}
 CONFIRMABLE = SCORED
@@ -151,6 +157,7 @@ def phase_tuner(
             metric=score.key,
             mode=score.mode,
             search_alg=BasicVariantGenerator(max_concurrent=opts.max_concurrent),
+            reuse_actors=REUSE_TRIAL_ACTORS,
         ),
         run_config=tune.RunConfig(
             name=folder,

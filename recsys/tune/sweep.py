@@ -61,7 +61,7 @@ from recsys.tune.state import (
     widenings,
     worker_change,
 )
-from recsys.tune.trial import FinishStoppedTrials, TrialSpec
+from recsys.tune.trial import REUSE_TRIAL_ACTORS, FinishStoppedTrials, TrialSpec
 
 EPOCHS_DONE = "epochs_done"  # in every report: training samples so far over the split's rows
 
@@ -233,6 +233,7 @@ def build_tuner(
             num_samples=opts.num_samples,
             scheduler=_scheduler(opts, space, single),
             search_alg=_searcher(opts, space, prior),  # (both limit concurrency themselves)
+            reuse_actors=REUSE_TRIAL_ACTORS,
         ),
         run_config=tune.RunConfig(
             name=name,

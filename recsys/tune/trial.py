@@ -72,6 +72,11 @@ class TrialSpec:
         return asdict(self)
 
 
+# Tune keeps a finished trial's actor for the next trial of the same resources (its function
+# runs again there, with the new config): this process imports torch, TorchRec, MLflow and our
+# modules once per sweep phase rather than once per trial (seconds of CPU each, on the cores a
+# trial's workers start on). A trial's state lives in ``_run``'s locals and its MLflow run.
+REUSE_TRIAL_ACTORS = True
 CONFIRMS = "_confirms"  # in a seed-check trial's params: the id of the trial it re-trains
 
 
