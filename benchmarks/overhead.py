@@ -5,8 +5,9 @@ split into worker-group start (processes, imports, process group), setup (data, 
 sharding), training, evaluation, checkpointing and teardown (timestamps from its MLflow run); its
 overhead is the wall time minus training and evaluation.
 
-The floor: the same number of Tune trials, each fitting a ``TorchTrainer`` with the same workers
-and resources whose function only imports torch (and, second variant, TorchRec and FBGEMM too) and
+The floor: the same number of Tune trials (Tune set as ours: one at a time, a finished trial's
+actor reused for the next), each fitting a ``TorchTrainer`` with the same workers and resources
+whose function only imports torch (and, second variant, TorchRec and FBGEMM too) and
 reports once: what any Ray Train trial costs before it does work. ``ours / floor`` compares the
 overhead with the floor that imports TorchRec.
 
@@ -32,6 +33,7 @@ from recsys.tracking.tracker import Tracker
 from recsys.tune import space as spaces
 from recsys.tune.space import Confirm
 from recsys.tune.sweep import SweepOptions, legacy_tune_output, run_sweep
+from recsys.tune.trial import REUSE_TRIAL_ACTORS
 
 PHASES = ["worker start", "setup", "train", "eval", "checkpoint", "teardown", "overhead", "wall"]
 
@@ -65,7 +67,9 @@ def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dic
     tuner = tune.Tuner(
         trainable,
         param_space={"torchrec": torchrec},
-        tune_config=tune.TuneConfig(num_samples=trials, max_concurrent_trials=1),
+        tune_config=tune.TuneConfig(
+            num_samples=trials, max_concurrent_trials=1, reuse_actors=REUSE_TRIAL_ACTORS
+        ),  # Tune's settings as ours
         run_config=tune.RunConfig(storage_path=f"{tmp}/tune", verbose=0),
     )
     with legacy_tune_output():
@@ -156,7 +160,8 @@ def run(trials: int, steps: int, space: str = "default") -> str:
     overhead, base = _median(per_trial, "overhead"), _median(with_torchrec, "wall")
     head = (
         f"{len(per_trial)} trials of the `{space}` smoke config at {steps} steps, 2 workers; the "
-        f"floor: {trials} empty 2-worker Ray Train trials (Tune trials, same resources). "
+        f"floor: {trials} empty 2-worker Ray Train trials (Tune trials, same resources, Tune's "
+        "actors reused as ours). "
         f"**Ours / floor (per-trial overhead / empty trial with TorchRec): {overhead / base:.2f}x**"
         "\n\n"
     )
