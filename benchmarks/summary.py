@@ -128,12 +128,13 @@ ROWS: list[Row] = [
         "the first sweep: the README's default sweep (`./run.sh sweep` after its setup check), "
         "start to exit, 2 cores, ≤ 5 minutes",
         "**{seconds:.0f} s** (4 trials, 9 reference trainings side by side, 3 seed-check runs); "
-        "the runs before 310 s and 281 s",
+        "the runs before 288 s, 310 s and 281 s",
         goals.quickstart,
-        {"seconds": 288.0},
-        " this run: runs of one configuration spread by about 30 s, so the goal still lies inside "
-        "that spread ([quickstart](#quickstart))",
-        EPYC, "2026-11-29", "659e09c",
+        {"seconds": 245.0},
+        ": Tune reuses a finished trial's actor for the next, so the trials' drivers import "
+        "torch, TorchRec and MLflow once a phase; each training takes as long as before "
+        "([quickstart](#quickstart))",
+        EPYC, "2026-11-29", "b2c53c0",
     ),
     Row(
         "references under successive halving: each reference's chosen score (val AUC) under ASHA "
@@ -160,14 +161,14 @@ ROWS: list[Row] = [
     ),
     Row(
         "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.1x",
-        "**{ratio:.2f}x** (14.2 s vs 11.0 s); runs of the code before spread 1.25–1.35x",
+        "**{ratio:.2f}x** (14.0 s vs 10.4 s); **worse** than the run before (1.29x)",
         goals.trial_overhead,
-        {"ratio": 1.29},
-        " by 2.1 s: of the floor's 11.0 s, 9.2 s are Ray Train's own start and end (its "
-        "controller 2.8 s, worker actors 3.2 s, train contexts 2.4 s), the same in ours; ours "
-        "adds its modules' imports, 2.0 s of checkpoint reports and 0.4 s of setup "
+        {"ratio": 1.35},
+        " by 2.6 s: the reports now take 0.3 s, not 2.0 s (MLflow opened as the controller "
+        "starts), but on 2 cores that opening slows the worker actors' start beside it (4.3 s "
+        "vs the floor's 3.1 s); of the floor's 10.4 s, 8.7 s are Ray Train's own start and end "
         "([overhead](#overhead))",
-        EPYC, "2026-11-29", "9a6343f",
+        EPYC, "2026-11-29", "b2c53c0",
     ),
     Row(
         "sweep efficiency: wall time to a 16-trial random FIFO sweep's best ≤ 0.5x the time that "
