@@ -27,6 +27,7 @@ class MlflowReportCallback(UserCallback):  # type: ignore[misc]
         self.uri, self.run_id = uri, run_id
         self._tracker: Any = None
         self._opening: threading.Thread | None = None
+        self._failed: Exception | None = None
 
     def open_early(self) -> None:
         """Import MLflow and open the store in a thread (once); the first report joins it."""
@@ -39,22 +40,27 @@ class MlflowReportCallback(UserCallback):  # type: ignore[misc]
 
         try:
             self._tracker = Tracker(self.uri)
-        except Exception:  # the first report opens it again, and raises there
-            self._tracker = None
+        except Exception as e:  # raised by the first report (not opened twice: ``tracker``)
+            self._failed = e
 
     def tracker(self) -> Any:
-        """The open tracker: the early opening's, once it ended, else opened now."""
+        """The open tracker: the early opening's, once it ended (its error raised here: opening
+        a store already waits out an outage, ``open_store``), else opened now."""
         from recsys.tracking.tracker import Tracker
 
         if self._opening is not None:
             self._opening.join()
             self._opening = None
+            if self._failed is not None:
+                failed, self._failed = self._failed, None
+                raise failed
         if self._tracker is None:
             self._tracker = Tracker(self.uri)
         return self._tracker
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "run_id": self.run_id, "_tracker": None, "_opening": None}
+        return {"uri": self.uri, "run_id": self.run_id, "_tracker": None, "_opening": None,
+                "_failed": None}  # fmt: skip
 
     def after_report(
         self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any

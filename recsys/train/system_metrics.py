@@ -43,10 +43,14 @@ def node_monitor(settings: dict[str, Any] | None, env: WorkerEnv) -> Iterator[No
 
 def sample_once(monitor: Any) -> None:
     """One sample, logged now: MLflow's monitor logs none for a block shorter than its interval
-    (its thread waits one interval before its first sample, and stops there)."""
+    (its thread takes a sample, waits one interval, and stops there without logging it). That
+    sample is dropped first: its CPU share covers almost no time (psutil measures a thread's
+    first call from nothing), and it would be averaged into this one."""
     import logging
 
     try:
+        for m in monitor.monitors:
+            m.clear_metrics()
         monitor.collect_metrics()
         monitor.publish_metrics(monitor.aggregate_metrics())
         monitor.mlflow_logger.flush()

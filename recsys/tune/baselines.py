@@ -42,7 +42,7 @@ from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
 from recsys.tune.results import STOPPED, TRAINED_TO_END, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import REUSE_TRIAL_ACTORS, FinishStoppedTrials, TrialSpec
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec, reuse_actors
 
 REDUCTION = 3  # ASHA's reduction factor for a reference's grid: a third go on at each rung
 
@@ -184,14 +184,15 @@ def tuner_of(run: Run, ref: Reference, points: list[dict[str, Any]], edge: int) 
     score = run.space.objectives[0]
     progress = Progress(run.space.metric, steps, mode=score.mode, total=len(points),
                         label="baseline", table=False)  # fmt: skip
+    scheduler = scheduler_of(cfg, run.opts.scheduler, bool(edge))
     return tune.Tuner(
         run.trainable(ref),
         param_space={"params": tune.grid_search(points)},
         tune_config=tune.TuneConfig(
             metric=score.key, mode=score.mode,
-            scheduler=scheduler_of(cfg, run.opts.scheduler, bool(edge)),
+            scheduler=scheduler,
             search_alg=BasicVariantGenerator(max_concurrent=run.opts.max_concurrent),
-            reuse_actors=REUSE_TRIAL_ACTORS,
+            reuse_actors=reuse_actors(scheduler),
         ),
         run_config=tune.RunConfig(
             name=folder, storage_path=ray_storage(sweep_dir(run.opts))[0], storage_filesystem=fs,

@@ -36,9 +36,9 @@ from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.trial import (
     CONFIRMS,
-    REUSE_TRIAL_ACTORS,
     FinishStoppedTrials,
     TrialSpec,
+    reuse_actors,
     run_trial,
 )
 
@@ -157,7 +157,7 @@ def phase_tuner(
             metric=score.key,
             mode=score.mode,
             search_alg=BasicVariantGenerator(max_concurrent=opts.max_concurrent),
-            reuse_actors=REUSE_TRIAL_ACTORS,
+            reuse_actors=reuse_actors(),  # (FIFO)
         ),
         run_config=tune.RunConfig(
             name=folder,

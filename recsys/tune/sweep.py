@@ -61,7 +61,7 @@ from recsys.tune.state import (
     widenings,
     worker_change,
 )
-from recsys.tune.trial import REUSE_TRIAL_ACTORS, FinishStoppedTrials, TrialSpec
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec, reuse_actors
 
 EPOCHS_DONE = "epochs_done"  # in every report: training samples so far over the split's rows
 
@@ -224,6 +224,7 @@ def build_tuner(
         )  # (Tune restores its run config, the progress callback included)  # fmt: skip
     score = space.objectives[0]
     single = len(space.objectives) == 1 or opts.search == "random"
+    scheduler = _scheduler(opts, space, single)
     return tune.Tuner(
         "recsys-trial",  # (registered by run_phases: ``registered``)
         param_space={"params": space.param_space()},
@@ -231,9 +232,9 @@ def build_tuner(
             metric=score.key if single else None,  # several objectives: the searcher's
             mode=score.mode if single else None,
             num_samples=opts.num_samples,
-            scheduler=_scheduler(opts, space, single),
+            scheduler=scheduler,
             search_alg=_searcher(opts, space, prior),  # (both limit concurrency themselves)
-            reuse_actors=REUSE_TRIAL_ACTORS,
+            reuse_actors=reuse_actors(scheduler, stop),
         ),
         run_config=tune.RunConfig(
             name=name,

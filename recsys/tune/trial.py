@@ -77,6 +77,21 @@ class TrialSpec:
 # modules once per sweep phase rather than once per trial (seconds of CPU each, on the cores a
 # trial's workers start on). A trial's state lives in ``_run``'s locals and its MLflow run.
 REUSE_TRIAL_ACTORS = True
+
+
+def reuse_actors(scheduler: Any = None, stop: Any = None) -> bool:
+    """Whether a phase's Tuner may reuse its trials' actors (``REUSE_TRIAL_ACTORS``): only where
+    nothing ends a running trial, that is with FIFO (``scheduler`` None or a
+    ``FIFOScheduler``) and no stopper (``stop`` None). Tune keeps the actor of a trial that ASHA
+    or a stopper ended without ending its function, still inside ``TorchTrainer.fit()``: the next
+    trial's reset waits 2 s for that thread, gives up and fails the new trial
+    (ray-project/ray#29268), while the stopped training runs on."""
+    from ray.tune.schedulers import FIFOScheduler
+
+    fifo = scheduler is None or type(scheduler) is FIFOScheduler
+    return REUSE_TRIAL_ACTORS and fifo and stop is None
+
+
 CONFIRMS = "_confirms"  # in a seed-check trial's params: the id of the trial it re-trains
 
 

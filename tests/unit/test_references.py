@@ -146,3 +146,16 @@ def test_the_header_says_how_the_references_share_the_slots(tmp_path):
     assert "2 side by side, 1 trial at a time each" in header(space, "fifo", False, slots=2)
     assert "2 side by side, 2 trials at a time each" in header(space, "fifo", False, slots=4)
     assert "side by side" not in header(space, "fifo", False, slots=1)
+
+
+def test_trial_actors_are_reused_only_where_nothing_ends_a_running_trial():
+    """Tune keeps the actor of a trial that ASHA or a stopper ended with its function still in
+    ``fit()``; the next trial's reset then fails it (ray-project/ray#29268): no reuse there."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.stopper import MaximumIterationStopper
+
+    from recsys.tune.trial import reuse_actors
+
+    assert reuse_actors() and reuse_actors(FIFOScheduler())
+    assert not reuse_actors(ASHAScheduler(time_attr="step", max_t=10, grace_period=1))
+    assert not reuse_actors(FIFOScheduler(), stop=MaximumIterationStopper(3))

@@ -41,6 +41,6 @@ def test_a_block_shorter_than_the_interval_logs_one_sample_at_its_end(tmp_path):
     t0 = time.perf_counter()
     with node_monitor(settings, env(0, 0)):
         pass
-    assert time.perf_counter() - t0 < 20  # the monitor's thread does not wait out its interval
+    assert time.perf_counter() - t0 < 20  # (the monitor's thread does not wait out its interval)
     history = client.get_metric_history(run, "system/node0/cpu_utilization_percentage")
     assert len(history) == 1 and 0 <= history[0].value <= 100

@@ -84,7 +84,9 @@ def test_the_tracker_opened_early_is_the_one_the_reports_use_after_a_pickle(tmp_
     assert isinstance(callback, MlflowReportCallback) and isinstance(early, OpenTrackerEarly)
     assert early.callback is callback
     early.after_controller_start(None)
-    opened = callback.tracker()  # joins the opening thread
+    assert callback._opening is not None  # opening in a thread, before any report
+    callback._opening.join()
+    opened = callback._tracker
     assert opened is not None
     callback.after_report(None, [report(10, 0.6)], None)
     assert callback.tracker() is opened
@@ -94,7 +96,7 @@ def test_the_tracker_opened_early_is_the_one_the_reports_use_after_a_pickle(tmp_
     assert again._tracker is None and again.run_id == run
 
 
-def test_an_early_opening_that_fails_is_retried_and_raises_at_the_first_report(
+def test_an_early_opening_that_fails_raises_at_the_first_report_without_a_second_wait(
     tmp_path, monkeypatch
 ):
     from recsys.tracking import tracker
@@ -111,7 +113,7 @@ def test_an_early_opening_that_fails_is_retried_and_raises_at_the_first_report(
     callback.open_early()
     with pytest.raises(ConnectionError, match="store down"):
         callback.after_report(None, [report(10, 0.6)], None)
-    assert len(opened) == 2  # the early opening, then the report's own
+    assert len(opened) == 1  # the early opening's error, not a second opening's wait
 
 
 def test_a_runs_constants_are_logged_when_they_change_not_every_report(tmp_path):
