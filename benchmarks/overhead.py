@@ -33,7 +33,7 @@ from recsys.tracking.tracker import Tracker
 from recsys.tune import space as spaces
 from recsys.tune.space import Confirm
 from recsys.tune.sweep import SweepOptions, legacy_tune_output, run_sweep
-from recsys.tune.trial import REUSE_TRIAL_ACTORS
+from recsys.tune.trial import reuse_actors
 
 PHASES = ["worker start", "setup", "train", "eval", "checkpoint", "teardown", "overhead", "wall"]
 
@@ -68,7 +68,7 @@ def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dic
         trainable,
         param_space={"torchrec": torchrec},
         tune_config=tune.TuneConfig(
-            num_samples=trials, max_concurrent_trials=1, reuse_actors=REUSE_TRIAL_ACTORS
+            num_samples=trials, max_concurrent_trials=1, reuse_actors=reuse_actors()
         ),  # Tune's settings as ours
         run_config=tune.RunConfig(storage_path=f"{tmp}/tune", verbose=0),
     )
