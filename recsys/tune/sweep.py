@@ -106,9 +106,14 @@ def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
     shorter) and its maximum ``train.epochs``. Epochs, not the steps they come to, because a
     trial's steps depend on its batch size and workers, and Tune restores a scheduler as it was
     saved: in steps, a sweep resumed on fewer workers (more steps an epoch) would cut its trials
-    at the old maximum. ASHA does not end a trial at the maximum (``stop_last_trials=False``): a
-    trial ends at its own last step, whose ``epochs_done`` may pass ``train.epochs`` a report
-    early (an epoch of ``ceil(rows / global batch)`` steps reads a little more than the split).
+    at the old maximum.
+
+    ASHA never ends a trial at the maximum (``stop_last_trials=False``): a trial ends at its own
+    last step, whose ``epochs_done`` may pass ``train.epochs`` a report early (an epoch of
+    ``ceil(rows / global batch)`` steps reads a little more than the split). In steps too: Tune
+    would stop a trial at its last report while Train still finishes it (the last checkpoint
+    registered, the workers and their placement group shut down, the MLflow run ended), killing
+    that work and leaving Ray Train's warning of a dead controller on the console.
 
     ``single``: the Tuner itself has that metric and mode, which Tune then refuses to see on the
     scheduler too (with several objectives the Tuner has none, and ASHA needs its own)."""
@@ -130,7 +135,7 @@ def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
     grace = max(1, tc.checkpoint_every or steps)
     return ASHAScheduler(
         time_attr="step", metric=metric, mode=mode, max_t=steps, grace_period=min(grace, steps),
-        brackets=brackets,
+        brackets=brackets, stop_last_trials=False,
     )  # fmt: skip
 
 

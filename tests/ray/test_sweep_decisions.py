@@ -1,10 +1,14 @@
 """Sweeps decide by each trial's best validation report: ranking, tables, MLflow, checkpoints,
-export; early stopping; two objectives with Optuna; configurations over budget never launched."""
+export; early stopping, and ASHA's stops with one trial at a time; two objectives with Optuna;
+configurations over budget never launched."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -15,6 +19,7 @@ from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = """
 base: debug
@@ -41,6 +46,20 @@ space:
   train.patience: {grid: [0, 3]}
 metric: val_ne
 mode: min
+"""
+)
+
+# three trials one at a time under ASHA, its one rung at step 50: the second, at a learning rate
+# that leaves the model at its start, trails the first there and is stopped (150 steps before its
+# end, so that Tune's stop lands before its training could finish); the third, the first's
+# configuration again, scores what the first did (no cut) and runs in the stopped trial's slot
+ONE_SLOT = (
+    TINY.format(rows=2000, steps=200, lr=0.1).replace(
+        "checkpoint_every: 10", "checkpoint_every: 50"
+    )
+    + """
+space:
+  optim.lr: {grid: [0.1, 1.0e-6, 0.1]}
 """
 )
 
@@ -202,3 +221,40 @@ def test_two_objective_optuna_sweep_returns_a_pareto_set_and_never_launches_over
         for r in client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
     ]
     assert statuses.count("infeasible") == len(over)
+
+
+def test_under_asha_a_stopped_trial_is_followed_in_its_slot_and_finished_trials_end_themselves(
+    tmp_path,
+):
+    """One trial at a time under ASHA: the trial after a stopped one starts in the same slot
+    and runs to its end (Tune must not hand it the stopped trial's actor, still inside
+    ``fit()``: the sweep then hung); a trial that reaches the last step is not stopped there
+    by ASHA but finishes itself: its MLflow run ended by the trial, Train's placement group
+    shut down by Train (not Ray Train's warning of a dead controller, once per trial)."""
+    path = tmp_path / "slot.yaml"
+    path.write_text(textwrap.dedent(ONE_SLOT))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [
+        sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--space", str(path),
+        "--name", "slot", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri,
+        "--num-workers", "1", "--max-concurrent", "1", "--cpus-per-worker", "0.9",
+        "--num-samples", "1", "--scheduler", "asha",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    assert "Could not re-use actor" not in out
+    assert len(re.findall(r"trial \S+ stopped: step 50,", out)) == 1, out[-6000:]
+    assert len(re.findall(r"trial \S+ done: step 200,", out)) == 2, out[-6000:]
+    # the stopped trial is killed inside fit(): Ray Train may warn for it, never for the others
+    assert out.count("Ray Train controller actor") <= 1, out[-6000:]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("slot").experiment_id
+    runs = client.search_runs([exp], "tags.`recsys.kind` = 'trial'")
+    first, weak, last = sorted(runs, key=lambda r: r.data.tags["recsys.trial_id"])  # grid order
+    assert float(weak.data.params["optim.lr"]) == 1.0e-6
+    assert weak.data.tags["recsys.status"] == "stopped"
+    for run in (first, last):  # ended by the trial itself, after fit() returned
+        assert run.data.tags["recsys.status"] == "finished" and run.info.status == "FINISHED"
+        assert "trial_fit_end" in run.data.metrics
+        assert run.data.tags["checkpoint.last"].endswith("step_00000200")

@@ -270,13 +270,20 @@ def test_asha_in_epochs_stops_weak_trials_at_a_rung_and_never_at_the_maximum():
     assert report(trials[3], 4.08, 0.80) == TrialScheduler.CONTINUE
 
 
-def test_asha_of_a_steps_space_is_unchanged():
+def test_asha_of_a_steps_space_counts_in_steps_and_never_stops_at_the_maximum():
+    from ray.tune.schedulers import TrialScheduler
+
     from recsys.tune.sweep import _scheduler
 
     space = _space(**{"train.steps": 300, "train.checkpoint_every": 50, "train.eval_every": 50})
     asha = _scheduler(_opts(), space, single=False)
     assert (asha._time_attr, asha._max_t) == ("step", 300)
     assert min(m for m, _ in asha._brackets[0]._rungs) == 50
+    trial = SimpleNamespace(trial_id="t0")
+    asha.on_trial_add(None, trial)
+    # its last report: the trial ends by itself (Train finishes it), Tune does not stop it there
+    last = asha.on_trial_result(None, trial, {"step": 300, "best_val_auc": 0.7})
+    assert last == TrialScheduler.CONTINUE
     assert type(_scheduler(_opts("fifo"), space, single=False)).__name__ == "FIFOScheduler"
 
 
