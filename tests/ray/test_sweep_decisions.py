@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import subprocess
-import sys
 import textwrap
+import threading
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -19,7 +18,6 @@ from recsys.tune import space as spaces
 from recsys.tune.sweep import SweepOptions, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = """
 base: debug
@@ -224,37 +222,42 @@ def test_two_objective_optuna_sweep_returns_a_pareto_set_and_never_launches_over
 
 
 def test_under_asha_a_stopped_trial_is_followed_in_its_slot_and_finished_trials_end_themselves(
-    tmp_path,
+    ray_2_cpus, tmp_path
 ):
     """One trial at a time under ASHA: the trial after a stopped one starts in the same slot
     and runs to its end (Tune must not hand it the stopped trial's actor, still inside
-    ``fit()``: the sweep then hung); a trial that reaches the last step is not stopped there
-    by ASHA but finishes itself: its MLflow run ended by the trial, Train's placement group
-    shut down by Train (not Ray Train's warning of a dead controller, once per trial)."""
-    path = tmp_path / "slot.yaml"
-    path.write_text(textwrap.dedent(ONE_SLOT))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [
-        sys.executable, os.path.join(ROOT, "experiments", "sweep.py"), "--space", str(path),
-        "--name", "slot", "--storage", str(tmp_path / "runs"), "--tracking-uri", uri,
-        "--num-workers", "1", "--max-concurrent", "1", "--cpus-per-worker", "0.9",
-        "--num-samples", "1", "--scheduler", "asha",
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-6000:]
-    assert "Could not re-use actor" not in out
-    assert len(re.findall(r"trial \S+ stopped: step 50,", out)) == 1, out[-6000:]
-    assert len(re.findall(r"trial \S+ done: step 200,", out)) == 2, out[-6000:]
-    # the stopped trial is killed inside fit(): Ray Train may warn for it, never for the others
-    assert out.count("Ray Train controller actor") <= 1, out[-6000:]
+    ``fit()``: the sweep then hung, so the sweep runs in a thread that may take 420 s); a trial
+    that reaches the last step is not stopped there by ASHA but finishes itself: its MLflow run
+    ended by the trial after ``fit()`` returned (Tune had killed it, and Ray Train's controller
+    with it, while Train still finished it)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["sweep"] = sweep(
+                tmp_path, ONE_SLOT, "slot", num_samples=1, scheduler="asha", max_concurrent=1,
+                num_workers=1, cpus_per_worker=0.9,
+            )  # fmt: skip
+        except BaseException as e:  # raised below, in the test's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=420)
+    assert not thread.is_alive(), "the sweep hung: a trial after a stopped one never ran"
+    if "error" in outcome:
+        raise outcome["error"]
+    _, uri, _, table = outcome["sweep"]
+    rows = sorted(table, key=lambda r: r["trial"])  # grid order
+    assert [r["status"] for r in rows] == ["finished", "stopped", "finished"]
+    assert [int(r["best_step"]) for r in rows[1:2]] == [50]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("slot").experiment_id
     runs = client.search_runs([exp], "tags.`recsys.kind` = 'trial'")
-    first, weak, last = sorted(runs, key=lambda r: r.data.tags["recsys.trial_id"])  # grid order
+    first, weak, last = sorted(runs, key=lambda r: r.data.tags["recsys.trial_id"])
     assert float(weak.data.params["optim.lr"]) == 1.0e-6
     assert weak.data.tags["recsys.status"] == "stopped"
-    for run in (first, last):  # ended by the trial itself, after fit() returned
-        assert run.data.tags["recsys.status"] == "finished" and run.info.status == "FINISHED"
-        assert "trial_fit_end" in run.data.metrics
-        assert run.data.tags["checkpoint.last"].endswith("step_00000200")
+    for run_ in (first, last):  # ended by the trial itself, after fit() returned
+        assert run_.data.tags["recsys.status"] == "finished" and run_.info.status == "FINISHED"
+        assert "trial_fit_end" in run_.data.metrics
+        assert run_.data.tags["checkpoint.last"].endswith("step_00000200")
