@@ -42,7 +42,7 @@ from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
 from recsys.tune.results import STOPPED, TRAINED_TO_END, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import FinishStoppedTrials, TrialSpec, reuse_actors
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec, asha, reuse_actors
 
 REDUCTION = 3  # ASHA's reduction factor for a reference's grid: a third go on at each rung
 
@@ -104,22 +104,12 @@ def best_trained(frame: pd.DataFrame, space: SearchSpace) -> pd.Series | None:
 def scheduler_of(cfg: ExperimentConfig, scheduler: str, edge: bool) -> Any:
     """ASHA over one reference's trials (``cfg``: a trial's config; its time: ``epochs_done``
     with a budget in epochs, else ``step``), FIFO for a walk's points or a FIFO sweep."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import FIFOScheduler
 
     if scheduler == "fifo" or edge:
         return FIFOScheduler()
-    tc = cfg.train
-    if tc.epochs > 0:
-        in_epochs: dict[str, Any] = {"max_t": tc.epochs, "grace_period": min(1.0, tc.epochs)}
-        return ASHAScheduler(  # (typed int, but any number: compared with the time attribute)
-            time_attr="epochs_done", stop_last_trials=False, reduction_factor=REDUCTION,
-            **in_epochs,
-        )  # fmt: skip
-    every = tc.checkpoint_every or tc.steps
-    return ASHAScheduler(
-        time_attr="step", max_t=tc.steps, stop_last_trials=False,
-        grace_period=min(2 * every, tc.steps), reduction_factor=REDUCTION,
-    )  # fmt: skip
+    every = cfg.train.checkpoint_every or cfg.train.steps
+    return asha(cfg.train, 2 * every, reduction_factor=REDUCTION)
 
 
 @dataclasses.dataclass

@@ -61,9 +61,7 @@ from recsys.tune.state import (
     widenings,
     worker_change,
 )
-from recsys.tune.trial import FinishStoppedTrials, TrialSpec, reuse_actors
-
-EPOCHS_DONE = "epochs_done"  # in every report: training samples so far over the split's rows
+from recsys.tune.trial import FinishStoppedTrials, TrialSpec, asha, reuse_actors
 
 
 def budgeted(space: SearchSpace, num_workers: int) -> SearchSpace:
@@ -106,18 +104,11 @@ def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
     shorter) and its maximum ``train.epochs``. Epochs, not the steps they come to, because a
     trial's steps depend on its batch size and workers, and Tune restores a scheduler as it was
     saved: in steps, a sweep resumed on fewer workers (more steps an epoch) would cut its trials
-    at the old maximum.
-
-    ASHA never ends a trial at the maximum (``stop_last_trials=False``): a trial ends at its own
-    last step, whose ``epochs_done`` may pass ``train.epochs`` a report early (an epoch of
-    ``ceil(rows / global batch)`` steps reads a little more than the split). In steps too: Tune
-    would stop a trial at its last report while Train still finishes it (the last checkpoint
-    registered, the workers and their placement group shut down, the MLflow run ended), killing
-    that work and leaving Ray Train's warning of a dead controller on the console.
+    at the old maximum. A trial that passes every rung finishes itself (``trial.asha``).
 
     ``single``: the Tuner itself has that metric and mode, which Tune then refuses to see on the
     scheduler too (with several objectives the Tuner has none, and ASHA needs its own)."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import FIFOScheduler
 
     if opts.scheduler == "fifo":
         return FIFOScheduler()
@@ -125,18 +116,8 @@ def _scheduler(opts: SweepOptions, space: SearchSpace, single: bool) -> Any:
     metric, mode = (None, None) if single else (score.key, score.mode)
     brackets = HYPERBAND_BRACKETS if opts.scheduler == "hyperband" else 1
     tc = space.base.train
-    if tc.epochs > 0:
-        in_epochs: dict[str, Any] = {"max_t": tc.epochs, "grace_period": min(1.0, tc.epochs)}
-        return ASHAScheduler(  # (typed int, but any number: compared with the time attribute)
-            time_attr=EPOCHS_DONE, metric=metric, mode=mode, stop_last_trials=False,
-            brackets=brackets, **in_epochs,
-        )  # fmt: skip
-    steps = tc.steps
-    grace = max(1, tc.checkpoint_every or steps)
-    return ASHAScheduler(
-        time_attr="step", metric=metric, mode=mode, max_t=steps, grace_period=min(grace, steps),
-        brackets=brackets, stop_last_trials=False,
-    )  # fmt: skip
+    grace = max(1, tc.checkpoint_every or tc.steps)
+    return asha(tc, grace, metric=metric, mode=mode, brackets=brackets)
 
 
 WORST = {"max": -1.0e30, "min": 1.0e30}

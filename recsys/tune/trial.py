@@ -30,7 +30,7 @@ from ray.train import Result as TrainResult
 from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from recsys.config import ExperimentConfig
+from recsys.config import ExperimentConfig, TrainConfig
 from recsys.data.dataset import train_rows, with_budget
 from recsys.distributed import preflight
 from recsys.distributed.sharding import Machine
@@ -90,6 +90,34 @@ def reuse_actors(scheduler: Any = None, stop: Any = None) -> bool:
 
     fifo = scheduler is None or type(scheduler) is FIFOScheduler
     return REUSE_TRIAL_ACTORS and fifo and stop is None
+
+
+EPOCHS_DONE = "epochs_done"  # in every report: training samples so far over the split's rows
+
+
+def asha(train: TrainConfig, grace_steps: int, **kwargs: Any) -> Any:
+    """ASHA over a trial's budget (``train``: the base config's; ``kwargs``: its metric, mode,
+    brackets, reduction factor): in ``epochs_done`` from one epoch (the whole
+    budget if shorter) to ``train.epochs`` with a budget in epochs, else in steps from
+    ``grace_steps`` to ``train.steps``.
+
+    It never ends a trial at the maximum (``stop_last_trials=False``): a trial ends at its own
+    last step, whose ``epochs_done`` may pass ``train.epochs`` a report early (an epoch of
+    ``ceil(rows / global batch)`` steps reads a little more than the split). In steps too: Tune
+    would stop a trial at its last report while Train still finishes it (the last checkpoint
+    registered, the workers and their placement group shut down, the MLflow run ended), killing
+    that work and leaving Ray Train's warning of a dead controller on the console."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    if train.epochs > 0:
+        in_epochs: dict[str, Any] = {"max_t": train.epochs, "grace_period": min(1.0, train.epochs)}
+        return ASHAScheduler(  # (typed int, but any number: compared with the time attribute)
+            time_attr=EPOCHS_DONE, stop_last_trials=False, **in_epochs, **kwargs
+        )
+    return ASHAScheduler(
+        time_attr="step", max_t=train.steps, grace_period=min(grace_steps, train.steps),
+        stop_last_trials=False, **kwargs,
+    )  # fmt: skip
 
 
 CONFIRMS = "_confirms"  # in a seed-check trial's params: the id of the trial it re-trains

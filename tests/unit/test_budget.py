@@ -218,7 +218,8 @@ def _opts(scheduler: str = "asha", workers: int = 2):
 
 
 def test_asha_of_an_epochs_space_counts_in_epochs():
-    from recsys.tune.sweep import EPOCHS_DONE, _scheduler, budgeted
+    from recsys.tune.sweep import _scheduler, budgeted
+    from recsys.tune.trial import EPOCHS_DONE
 
     space = _space(**{"train.epochs": 4})
     asha = _scheduler(_opts(workers=2), space, single=False)
