@@ -36,8 +36,8 @@ from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.trial import (
     CONFIRMS,
-    FinishStoppedTrials,
     TrialSpec,
+    driver_callbacks,
     reuse_actors,
     run_trial,
 )
@@ -164,7 +164,7 @@ def phase_tuner(
             storage_path=ray_storage(sweep_dir(opts))[0],
             storage_filesystem=fs,
             verbose=0,
-            callbacks=[progress, FinishStoppedTrials(phase_spec, steps)],
+            callbacks=[progress, *driver_callbacks(phase_spec, steps)],
         ),
     )
 

@@ -61,7 +61,7 @@ from recsys.tune.state import (
     widenings,
     worker_change,
 )
-from recsys.tune.trial import FinishStoppedTrials, TrialSpec, asha, reuse_actors
+from recsys.tune.trial import TrialSpec, asha, driver_callbacks, reuse_actors
 
 
 def budgeted(space: SearchSpace, num_workers: int) -> SearchSpace:
@@ -228,7 +228,7 @@ def build_tuner(
             storage_filesystem=fs,
             verbose=0,
             stop=stop,
-            callbacks=[progress, FinishStoppedTrials(spec, steps)],
+            callbacks=[progress, *driver_callbacks(spec, steps)],
         ),
     )
 

@@ -4,10 +4,11 @@
 Before any worker starts, the configuration must fit: the space's budget (``constraints``) and a
 sharding plan for the trial's workers and their device memory (``recsys.tune.feasibility``); if
 not, the trial reports ``infeasible`` with the numbers and ends. The Train run is named after the
-trial id, so a restored trial finds its own checkpoints and continues from the latest. Metrics
-reach Tune from rank 0 (``TuneReportCallback``) and MLflow from the Train controller
-(``MlflowReportCallback``), as each checkpoint is registered. Every report carries the trial's
-score so far (``best_<metric>``), which Tune's searcher and scheduler compare.
+trial id, so a restored trial finds its own checkpoints and continues from the latest. Rank 0's
+reports reach Tune as each checkpoint is registered (``ReportToTune``), and MLflow from the
+sweep's driver as Tune gets them (``LogTrialReports``): Train's controller never imports MLflow.
+Every report carries the trial's score so far (``best_<metric>``), which Tune's searcher and
+scheduler compare.
 
 A trial that ASHA stops is ended by Tune with its actor, before the trial's own bookkeeping:
 ``FinishStoppedTrials``, a callback in the sweep's driver, then records it (``stopped``) from what
@@ -28,7 +29,6 @@ import yaml
 from ray import tune
 from ray.train import Result as TrainResult
 from ray.tune import Callback
-from ray.tune.integration.ray_train import TuneReportCallback
 
 from recsys.config import ExperimentConfig, TrainConfig
 from recsys.data.dataset import train_rows, with_budget
@@ -37,7 +37,7 @@ from recsys.distributed.sharding import Machine
 from recsys.runtime import storage
 from recsys.runtime.storage import as_uri
 from recsys.tracking import inputs
-from recsys.tracking.report import report_callbacks
+from recsys.tracking.report import ReportToTune, log_report, tune_report
 from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
@@ -223,7 +223,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         name=f"trial_{trial_id}",
         storage_path=train_storage,
         max_failures=spec.max_failures,
-        callbacks=[TuneReportCallback(), *report_callbacks(spec.tracking_uri, run_id)],
+        callbacks=[ReportToTune(run_id)],  # MLflow from the driver: ``LogTrialReports``
         system_metrics=system_metrics(spec, run_id),
     )
     fit_start = time.time()
@@ -309,6 +309,36 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: i
     tags[Tag.STATUS] = trial_status(metrics, steps)
     tracker.set_tags(run_id, tags)
     tracker.finish(run_id, "FAILED" if tags[Tag.STATUS] == "diverged" else "FINISHED")
+
+
+def driver_callbacks(spec: TrialSpec, steps: int) -> list[Callback]:
+    """The Tune callbacks every phase's driver runs for its trials: their reports logged to
+    MLflow, the trials ASHA stopped recorded."""
+    return [LogTrialReports(spec), FinishStoppedTrials(spec, steps)]
+
+
+class LogTrialReports(Callback):  # type: ignore[misc]
+    """Logs each training report of the trials to its MLflow run as Tune gets it, in the sweep's
+    driver (``recsys.tracking.report``): a report, its checkpoint as the run's last, its resume
+    note. A report the driver never got (it died first) is logged when the trial is restored
+    (``backfill``)."""
+
+    def __init__(self, spec: TrialSpec) -> None:
+        self.uri, self.keep = spec.tracking_uri, unlogged_dir(spec.storage, spec.sweep)
+        self._tracker: Tracker | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri, "keep": self.keep, "_tracker": None}  # (Tune pickles its setup)
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        report = tune_report(result)
+        if report is None:
+            return
+        if self._tracker is None:
+            self._tracker = Tracker(self.uri, keep=self.keep)
+        log_report(self._tracker, *report)
 
 
 class FinishStoppedTrials(Callback):  # type: ignore[misc]
