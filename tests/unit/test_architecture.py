@@ -156,8 +156,9 @@ def test_clis_need_no_sys_path_edits():
 
 
 def test_the_train_controllers_callback_imports_neither_torch_nor_mlflow():
-    """Ray unpickles the MLflow callback in every trial's Train controller: importing its module
-    must stay cheap (torch, TorchRec and the planner cost ~5 s of CPU there, at trial start)."""
+    """Ray unpickles the report callbacks in every trial's Train controller: importing their
+    module must stay cheap (torch, TorchRec and the planner cost ~5 s of CPU there, at trial
+    start; MLflow and its SQL store about 2 s)."""
     code = (
         "import sys, recsys.tracking.report; "
         "print(sorted(m for m in ('torch', 'torchrec', 'mlflow') if m in sys.modules))"
