@@ -263,7 +263,7 @@ class Tracker:
                 batch.append(Metric(k, float(v), now, step))
             batch.append(Metric("step", float(step), now, step))
         self._pending.setdefault(run_id, []).extend(batch)
-        self._flush(run_id)
+        self.flush(run_id)
         if step > last:
             self._last_step[run_id] = step
 
@@ -273,9 +273,10 @@ class Tracker:
         step = self.last_step(run_id)
         batch = [Metric(k, float(v), now, step) for k, v in values.items()]
         self._pending.setdefault(run_id, []).extend(batch)
-        self._flush(run_id)
+        self.flush(run_id)
 
-    def _flush(self, run_id: str) -> None:
+    def flush(self, run_id: str) -> None:
+        """Log ``run_id``'s metrics not logged yet (kept while MLflow failed: a warning says so)."""
         pending = self._pending.get(run_id, [])
         try:
             for i in range(0, len(pending), 500):
@@ -401,7 +402,7 @@ class Tracker:
             log.warning("MLflow %s: could not set tags (%s)", self.uri, e)
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
-        self._flush(run_id)
+        self.flush(run_id)
         try:
             self.client.set_terminated(run_id, status=status)
         except Exception as e:

@@ -320,25 +320,54 @@ def driver_callbacks(spec: TrialSpec, steps: int) -> list[Callback]:
 class LogTrialReports(Callback):  # type: ignore[misc]
     """Logs each training report of the trials to its MLflow run as Tune gets it, in the sweep's
     driver (``recsys.tracking.report``): a report, its checkpoint as the run's last, its resume
-    note. A report the driver never got (it died first) is logged when the trial is restored
-    (``backfill``)."""
+    note. Where MLflow fails, the sweep goes on and a warning says so: a report not logged is
+    kept, in order, and tried again at the next report; metrics MLflow did not take are tried
+    again as their trial ends (``Tracker.flush``). A report still not logged when the driver
+    ends is logged when its trial is restored (``backfill``), as is one the driver never got."""
 
     def __init__(self, spec: TrialSpec) -> None:
         self.uri, self.keep = spec.tracking_uri, unlogged_dir(spec.storage, spec.sweep)
         self._tracker: Tracker | None = None
+        self._unlogged: list[tuple[str, dict[str, Any], str]] = []  # (run, report, checkpoint)
+        self._runs: dict[str, str] = {}  # trial id -> its MLflow run
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "keep": self.keep, "_tracker": None}  # (Tune pickles its setup)
+    def __getstate__(self) -> dict[str, Any]:  # (Tune pickles its setup)
+        return {**self.__dict__, "_tracker": None, "_unlogged": [], "_runs": {}}
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
         report = tune_report(result)
-        if report is None:
-            return
-        if self._tracker is None:
-            self._tracker = Tracker(self.uri, keep=self.keep)
-        log_report(self._tracker, *report)
+        if report is not None:
+            self._runs[trial.trial_id] = report[0]
+            self._unlogged.append(report)
+        self._log()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial)
+
+    def _end(self, trial: Any) -> None:
+        self._log()
+        run = self._runs.pop(trial.trial_id, None)
+        if run is not None and self._tracker is not None:
+            self._tracker.flush(run)
+
+    def _log(self) -> None:
+        while self._unlogged:
+            try:
+                if self._tracker is None:
+                    self._tracker = Tracker(self.uri, keep=self.keep)
+                log_report(self._tracker, *self._unlogged[0])
+            except Exception as e:
+                logging.getLogger(__name__).warning(
+                    "MLflow %s: %d report(s) of this sweep's trials not logged yet (%s); tried "
+                    "again at the next report", self.uri, len(self._unlogged), e,
+                )  # fmt: skip
+                return
+            self._unlogged.pop(0)
 
 
 class FinishStoppedTrials(Callback):  # type: ignore[misc]
