@@ -128,13 +128,12 @@ ROWS: list[Row] = [
         "the first sweep: the README's default sweep (`./run.sh sweep` after its setup check), "
         "start to exit, 2 cores, ≤ 5 minutes",
         "**{seconds:.0f} s** (4 trials, 9 reference trainings side by side, 3 seed-check runs); "
-        "the runs before 288 s, 310 s and 281 s",
+        "the run before 245 s",
         goals.quickstart,
-        {"seconds": 245.0},
-        ": Tune reuses a finished trial's actor for the next, so the trials' drivers import "
-        "torch, TorchRec and MLflow once a phase; each training takes as long as before "
-        "([quickstart](#quickstart))",
-        EPYC, "2026-11-29", "b2c53c0",
+        {"seconds": 205.0},
+        ": each training 3-5 s shorter, since Train's controller no longer imports MLflow (the "
+        "sweep's driver logs the reports) ([quickstart](#quickstart))",
+        EPYC, "2026-11-30", "586fbc1",
     ),
     Row(
         "references under successive halving: each reference's chosen score (val AUC) under ASHA "
