@@ -144,7 +144,7 @@ ROWS: list[Row] = [
         {"diffs": {"the planted LR": 0.0, "the planted FM": 0.0, "the demo LR": 0.0,
                "the demo FM": 0.0}},
         " ([refcost](#refcost))",
-        EPYC, "2026-11-29", "40a3d7e",
+        EPYC, "2026-11-30", "e4387e4",
     ),
     Row(
         "references under successive halving: each reference's trial-seconds under ASHA ≤ 0.40x "
@@ -152,11 +152,11 @@ ROWS: list[Row] = [
         "planted LR **{ratios[the planted LR]:.2f}x**, FM {ratios[the planted FM]:.2f}x; demo LR "
         "{ratios[the demo LR]:.2f}x, FM {ratios[the demo FM]:.2f}x",
         goals.halving_cost,
-        {"ratios": {"the planted LR": 0.92, "the planted FM": 0.94, "the demo LR": 0.95,
-               "the demo FM": 0.94}},
-        ": a training's loop is 3-5 s of its 19-22 trial-seconds, the rest its start, which ASHA "
-        "cannot stop; it stopped 0-1 training a reference ([refcost](#refcost))",
-        EPYC, "2026-11-29", "40a3d7e",
+        {"ratios": {"the planted LR": 0.95, "the planted FM": 0.97, "the demo LR": 0.93,
+               "the demo FM": 0.95}},
+        ": a training's loop is 1-3 s of its 14-17 trial-seconds, the rest its start, which ASHA "
+        "cannot stop; it stopped 0-2 trainings a reference ([refcost](#refcost))",
+        EPYC, "2026-11-30", "e4387e4",
     ),
     Row(
         "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.1x",
