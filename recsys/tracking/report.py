@@ -2,19 +2,20 @@
 
 In a sweep, every report already travels from Train's controller to the trial's Tune session
 (Ray's ``TuneReportCallback``) and on to the sweep's driver, which has MLflow loaded and its store
-open. ``ReportToTune`` adds to each report the MLflow run it belongs to, the keys of the report
-itself (Tune adds its own) and its checkpoint's URI; the driver's ``LogTrialReports``
-(``recsys.tune.trial``) logs it there (``log_report``). Train's controller, a new process for
-every trial, then never imports MLflow: on 2 cores its 0.9 s import and its SQL store's 0.8-1.0 s
-ran beside the workers' start and slowed it.
+open. ``recsys.tracking.tune_reports.ReportToTune`` adds to each report the MLflow run it belongs
+to, the keys of the report itself (Tune adds its own) and its checkpoint's URI; the driver's
+``LogTrialReports`` (``recsys.tune.trial``) logs it there (``log_report``). Train's controller,
+a new process for every trial, then never imports MLflow: on 2 cores its 0.9 s import and its SQL
+store's 0.8-1.0 s ran beside the workers' start and slowed it.
 
 A Train run outside Tune (a retrain) logs from the controller (``MlflowReportCallback``), which
 imports MLflow and opens the store in a thread as the controller starts (``OpenTrackerEarly``):
 done at the first report, that took about 1.1 s during which the controller took no report.
 
-Kept in a module of its own that imports neither torch, TorchRec nor MLflow: Ray unpickles these
-callbacks in the controller, which imports their module (from ``recsys.tune.trial``, with the
-planner, the model code and torch, that cost about 5 s of CPU at every trial's start).
+Kept in a module of its own that imports neither torch, TorchRec, MLflow nor Ray Tune: Ray
+unpickles these callbacks in the controller, which imports their module (from
+``recsys.tune.trial``, with the planner, the model code and torch, that cost about 5 s of CPU at
+every trial's start).
 """
 
 from __future__ import annotations
@@ -24,11 +25,6 @@ from typing import Any
 
 from ray.train import UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback
-from ray.tune.integration.ray_train import TuneReportCallback
-
-RUN_ID = "mlflow_run_id"  # in a training's Tune results: the MLflow run its reports go to
-REPORT_KEYS = "report_keys"  # ... the keys of the report itself, comma-joined (Tune adds its own)
-CHECKPOINT_URI = "checkpoint_uri"  # ... the report's checkpoint as a URI (none: no key)
 
 
 def log_report(tracker: Any, run_id: str, report: dict[str, Any], checkpoint_uri: str) -> None:
@@ -44,37 +40,6 @@ def log_report(tracker: Any, run_id: str, report: dict[str, Any], checkpoint_uri
         tags[Tag.RESUME_NOTE] = str(report["resume_note"])
     if tags:
         tracker.set_tags(run_id, tags)
-
-
-class ReportToTune(TuneReportCallback):  # type: ignore[misc]
-    """Ray's ``TuneReportCallback`` (each report to the trial's Tune session), each report also
-    carrying its MLflow run (``RUN_ID``), its own keys (``REPORT_KEYS``) and its checkpoint's URI
-    (``CHECKPOINT_URI``), for the driver to log (``tune_report``). Built in the trial's session."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
-
-    def after_report(
-        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any
-    ) -> None:
-        from recsys.runtime.storage import as_uri
-
-        report = metrics[0]
-        extra = {RUN_ID: self.run_id, REPORT_KEYS: ",".join(report)}
-        if checkpoint is not None:
-            extra[CHECKPOINT_URI] = as_uri(checkpoint.filesystem, checkpoint.path)
-        super().after_report(run_context, [{**report, **extra}], checkpoint)
-
-
-def tune_report(result: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:
-    """A Tune result's training report, as ``ReportToTune`` sent it: (its MLflow run, the report
-    without Tune's keys, its checkpoint's URI or ""); None for a result no training reported (a
-    trial refused before any worker started)."""
-    if RUN_ID not in result:
-        return None
-    keys = [k for k in str(result.get(REPORT_KEYS, "")).split(",") if k in result]
-    return str(result[RUN_ID]), {k: result[k] for k in keys}, str(result.get(CHECKPOINT_URI, ""))
 
 
 class MlflowReportCallback(UserCallback):  # type: ignore[misc]

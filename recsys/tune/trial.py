@@ -37,8 +37,9 @@ from recsys.distributed.sharding import Machine
 from recsys.runtime import storage
 from recsys.runtime.storage import as_uri
 from recsys.tracking import inputs
-from recsys.tracking.report import ReportToTune, log_report, tune_report
+from recsys.tracking.report import log_report
 from recsys.tracking.tracker import Tag, Tracker, flat_params
+from recsys.tracking.tune_reports import ReportToTune, tune_report
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
 from recsys.tune.results import STOPPED, trial_status
@@ -320,10 +321,14 @@ def driver_callbacks(spec: TrialSpec, steps: int) -> list[Callback]:
 class LogTrialReports(Callback):  # type: ignore[misc]
     """Logs each training report of the trials to its MLflow run as Tune gets it, in the sweep's
     driver (``recsys.tracking.report``): a report, its checkpoint as the run's last, its resume
-    note. Where MLflow fails, the sweep goes on and a warning says so: a report not logged is
-    kept, in order, and tried again at the next report; metrics MLflow did not take are tried
-    again as their trial ends (``Tracker.flush``). A report still not logged when the driver
-    ends is logged when its trial is restored (``backfill``), as is one the driver never got."""
+    note. Where MLflow fails, the sweep goes on and a warning says so: a report that raised is
+    kept, in order, and tried again at the next report of any trial; metrics MLflow did not take
+    (``Tracker.flush``) at that run's next report and as its trial ends. A report the driver
+    never logged is logged, where Ray Train kept its checkpoint, when its trial is restored or
+    recorded as stopped (``backfill``).
+
+    It logs in the driver's loop, before Tune asks the trial for its next result: a store that
+    answers slowly delays every trial's results (a thread of its own is not built)."""
 
     def __init__(self, spec: TrialSpec) -> None:
         self.uri, self.keep = spec.tracking_uri, unlogged_dir(spec.storage, spec.sweep)
@@ -386,11 +391,14 @@ class FinishStoppedTrials(Callback):  # type: ignore[misc]
         if run is None or Tag.STATUS in run.data.tags:  # it recorded itself
             return
         try:
-            result = train_result(storage.join(self.train_storage, f"trial_{trial.trial_id}"))
+            train_run = storage.join(self.train_storage, f"trial_{trial.trial_id}")
+            result = train_result(train_run)
         except RuntimeError:  # stopped before its first checkpoint
             tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})
             tracker.finish(run.info.run_id, "KILLED")
             return
+        # reports Train registered after Tune's decision, which the driver never got
+        backfill(tracker, run.info.run_id, train_run)
         finish_trial(tracker, run.info.run_id, result, self.mode, self.steps)
 
 

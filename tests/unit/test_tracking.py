@@ -79,7 +79,7 @@ def test_a_sweeps_reports_reach_mlflow_from_the_driver_as_tune_got_them(tmp_path
 
     import pyarrow.fs
 
-    from recsys.tracking.report import ReportToTune
+    from recsys.tracking.tune_reports import ReportToTune
     from recsys.tune.trial import LogTrialReports, TrialSpec
 
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -115,7 +115,7 @@ def test_a_report_the_driver_could_not_log_is_kept_and_logged_next_in_order(
 ):
     """MLflow failing at a report (a run the store would not give) fails neither the report nor
     the sweep: a warning, then it is logged before the next, at its own step."""
-    from recsys.tracking.report import CHECKPOINT_URI, REPORT_KEYS, RUN_ID
+    from recsys.tracking.tune_reports import CHECKPOINT_URI, REPORT_KEYS, RUN_ID
     from recsys.tune.trial import LogTrialReports, TrialSpec
 
     uri = f"sqlite:///{tmp_path}/m.db"
