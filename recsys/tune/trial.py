@@ -252,6 +252,12 @@ def backfill(tracker: Tracker, run_id: str, train_run: str) -> int:
         result = train_result(train_run)
     except RuntimeError:  # a trial that never checkpointed
         return 0
+    return log_missing(tracker, run_id, result)
+
+
+def log_missing(tracker: Tracker, run_id: str, result: Any) -> int:
+    """Log the reports of a Train run's persisted ``result`` that ``run_id`` lacks (those after
+    its last step); how many."""
     reports = sorted((m for _, m in result.best_checkpoints or []), key=lambda m: m.get("step", 0))
     last = tracker.last_step(run_id)
     missing = [m for m in reports if m.get("step", 0) > last]
@@ -391,14 +397,13 @@ class FinishStoppedTrials(Callback):  # type: ignore[misc]
         if run is None or Tag.STATUS in run.data.tags:  # it recorded itself
             return
         try:
-            train_run = storage.join(self.train_storage, f"trial_{trial.trial_id}")
-            result = train_result(train_run)
+            result = train_result(storage.join(self.train_storage, f"trial_{trial.trial_id}"))
         except RuntimeError:  # stopped before its first checkpoint
             tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})
             tracker.finish(run.info.run_id, "KILLED")
             return
         # reports Train registered after Tune's decision, which the driver never got
-        backfill(tracker, run.info.run_id, train_run)
+        log_missing(tracker, run.info.run_id, result)
         finish_trial(tracker, run.info.run_id, result, self.mode, self.steps)
 
 

@@ -159,16 +159,16 @@ def test_the_train_controllers_callback_imports_neither_torch_nor_mlflow():
     """Ray unpickles the report callbacks in every trial's Train controller: importing their
     module must stay cheap (torch, TorchRec and the planner cost ~5 s of CPU there, at trial
     start; MLflow and its SQL store about 2 s)."""
-    code = (
-        "import sys, recsys.tracking.report; "
-        "print(sorted(m for m in ('torch', 'torchrec', 'mlflow', 'ray.tune') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout  # (a retrain's controller: no Ray Tune either)
-    code = code.replace("recsys.tracking.report", "recsys.tracking.tune_reports")
-    code = code.replace(", 'ray.tune')", ")")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout  # (a sweep trial's controller)
+    heavy = ("torch", "torchrec", "mlflow")
+    for module, banned in [
+        ("recsys.tracking.report", (*heavy, "ray.tune")),  # a retrain's controller
+        ("recsys.tracking.tune_reports", heavy),  # a sweep trial's controller
+    ]:
+        code = f"import sys, {module}; print(sorted(m for m in {banned!r} if m in sys.modules))"
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "[]", (module, out.stdout)
 
 
 def test_the_config_is_pure():
