@@ -3,10 +3,10 @@
 In a sweep, every report already travels from Train's controller to the trial's Tune session
 (Ray's ``TuneReportCallback``) and on to the sweep's driver, which has MLflow loaded and its store
 open. ``recsys.tracking.tune_reports.ReportToTune`` adds to each report the MLflow run it belongs
-to, the keys of the report itself (Tune adds its own) and its checkpoint's URI; the driver's
-``LogTrialReports`` (``recsys.tune.trial``) logs it there (``log_report``). Train's controller,
-a new process for every trial, then never imports MLflow: on 2 cores its 0.9 s import and its SQL
-store's 0.8-1.0 s ran beside the workers' start and slowed it.
+to, the keys of the report itself (Tune adds its own) and its checkpoint's URI; the driver
+logs it there (``log_report``, from ``recsys.tune.driver_log``, in a thread of its own). Train's
+controller, a new process for every trial, then never imports MLflow: on 2 cores its 0.9 s import
+and its SQL store's 0.8-1.0 s ran beside the workers' start and slowed it.
 
 A Train run outside Tune (a retrain) logs from the controller (``MlflowReportCallback``), which
 imports MLflow and opens the store in a thread as the controller starts (``OpenTrackerEarly``):

@@ -275,14 +275,17 @@ class Tracker:
         self._pending.setdefault(run_id, []).extend(batch)
         self.flush(run_id)
 
-    def flush(self, run_id: str) -> None:
-        """Log ``run_id``'s metrics not logged yet (kept while MLflow failed: a warning says so)."""
+    def flush(self, run_id: str, raising: bool = False) -> None:
+        """Log ``run_id``'s metrics not logged yet (kept while MLflow failed: a warning says so,
+        or, ``raising``, MLflow's error)."""
         pending = self._pending.get(run_id, [])
         try:
             for i in range(0, len(pending), 500):
                 self.client.log_batch(run_id, metrics=pending[i : i + 500])
             self._pending[run_id] = []
         except Exception as e:
+            if raising:
+                raise
             log.warning(
                 "MLflow %s unreachable (%s); %d metrics kept for retry, training goes on",
                 self.uri,

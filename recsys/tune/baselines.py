@@ -38,11 +38,12 @@ import pandas as pd
 from recsys.config import ExperimentConfig
 from recsys.runtime import storage
 from recsys.runtime.storage import ray_storage
+from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
 from recsys.tune.results import STOPPED, TRAINED_TO_END, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import TrialSpec, asha, driver_callbacks, reuse_actors
+from recsys.tune.trial import TrialSpec, asha, reuse_actors
 
 REDUCTION = 3  # ASHA's reduction factor for a reference's grid: a third go on at each rung
 

@@ -30,17 +30,12 @@ from recsys.runtime.storage import ray_storage
 from recsys.tracking.tracker import Tag, Tracker
 from recsys.tune import confirm
 from recsys.tune.confirm import Spread, spread
+from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.references import Walk
 from recsys.tune.results import SCORED, TRAINED_TO_END, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import (
-    CONFIRMS,
-    TrialSpec,
-    driver_callbacks,
-    reuse_actors,
-    run_trial,
-)
+from recsys.tune.trial import CONFIRMS, TrialSpec, reuse_actors, run_trial
 
 PHASE_DIRS = {"confirm": "confirm"}
 CONFIRMABLE = SCORED

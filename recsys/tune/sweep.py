@@ -32,6 +32,7 @@ from recsys.runtime.storage import check_storage, ray_storage
 from recsys.tracking.tags import Tag
 from recsys.tracking.tracker import Tracker
 from recsys.tracking.view import compare_line
+from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.edges import EarlyPeaks, Edge, early_peaks, search_edges, widen
 from recsys.tune.phases import Outcome, log_confirmation, registered, seed_check
 from recsys.tune.results import (
@@ -61,7 +62,7 @@ from recsys.tune.state import (
     widenings,
     worker_change,
 )
-from recsys.tune.trial import TrialSpec, asha, driver_callbacks, reuse_actors
+from recsys.tune.trial import TrialSpec, asha, reuse_actors
 
 
 def budgeted(space: SearchSpace, num_workers: int) -> SearchSpace:

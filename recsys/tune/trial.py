@@ -6,13 +6,14 @@ sharding plan for the trial's workers and their device memory (``recsys.tune.fea
 not, the trial reports ``infeasible`` with the numbers and ends. The Train run is named after the
 trial id, so a restored trial finds its own checkpoints and continues from the latest. Rank 0's
 reports reach Tune as each checkpoint is registered (``ReportToTune``), and MLflow from the
-sweep's driver as Tune gets them (``LogTrialReports``): Train's controller never imports MLflow.
+sweep's driver as Tune gets them (``recsys.tune.driver_log``): Train's controller never imports
+MLflow.
 Every report carries the trial's score so far (``best_<metric>``), which Tune's searcher and
 scheduler compare.
 
 A trial that ASHA stops is ended by Tune with its actor, before the trial's own bookkeeping:
-``FinishStoppedTrials``, a callback in the sweep's driver, then records it (``stopped``) from what
-Ray Train persisted.
+the sweep's driver then records it (``stopped``) from what Ray Train persisted
+(``recsys.tune.driver_log.record_stopped``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Any
 import yaml
 from ray import tune
 from ray.train import Result as TrainResult
-from ray.tune import Callback
 
 from recsys.config import ExperimentConfig, TrainConfig
 from recsys.data.dataset import train_rows, with_budget
@@ -37,12 +37,11 @@ from recsys.distributed.sharding import Machine
 from recsys.runtime import storage
 from recsys.runtime.storage import as_uri
 from recsys.tracking import inputs
-from recsys.tracking.report import log_report
 from recsys.tracking.tracker import Tag, Tracker, flat_params
-from recsys.tracking.tune_reports import ReportToTune, tune_report
+from recsys.tracking.tune_reports import ReportToTune
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.tune import feasibility
-from recsys.tune.results import STOPPED, trial_status
+from recsys.tune.results import trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
 
@@ -224,7 +223,7 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         name=f"trial_{trial_id}",
         storage_path=train_storage,
         max_failures=spec.max_failures,
-        callbacks=[ReportToTune(run_id)],  # MLflow from the driver: ``LogTrialReports``
+        callbacks=[ReportToTune(run_id)],  # MLflow from the driver: ``driver_log``
         system_metrics=system_metrics(spec, run_id),
     )
     fit_start = time.time()
@@ -316,95 +315,6 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: i
     tags[Tag.STATUS] = trial_status(metrics, steps)
     tracker.set_tags(run_id, tags)
     tracker.finish(run_id, "FAILED" if tags[Tag.STATUS] == "diverged" else "FINISHED")
-
-
-def driver_callbacks(spec: TrialSpec, steps: int) -> list[Callback]:
-    """The Tune callbacks every phase's driver runs for its trials: their reports logged to
-    MLflow, the trials ASHA stopped recorded."""
-    return [LogTrialReports(spec), FinishStoppedTrials(spec, steps)]
-
-
-class LogTrialReports(Callback):  # type: ignore[misc]
-    """Logs each training report of the trials to its MLflow run as Tune gets it, in the sweep's
-    driver (``recsys.tracking.report``): a report, its checkpoint as the run's last, its resume
-    note. Where MLflow fails, the sweep goes on and a warning says so: a report that raised is
-    kept, in order, and tried again at the next report of any trial; metrics MLflow did not take
-    (``Tracker.flush``) at that run's next report and as its trial ends. A report the driver
-    never logged is logged, where Ray Train kept its checkpoint, when its trial is restored or
-    recorded as stopped (``backfill``).
-
-    It logs in the driver's loop, before Tune asks the trial for its next result: a store that
-    answers slowly delays every trial's results (a thread of its own is not built)."""
-
-    def __init__(self, spec: TrialSpec) -> None:
-        self.uri, self.keep = spec.tracking_uri, unlogged_dir(spec.storage, spec.sweep)
-        self._tracker: Tracker | None = None
-        self._unlogged: list[tuple[str, dict[str, Any], str]] = []  # (run, report, checkpoint)
-        self._runs: dict[str, str] = {}  # trial id -> its MLflow run
-
-    def __getstate__(self) -> dict[str, Any]:  # (Tune pickles its setup)
-        return {**self.__dict__, "_tracker": None, "_unlogged": [], "_runs": {}}
-
-    def on_trial_result(
-        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
-    ) -> None:
-        report = tune_report(result)
-        if report is not None:
-            self._runs[trial.trial_id] = report[0]
-            self._unlogged.append(report)
-        self._log()
-
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial)
-
-    def _end(self, trial: Any) -> None:
-        self._log()
-        run = self._runs.pop(trial.trial_id, None)
-        if run is not None and self._tracker is not None:
-            self._tracker.flush(run)
-
-    def _log(self) -> None:
-        while self._unlogged:
-            try:
-                if self._tracker is None:
-                    self._tracker = Tracker(self.uri, keep=self.keep)
-                log_report(self._tracker, *self._unlogged[0])
-            except Exception as e:
-                logging.getLogger(__name__).warning(
-                    "MLflow %s: %d report(s) of this sweep's trials not logged yet (%s); tried "
-                    "again at the next report", self.uri, len(self._unlogged), e,
-                )  # fmt: skip
-                return
-            self._unlogged.pop(0)
-
-
-class FinishStoppedTrials(Callback):  # type: ignore[misc]
-    """Records the trials Tune ended before they finished themselves (ASHA's decisions): from the
-    Train run's persisted reports and checkpoints, as the trial would have."""
-
-    def __init__(self, spec: TrialSpec, steps: int) -> None:
-        self.uri, self.experiment_id, self.mode, self.steps = (
-            spec.tracking_uri, spec.experiment_id, spec.mode, steps
-        )  # fmt: skip
-        self.train_storage = storage.join(spec.storage, spec.sweep, "train")
-
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        tracker = Tracker(self.uri)
-        run = tracker.find_trial_run(self.experiment_id, trial.trial_id)
-        if run is None or Tag.STATUS in run.data.tags:  # it recorded itself
-            return
-        try:
-            result = train_result(storage.join(self.train_storage, f"trial_{trial.trial_id}"))
-        except RuntimeError:  # stopped before its first checkpoint
-            tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})
-            tracker.finish(run.info.run_id, "KILLED")
-            return
-        # reports Train registered after Tune's decision, which the driver never got
-        log_missing(tracker, run.info.run_id, result)
-        finish_trial(tracker, run.info.run_id, result, self.mode, self.steps)
 
 
 def _size(folder: str) -> int:

@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 import urllib.request
-from types import SimpleNamespace
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -68,81 +67,6 @@ def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
     data = MlflowClient(uri).get_run(run).data
     assert data.tags["recsys.resume_note"] == "resumed on 3 of 2"
     assert "resume_note" not in data.metrics and data.metrics["val_auc"] == 0.7
-
-
-def test_a_sweeps_reports_reach_mlflow_from_the_driver_as_tune_got_them(tmp_path):
-    """In a sweep, Train's controller only adds the run, the report's keys and its checkpoint's
-    URI to each report it hands Tune (``ReportToTune``); the driver logs them (``LogTrialReports``,
-    pickled as Tune keeps its callbacks), without the keys Tune adds, and skips a result no
-    training reported (a refused trial's)."""
-    import pickle
-
-    import pyarrow.fs
-
-    from recsys.tracking.tune_reports import ReportToTune
-    from recsys.tune.trial import LogTrialReports, TrialSpec
-
-    uri = f"sqlite:///{tmp_path}/m.db"
-    t = Tracker(uri)
-    exp = t.experiment("s", None)
-    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
-    sent: list[dict] = []
-    callback = ReportToTune.__new__(ReportToTune)  # (its __init__ needs a Tune session)
-    callback.run_id, callback._training_actor_item_queue = run, SimpleNamespace(put=sent.append)
-    checkpoint = SimpleNamespace(filesystem=pyarrow.fs.LocalFileSystem(), path=f"{tmp_path}/c10")
-    callback.after_report(
-        None, [{**report(10, 0.6), "resume_note": "resumed on 3 of 2"}], checkpoint
-    )
-    callback.after_report(None, [report(20, 0.7)], None)
-    spec = TrialSpec("s", {}, str(tmp_path), uri, exp, "", 1, False, 1.0, 0)
-    driver = pickle.loads(pickle.dumps(LogTrialReports(spec)))
-    tunes = {"training_iteration": 1, "time_total_s": 3.0, "timestamp": 17, "pid": 5, "done": 0}
-    trial = SimpleNamespace(trial_id="trial_1")
-    for result in sent:
-        driver.on_trial_result(0, [], trial, {**result, **tunes})
-    driver.on_trial_result(0, [], trial, {"infeasible": 1.0, "step": 0, **tunes})
-    data = MlflowClient(uri).get_run(run).data
-    assert data.metrics["val_auc"] == 0.7 and not set(data.metrics) & set(tunes)
-    history = MlflowClient(uri).get_metric_history(run, "val_auc")
-    assert [(m.step, m.value) for m in history] == [(10, 0.6), (20, 0.7)]
-    assert [m.step for m in MlflowClient(uri).get_metric_history(run, "loss")] == [5, 10, 15, 20]
-    assert data.tags["checkpoint.last"] == f"{tmp_path}/c10"
-    assert data.tags["recsys.resume_note"] == "resumed on 3 of 2"
-
-
-def test_a_report_the_driver_could_not_log_is_kept_and_logged_next_in_order(
-    tmp_path, monkeypatch, caplog
-):
-    """MLflow failing at a report (a run the store would not give) fails neither the report nor
-    the sweep: a warning, then it is logged before the next, at its own step."""
-    from recsys.tracking.tune_reports import CHECKPOINT_URI, REPORT_KEYS, RUN_ID
-    from recsys.tune.trial import LogTrialReports, TrialSpec
-
-    uri = f"sqlite:///{tmp_path}/m.db"
-    t = Tracker(uri)
-    exp = t.experiment("s", None)
-    run = t.trial_run(exp, t.parent_run(exp, "s"), "s", "trial_1", {})
-    driver = LogTrialReports(TrialSpec("s", {}, str(tmp_path), uri, exp, "", 1, False, 1.0, 0))
-    down = [True]
-    last_step = Tracker.last_step
-
-    def flaky(self, run_id):
-        if down.pop() if down else False:
-            raise ConnectionError("store down")
-        return last_step(self, run_id)
-
-    monkeypatch.setattr(Tracker, "last_step", flaky)
-    trial = SimpleNamespace(trial_id="trial_1")
-    for step, auc in [(10, 0.6), (20, 0.7)]:
-        keys = ",".join(report(step, auc))
-        result = {**report(step, auc), RUN_ID: run, REPORT_KEYS: keys, CHECKPOINT_URI: f"c{step}"}
-        driver.on_trial_result(0, [], trial, result)
-        if step == 10:
-            assert "1 report(s) of this sweep's trials not logged yet (store down)" in caplog.text
-    driver.on_trial_complete(0, [], trial)
-    history = MlflowClient(uri).get_metric_history(run, "val_auc")
-    assert [(m.step, m.value) for m in history] == [(10, 0.6), (20, 0.7)]
-    assert MlflowClient(uri).get_run(run).data.tags["checkpoint.last"] == "c20"
 
 
 def test_the_tracker_opened_early_is_the_one_the_reports_use_after_a_pickle(tmp_path):
