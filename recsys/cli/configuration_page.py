@@ -102,7 +102,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "RECSYS_TRACKING_WAIT_S": (
         RUN,
         "seconds a trial waits for an unreachable MLflow tracking store (a server restarting) "
-        "before it fails (default 600)",
+        "before it fails, and a sweep phase's end waits for the reports its driver has not "
+        "logged yet before it gives them up (default 600)",
     ),
     "RECSYS_BENCH_DIR": (
         RUN,

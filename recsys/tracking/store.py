@@ -78,7 +78,8 @@ def open_store(uri: str, attempts: int = 8) -> None:
 WAIT_ENV = "RECSYS_TRACKING_WAIT_S"  # how long a trial waits for an unreachable store (600 s)
 UNREACHABLE = ("Max retries exceeded", "Connection refused", "Connection aborted", "timed out",
                "failed with exception", "error code 502", "error code 503", "error code 504",
-               "could not connect", "server closed the connection")  # fmt: skip
+               "could not connect", "server closed the connection",
+               "database is locked")  # fmt: skip
 
 
 def unreachable(error: Exception) -> bool:

@@ -66,9 +66,13 @@ class Tracker:
 
     ``keep``: a folder where artifacts MLflow could not store (a full artifact disk, a server that
     went away) are written instead, ``<keep>/<run id>/<name>``, with a warning that names it and
-    the command that logs them later; nothing is dropped."""
+    the command that logs them later; nothing is dropped.
 
-    def __init__(self, uri: str, keep: str | None = None) -> None:
+    ``strict``: for a caller that retries itself (``recsys.tracking.writer``): what MLflow did
+    not take (metrics, tags, a run's end) raises MLflow's error rather than a warning (metrics
+    stay kept for the next try), and nothing waits for an unreachable store."""
+
+    def __init__(self, uri: str, keep: str | None = None, strict: bool = False) -> None:
         # a tracking outage must not stall training for minutes in MLflow's default backoff
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
@@ -81,7 +85,7 @@ class Tracker:
         except Exception as e:
             raise_if_old_schema(uri, e)  # an SQL store URI (postgresql://...) of an older MLflow
             raise
-        self.keep = keep
+        self.keep, self.strict = keep, strict
         self._pending: dict[str, list[Metric]] = {}
         self._last_step: dict[str, int] = {}
         self._constants: dict[str, dict[str, float]] = {}  # run -> constants as last logged
@@ -152,8 +156,9 @@ class Tracker:
 
     def _waiting(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, waited out while the store is unreachable (``recsys.tracking.store.waited``):
-        what a trial cannot go on without (its run) waits instead of failing the trial."""
-        return waited(self.uri, what, call)
+        what a trial cannot go on without (its run) waits instead of failing the trial (not
+        ``strict``)."""
+        return call() if self.strict else waited(self.uri, what, call)
 
     def _find(self, experiment_id: str, tag: str, value: str) -> Any:
         runs = self._waiting(
@@ -263,9 +268,9 @@ class Tracker:
                 batch.append(Metric(k, float(v), now, step))
             batch.append(Metric("step", float(step), now, step))
         self._pending.setdefault(run_id, []).extend(batch)
-        self.flush(run_id)
-        if step > last:
+        if step > last:  # (before the flush: a report tried again adds nothing twice)
             self._last_step[run_id] = step
+        self.flush(run_id)
 
     def log_values(self, run_id: str, values: dict[str, float]) -> None:
         """Log values at the run's last step (timings, summaries)."""
@@ -275,16 +280,16 @@ class Tracker:
         self._pending.setdefault(run_id, []).extend(batch)
         self.flush(run_id)
 
-    def flush(self, run_id: str, raising: bool = False) -> None:
+    def flush(self, run_id: str) -> None:
         """Log ``run_id``'s metrics not logged yet (kept while MLflow failed: a warning says so,
-        or, ``raising``, MLflow's error)."""
-        pending = self._pending.get(run_id, [])
+        or, ``strict``, MLflow's error)."""
+        pending = self._pending.setdefault(run_id, [])
         try:
-            for i in range(0, len(pending), 500):
-                self.client.log_batch(run_id, metrics=pending[i : i + 500])
-            self._pending[run_id] = []
+            while pending:  # (a batch MLflow took is not sent again)
+                self.client.log_batch(run_id, metrics=pending[:500])
+                del pending[:500]
         except Exception as e:
-            if raising:
+            if self.strict:
                 raise
             log.warning(
                 "MLflow %s unreachable (%s); %d metrics kept for retry, training goes on",
@@ -402,6 +407,8 @@ class Tracker:
         try:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         except Exception as e:
+            if self.strict:
+                raise
             log.warning("MLflow %s: could not set tags (%s)", self.uri, e)
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
@@ -409,7 +416,13 @@ class Tracker:
         try:
             self.client.set_terminated(run_id, status=status)
         except Exception as e:
+            if self.strict:
+                raise
             log.warning("MLflow %s: could not end run %s (%s)", self.uri, run_id, e)
+
+    def discard(self, run_id: str) -> int:
+        """Forget ``run_id``'s metrics MLflow would not take (a run it no longer has); how many."""
+        return len(self._pending.pop(run_id, []))
 
 
 def run_config(tracker: Tracker, run_id: str) -> ExperimentConfig:

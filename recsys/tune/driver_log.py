@@ -3,17 +3,21 @@
 Every report of a trial's training reaches the driver as a Tune result (``ReportToTune``); the
 driver logs it to the trial's MLflow run (``recsys.tracking.report.log_report``). A trial that
 ASHA stopped is ended by Tune with its actor, before its own bookkeeping: the driver records it
-(``stopped``) from what Ray Train persisted. Both are writes of one queue, done in order by one
-thread (``recsys.tracking.writer.Writer``), so that Tune's loop never waits for the store: a
-store that answers slowly, or is down (each write is then tried again until it answers), delays
-no trial's next result. A trial's end waits (up to ``END_WAIT_S``) for that trial's own writes,
-so that Tune's experiment state never records as ended a trial whose reports are not logged yet
-(a driver killed then would lose them: a resumed sweep restores only unfinished trials, which
-``backfill`` their reports). The experiment's end waits for all of them.
+(``stopped``) from what Ray Train persisted. These are writes of one queue, done in order by one
+thread (``recsys.tracking.writer.Writer``), so that Tune's loop does not wait for the store at
+each result: while the store is down they wait in the driver, tried again until it answers.
+
+A trial's end waits for the writes queued before it (up to ``END_WAIT_S``; not while the store
+is unreachable). Tune's experiment state may then record as ended a trial whose writes still
+wait; a resumed sweep restores (and ``backfill``s) only unfinished trials, so at its first step
+the driver checks each trial that ended before: the reports its run lacks are logged from Ray
+Train's, and a stopped trial not recorded is recorded. The experiment's end waits for every
+write, up to ``RECSYS_TRACKING_WAIT_S``, then gives up on what is left with a warning.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any
@@ -22,18 +26,20 @@ from ray.tune import Callback
 
 from recsys.runtime import storage
 from recsys.tracking.report import log_report
-from recsys.tracking.store import WAIT_ENV
+from recsys.tracking.store import WAIT_ENV, short, unreachable
 from recsys.tracking.tracker import Tag, Tracker
 from recsys.tracking.tune_reports import tune_report
 from recsys.tracking.writer import Writer
 from recsys.tune import trial
 from recsys.tune.results import STOPPED
+from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
 from recsys.tune.trial import TrialSpec, finish_trial, log_missing, train_result
 
 log = logging.getLogger(__name__)
 
-END_WAIT_S = 60.0  # how long a trial's end waits for its own reports to be logged
+END_WAIT_S = 60.0  # how long a trial's end waits for the writes queued before it
+SAY_WAIT_S = 5.0  # the experiment's end says it waits for MLflow after this long
 
 
 class TrialLog(Callback):  # type: ignore[misc]
@@ -55,6 +61,7 @@ class TrialLog(Callback):  # type: ignore[misc]
         self.writer = Writer(self.uri, "report(s) or end(s) of this sweep's trials")
         self._tracker: Tracker | None = None  # (the writer's thread's)
         self._runs: dict[str, str] = {}  # trial id -> its MLflow run (the writer's thread's)
+        self._checked = False  # the trials a resumed experiment found ended: checked
 
     def __getstate__(self) -> dict[str, Any]:  # (Tune pickles its callbacks with the Tuner)
         keep = ("uri", "keep", "experiment_id", "mode", "steps", "train_storage", "reports",
@@ -65,7 +72,19 @@ class TrialLog(Callback):  # type: ignore[misc]
         self.__dict__.update(state)
         self._start()
 
-    # Tune's callbacks, in its loop: they queue, and only a trial's end waits
+    # Tune's callbacks, in its loop: they queue, and only the ends wait
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        """At the first step of a resumed experiment, each trial an earlier driver saw end:
+        what it may not have written (killed with writes queued) written now."""
+        if self._checked or not (self.reports or self.stopped):
+            return
+        self._checked = True
+        for ended in trials:
+            if ended.status in ("TERMINATED", "ERROR"):
+                stopped = self.stopped and ended.status == "TERMINATED"
+                name = f"the check of trial {ended.trial_id}, ended before this resume"
+                self.writer.add(name, functools.partial(self._check, ended.trial_id, stopped))
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
@@ -82,44 +101,86 @@ class TrialLog(Callback):  # type: ignore[misc]
         self._ended(trial.trial_id, stopped=False)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.writer.add("the metrics of the trials not ended", self._flush_all)
         wait = float(os.environ.get(WAIT_ENV, "600"))
-        if not self.writer.wait(timeout=wait):
-            log.warning(
-                "MLflow %s: %d report(s) or end(s) of this sweep's trials not logged after %.0f "
-                "s; their metrics and checkpoints are in Ray Train's runs under %s",
-                self.uri, self.writer.pending(), wait, self.train_storage,
-            )  # fmt: skip
+        said = min(SAY_WAIT_S, wait)
+        if not self.writer.wait(timeout=said):
+            log.warning("MLflow %s: waiting up to %.0f s more for %d %s", self.uri, wait - said,
+                        self.writer.pending(), self.writer.what)  # fmt: skip
+            if not self.writer.wait(timeout=wait - said):
+                log.warning(
+                    "MLflow %s: %d %s not logged after %.0f s, given up; their metrics and "
+                    "checkpoints are in Ray Train's runs under %s", self.uri,
+                    self.writer.abandon(), self.writer.what, wait, self.train_storage,
+                )  # fmt: skip
         self.writer.close()
 
     def _ended(self, trial_id: str, stopped: bool) -> None:
-        seq = self.writer.add(f"the end of trial {trial_id}", lambda: self._end(trial_id, stopped))
-        if not self.writer.wait(seq, END_WAIT_S):
-            log.warning(
-                "MLflow %s: trial %s ended with its reports not all logged yet (%d write(s) "
-                "wait in the driver); the sweep goes on", self.uri, trial_id,
-                self.writer.pending(),
-            )  # fmt: skip
+        seq = self.writer.add(f"the end of trial {trial_id}", lambda: self._end(trial_id))
+        if stopped:
+            name = f"the record of stopped trial {trial_id}"
+            seq = self.writer.add(name, lambda: self._record(trial_id))
+        if not self.writer.wait(seq, END_WAIT_S, settle=True) and not self.writer.failing():
+            log.warning("MLflow %s: trial %s ended with %d %s not written yet after %.0f s; "
+                        "the sweep goes on", self.uri, trial_id, self.writer.pending(),
+                        self.writer.what, END_WAIT_S)  # fmt: skip
 
     # the writes, in the writer's thread
 
     def tracker(self) -> Tracker:
         if self._tracker is None:
-            self._tracker = Tracker(self.uri, keep=self.keep)
+            self._tracker = Tracker(self.uri, keep=self.keep, strict=True)
         return self._tracker
 
     def _report(self, trial_id: str, run: str, report: dict[str, Any], checkpoint: str) -> None:
         self._runs[trial_id] = run
-        log_report(self.tracker(), run, report, checkpoint)
+        try:
+            log_report(self.tracker(), run, report, checkpoint)
+        except Exception as e:
+            if not unreachable(e):  # refused: dropped (``Writer``) with what it left kept
+                self.tracker().discard(run)
+            raise
 
-    def _end(self, trial_id: str, stopped: bool) -> None:
-        """The trial's metrics MLflow has not taken yet sent (raising if it does not take them:
-        tried again, or dropped), then, ``stopped``, the trial recorded if Tune ended it."""
-        if (run := self._runs.get(trial_id)) is not None:
-            self.tracker().flush(run, raising=True)
-            del self._runs[trial_id]
+    def _record(self, trial_id: str) -> None:
+        record_stopped(self.tracker(), self.experiment_id, self.train_storage, trial_id,
+                       self.mode, self.steps)  # fmt: skip
+
+    def _check(self, trial_id: str, stopped: bool) -> None:
+        """The reports of an ended trial that its run lacks logged (``log_missing``); ``stopped``:
+        the trial recorded if it was stopped and its record was not written."""
+        tracker = self.tracker()
+        run = tracker.find_trial_run(self.experiment_id, trial_id)
+        if run is None:
+            return
+        try:
+            result = train_result(storage.join(self.train_storage, f"trial_{trial_id}"))
+        except RuntimeError:  # no Train run (refused) or no checkpoint
+            result = None
+        if result is not None and self.reports:
+            log_missing(tracker, run.info.run_id, result)
         if stopped:
-            record_stopped(self.tracker(), self.experiment_id, self.train_storage, trial_id,
-                           self.mode, self.steps)  # fmt: skip
+            self._record(trial_id)
+
+    def _end(self, trial_id: str) -> None:
+        """Send the trial's metrics MLflow has not taken yet."""
+        if (run := self._runs.get(trial_id)) is not None:
+            self._flush(trial_id, run)
+
+    def _flush_all(self) -> None:
+        for trial_id, run in list(self._runs.items()):
+            self._flush(trial_id, run)
+
+    def _flush(self, trial_id: str, run: str) -> None:
+        """A run's kept metrics sent (raising while the store is unreachable: tried again), or
+        dropped with a warning where MLflow refuses them (a run deleted in its UI)."""
+        try:
+            self.tracker().flush(run)
+        except Exception as e:
+            if unreachable(e):
+                raise
+            log.warning("MLflow %s refused %d metric(s) of trial %s (%s): dropped", self.uri,
+                        self.tracker().discard(run), trial_id, short(e))  # fmt: skip
+        del self._runs[trial_id]
 
 
 def record_stopped(
@@ -127,9 +188,14 @@ def record_stopped(
 ) -> None:
     """Record a trial that Tune ended before it finished itself (ASHA's decision), from its Train
     run's persisted reports and checkpoints, as the trial would have; nothing if it recorded
-    itself."""
+    itself. Tried again after a failure, it ends a run whose status it already wrote."""
     run = tracker.find_trial_run(experiment_id, trial_id)
-    if run is None or Tag.STATUS in run.data.tags:  # it recorded itself
+    if run is None:
+        return
+    if (status := run.data.tags.get(Tag.STATUS)) is not None:  # recorded (by itself, or here)
+        if run.info.status == "RUNNING":
+            ends = {"diverged": "FAILED", INFEASIBLE: "KILLED", STOPPED: "KILLED"}
+            tracker.finish(run.info.run_id, ends.get(status, "FINISHED"))
         return
     try:
         result = train_result(storage.join(train_storage, f"trial_{trial_id}"))
@@ -152,7 +218,11 @@ class FinishStoppedTrials(TrialLog):
     since the reports went through the driver; before that, alone): it writes both."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__({"keep": None, **state, "reports": True, "stopped": True})
+        train = str(state.get("train_storage", ""))
+        keep = (
+            None if "://" in train else os.path.join(os.path.dirname(train), "unlogged_artifacts")
+        )
+        super().__setstate__({"keep": keep, **state, "reports": True, "stopped": True})
 
 
 class LogTrialReports(TrialLog):

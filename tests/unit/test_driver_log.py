@@ -3,6 +3,7 @@ thread of their own, so that Tune's loop never waits for the store."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import threading
@@ -13,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from recsys.tracking.tracker import Tracker
 from recsys.tracking.tune_reports import CHECKPOINT_URI, REPORT_KEYS, RUN_ID
+from recsys.tune import driver_log
 from recsys.tune.driver_log import TrialLog
 from recsys.tune.trial import TrialSpec
 
@@ -109,37 +111,76 @@ def test_tunes_loop_never_waits_for_the_store_and_a_trials_end_waits_for_its_rep
     assert history(uri, run) == [(10, 0.6), (20, 0.7)]
 
 
+def a_store_down(monkeypatch) -> threading.Event:
+    """MLflow's writes fail as a server that went away makes them, until the event is set."""
+    back = threading.Event()
+    log_batch = MlflowClient.log_batch
+
+    def down(self, *args, **kwargs):
+        if not back.is_set():
+            raise ConnectionError("Max retries exceeded (store down)")
+        return log_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", down)
+    return back
+
+
 def test_a_report_the_store_could_not_take_is_logged_when_it_is_back_in_order(
     tmp_path, monkeypatch, caplog
 ):
     """MLflow unreachable at a report fails neither the report nor the sweep: a warning, and the
-    report is tried again, then logged before the next, at its own step."""
+    report is tried again, then logged before the next, at its own step, with its tags."""
     uri, exp, run = a_run(tmp_path)
     driver = a_log(tmp_path, uri, exp)
-    down = [True]
-    last_step = Tracker.last_step
-
-    def flaky(self, run_id):
-        if down.pop() if down else False:
-            raise ConnectionError("store down")
-        return last_step(self, run_id)
-
-    monkeypatch.setattr(Tracker, "last_step", flaky)
+    back = a_store_down(monkeypatch)
     for step, auc in [(10, 0.6), (20, 0.7)]:
         driver.on_trial_result(0, [], TRIAL, result(run, step, auc))
-    driver.on_trial_complete(0, [], TRIAL)
-    assert re.search(r"unreachable \(store down\): \d report\(s\) or end\(s\) of this sweep's "
-                     r"trials wait", caplog.text)  # fmt: skip
+    ended = threading.Thread(target=driver.on_trial_complete, args=(0, [], TRIAL))
+    ended.start()
+    ended.join(30)
+    assert not ended.is_alive()  # the store is down: a trial's end does not wait for it
+    assert driver.writer.failing() and history(uri, run) == []
+    back.set()
+    driver.on_experiment_end([])
+    assert re.search(r"unreachable \(Max retries exceeded \(store down\)\): \d report\(s\) "
+                     r"or end\(s\) of this sweep's trials wait", caplog.text)  # fmt: skip
     assert "reachable again after" in caplog.text
     assert history(uri, run) == [(10, 0.6), (20, 0.7)]
+    assert [s for s, _ in history(uri, run, "loss")] == [5, 10, 15, 20]
     assert MlflowClient(uri).get_run(run).data.tags["checkpoint.last"] == "c20"
 
 
-def test_the_metrics_of_a_run_mlflow_refuses_are_dropped_at_its_end_and_the_next_logged(
-    tmp_path, caplog
-):
-    """The metrics of a run MLflow no longer takes (deleted in its UI) are not tried forever in
-    front of the others: dropped as the trial ends, named in a warning."""
+def test_the_experiments_end_gives_up_on_a_store_that_stays_down(tmp_path, monkeypatch, caplog):
+    """A phase's end waits for the store up to ``RECSYS_TRACKING_WAIT_S``, says so, then gives
+    up on what is left, naming where Ray Train keeps it; its thread ends."""
+    uri, exp, run = a_run(tmp_path)
+    driver = a_log(tmp_path, uri, exp)
+    a_store_down(monkeypatch)
+    monkeypatch.setenv("RECSYS_TRACKING_WAIT_S", "3")
+    monkeypatch.setattr(driver_log, "SAY_WAIT_S", 1.0)
+    driver.on_trial_result(0, [], TRIAL, result(run, 10, 0.6))
+    driver.on_experiment_end([])
+    assert "waiting up to 2 s more for 2 report(s) or end(s)" in caplog.text
+    assert "not logged after 3 s, given up" in caplog.text and str(tmp_path) in caplog.text
+    assert driver.writer.pending() == 0 and not driver.writer.running()
+
+
+def test_a_stopped_trial_whose_record_failed_halfway_is_ended_when_tried_again(tmp_path):
+    """The driver wrote a stopped trial's status, then MLflow failed at its end: tried again, the
+    record ends the run (as the status says) without writing it twice."""
+    from recsys.tune.driver_log import record_stopped
+
+    uri, exp, run = a_run(tmp_path)
+    t = Tracker(uri, strict=True)
+    t.set_tags(run, {"recsys.status": "stopped"})
+    record_stopped(t, exp, str(tmp_path / "train"), "trial_1", "max", 20)
+    info = MlflowClient(uri).get_run(run).info
+    assert info.status == "KILLED"
+
+
+def test_a_report_mlflow_refuses_is_dropped_with_a_warning_and_the_next_logged(tmp_path, caplog):
+    """The report of a run MLflow no longer takes (deleted in its UI) is not tried forever in
+    front of the others: dropped, named in a warning."""
     uri, exp, run = a_run(tmp_path)
     gone = Tracker(uri).trial_run(exp, "", "s", "trial_2", {})
     MlflowClient(uri).delete_run(gone)
@@ -149,7 +190,7 @@ def test_the_metrics_of_a_run_mlflow_refuses_are_dropped_at_its_end_and_the_next
     driver.on_trial_complete(0, [], other)
     driver.on_trial_result(0, [], TRIAL, result(run, 10, 0.6))
     driver.on_experiment_end([])
-    assert "refused the end of trial trial_2" in caplog.text
+    assert "could not write a report of trial trial_2" in caplog.text
     assert history(uri, run) == [(10, 0.6)]
 
 
@@ -188,3 +229,48 @@ def test_the_callbacks_of_a_sweep_started_before_are_found_and_log_each_report_o
         callback.on_experiment_end([])
     assert history(uri, run) == [(10, 0.6), (20, 0.7)]
     assert [s for s, _ in history(uri, run, "loss")] == [5, 10, 15, 20]
+
+
+def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(tmp_path, monkeypatch):
+    """An earlier driver saw trial_1 finish and trial_2 stopped by ASHA, then was killed with their
+    last writes queued (the store was down): Tune restores neither. At the resumed experiment's
+    first step the driver logs trial_1's missing report from Ray Train's and records trial_2;
+    a running trial is left to its own ``backfill``."""
+    from recsys.tune import trial
+
+    uri, exp, run = a_run(tmp_path)
+    t = Tracker(uri)
+    stopped = t.trial_run(exp, "", "s", "trial_2", {})
+    running = t.trial_run(exp, "", "s", "trial_3", {})
+    t.log_report(run, report(10, 0.6))
+    t.set_tags(run, {"recsys.status": "finished"})
+    t.finish(run)
+    persisted = {
+        "trial_1": [report(10, 0.6), report(20, 0.7)],
+        "trial_2": [report(10, 0.55)],
+        "trial_3": [report(10, 0.5)],
+    }
+
+    def from_path(path):
+        reports = persisted[os.path.basename(path).removeprefix("trial_")]
+        return SimpleNamespace(
+            best_checkpoints=[(None, r) for r in reports], metrics=reports[-1], checkpoint=None,
+            get_best_checkpoint=lambda *args: None,
+        )  # fmt: skip
+
+    monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=from_path))
+    driver = a_log(tmp_path, uri, exp)
+    trials = [
+        SimpleNamespace(trial_id="trial_1", status="TERMINATED"),
+        SimpleNamespace(trial_id="trial_2", status="TERMINATED"),
+        SimpleNamespace(trial_id="trial_3", status="PENDING"),
+    ]
+    driver.on_step_begin(0, trials)
+    driver.on_step_begin(1, trials)  # (once per experiment)
+    driver.on_experiment_end(trials)
+    assert history(uri, run) == [(10, 0.6), (20, 0.7)]
+    assert history(uri, stopped) == [(10, 0.55)]
+    client = MlflowClient(uri)
+    assert client.get_run(stopped).data.tags["recsys.status"] == "stopped"
+    assert client.get_run(stopped).info.status == "FINISHED"
+    assert history(uri, running) == [] and client.get_run(running).info.status == "RUNNING"
