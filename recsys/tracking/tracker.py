@@ -29,7 +29,14 @@ from mlflow.tracking import MlflowClient
 
 from recsys.config import ExperimentConfig
 from recsys.configlib import flatten
-from recsys.tracking.store import check_reachable, open_store, raise_if_old_schema, short, waited
+from recsys.tracking.store import (
+    check_reachable,
+    open_store,
+    raise_if_old_schema,
+    short,
+    unreachable,
+    waited,
+)
 from recsys.tracking.tags import Tag
 from recsys.tracking.view import runs_link, save_view, ui_address
 
@@ -69,8 +76,9 @@ class Tracker:
     the command that logs them later; nothing is dropped.
 
     ``strict``: for a caller that retries itself (``recsys.tracking.writer``): what MLflow did
-    not take (metrics, tags, a run's end) raises MLflow's error rather than a warning (metrics
-    stay kept for the next try), and nothing waits for an unreachable store."""
+    not take (metrics, tags, a run's end; an artifact, where the store was unreachable) raises
+    MLflow's error rather than a warning (metrics stay kept for the next try), and nothing waits
+    for an unreachable store."""
 
     def __init__(self, uri: str, keep: str | None = None, strict: bool = False) -> None:
         # a tracking outage must not stall training for minutes in MLflow's default backoff
@@ -168,6 +176,23 @@ class Tracker:
             ),
         )
         return runs[0] if runs else None
+
+    def trial_runs(self, experiment_id: str) -> dict[str, Any]:
+        """Every trial run of the experiment, by trial id (one search, page by page)."""
+        runs: dict[str, Any] = {}
+        token: str | None = None
+
+        def search() -> Any:
+            return self.client.search_runs([experiment_id], max_results=1000, page_token=token)
+
+        while True:
+            page = self._waiting(f"the trial runs of experiment {experiment_id}", search)
+            for run in page:
+                if Tag.TRIAL in run.data.tags:
+                    runs[run.data.tags[Tag.TRIAL]] = run
+            token = page.token
+            if not token:
+                return runs
 
     def find_trial_run(self, experiment_id: str, trial_id: str) -> Any:
         """The MLflow run of Tune trial ``trial_id`` (None if it has none)."""
@@ -302,6 +327,7 @@ class Tracker:
         try:
             self.client.log_text(run_id, text, name)
         except Exception as e:
+            self._raise_if_retried(e)
             self._keep(run_id, name, e, lambda dst: Path(dst).write_text(text))
 
     def log_file(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
@@ -309,6 +335,7 @@ class Tracker:
         try:
             self.client.log_artifact(run_id, path, artifact_path)
         except Exception as e:
+            self._raise_if_retried(e)
             name = os.path.join(artifact_path or "", os.path.basename(path))
             self._keep(run_id, name, e, lambda dst: shutil.copyfile(path, dst))
 
@@ -317,11 +344,17 @@ class Tracker:
         try:
             self.client.log_artifacts(run_id, folder, artifact_path=artifact_path)
         except Exception as e:
+            self._raise_if_retried(e)
             log.warning(
                 "MLflow %s could not store %s of run %s (%s); it stays at %s: log it later with "
                 "`%s --artifact-path %s`", self.uri, artifact_path, run_id, short(e), folder,
                 LOG_LATER.format(run=run_id, path=folder), artifact_path,
             )  # fmt: skip
+
+    def _raise_if_retried(self, error: Exception) -> None:
+        """``strict``: an artifact the store was down for is the caller's to try again."""
+        if self.strict and unreachable(error):
+            raise error
 
     def _keep(self, run_id: str, name: str, error: Exception, write: Any) -> None:
         """An artifact MLflow refused: written to ``keep`` and named, never dropped silently."""

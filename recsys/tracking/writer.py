@@ -102,10 +102,11 @@ class Writer:
     def _run(self) -> None:
         try:
             self._work()
-        finally:  # (a later ``add`` starts another thread, whatever ended this one)
+        finally:  # (ended by an error of its own: a later ``add`` starts another thread)
             with self._cv:
-                self._thread = None
-                self._failing_since = None
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                    self._failing_since = None
                 self._cv.notify_all()
 
     def _work(self) -> None:
@@ -113,7 +114,8 @@ class Writer:
         while True:
             with self._cv:
                 self._cv.wait_for(lambda: bool(self._calls) or self._closed)
-                if not self._calls:
+                if not self._calls:  # (closed: ``add`` sees no thread from here on)
+                    self._thread = None
                     return
                 seq, name, call = self._calls[0]
             try:

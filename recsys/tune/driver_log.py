@@ -75,16 +75,19 @@ class TrialLog(Callback):  # type: ignore[misc]
     # Tune's callbacks, in its loop: they queue, and only the ends wait
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        """At the first step of a resumed experiment, each trial an earlier driver saw end:
-        what it may not have written (killed with writes queued) written now."""
-        if self._checked or not (self.reports or self.stopped):
-            return
+        if not self._checked:
+            self._check_ended(trials)
+
+    def _check_ended(self, trials: list) -> None:
+        """Once per experiment (at its first step, or at its end for one restored finished):
+        the trials an earlier driver saw end (``TERMINATED``; an errored one is run again, and
+        backfills itself) checked for what that driver, killed, may not have written."""
         self._checked = True
-        for ended in trials:
-            if ended.status in ("TERMINATED", "ERROR"):
-                stopped = self.stopped and ended.status == "TERMINATED"
-                name = f"the check of trial {ended.trial_id}, ended before this resume"
-                self.writer.add(name, functools.partial(self._check, ended.trial_id, stopped))
+        ended = {t.trial_id: (t.last_result or {}).get("step", 0) for t in trials
+                 if t.status == "TERMINATED"}  # fmt: skip
+        if ended and (self.reports or self.stopped):
+            name = f"the check of {len(ended)} trial(s) ended before this resume"
+            self.writer.add(name, functools.partial(self._check_all, ended))
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
@@ -101,6 +104,8 @@ class TrialLog(Callback):  # type: ignore[misc]
         self._ended(trial.trial_id, stopped=False)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if not self._checked:  # (restored finished: no step ran)
+            self._check_ended(trials)
         self.writer.add("the metrics of the trials not ended", self._flush_all)
         wait = float(os.environ.get(WAIT_ENV, "600"))
         said = min(SAY_WAIT_S, wait)
@@ -145,20 +150,29 @@ class TrialLog(Callback):  # type: ignore[misc]
         record_stopped(self.tracker(), self.experiment_id, self.train_storage, trial_id,
                        self.mode, self.steps)  # fmt: skip
 
-    def _check(self, trial_id: str, stopped: bool) -> None:
-        """The reports of an ended trial that its run lacks logged (``log_missing``); ``stopped``:
-        the trial recorded if it was stopped and its record was not written."""
-        tracker = self.tracker()
-        run = tracker.find_trial_run(self.experiment_id, trial_id)
-        if run is None:
-            return
+    def _check_all(self, ended: dict[str, Any]) -> None:
+        """``ended``: trial id -> the last step Tune got. A trial whose run has its status, its
+        end and that step is complete; any other, where it has a run, is checked."""
+        runs = self.tracker().trial_runs(self.experiment_id)
+        for trial_id, step in ended.items():
+            run = runs.get(trial_id)
+            if run is None:
+                continue
+            done = Tag.STATUS in run.data.tags and run.info.status != "RUNNING"
+            if done and run.data.metrics.get("step", 0) >= (step or 0):
+                continue
+            self._check(trial_id, run.info.run_id)
+
+    def _check(self, trial_id: str, run_id: str) -> None:
+        """The reports of an ended trial that its run lacks logged (``log_missing``), and the
+        trial recorded if it was stopped and its record was not written."""
         try:
             result = train_result(storage.join(self.train_storage, f"trial_{trial_id}"))
         except RuntimeError:  # no Train run (refused) or no checkpoint
             result = None
         if result is not None and self.reports:
-            log_missing(tracker, run.info.run_id, result)
-        if stopped:
+            log_missing(self.tracker(), run_id, result)
+        if self.stopped:
             self._record(trial_id)
 
     def _end(self, trial_id: str) -> None:
@@ -193,8 +207,10 @@ def record_stopped(
     if run is None:
         return
     if (status := run.data.tags.get(Tag.STATUS)) is not None:  # recorded (by itself, or here)
-        if run.info.status == "RUNNING":
-            ends = {"diverged": "FAILED", INFEASIBLE: "KILLED", STOPPED: "KILLED"}
+        if run.info.status == "RUNNING":  # as ``finish_trial`` and the lines below end it
+            checkpointed = Tag.LAST_CHECKPOINT in run.data.tags
+            ends = {"diverged": "FAILED", INFEASIBLE: "KILLED"}
+            ends[STOPPED] = "FINISHED" if checkpointed else "KILLED"
             tracker.finish(run.info.run_id, ends.get(status, "FINISHED"))
         return
     try:

@@ -165,17 +165,23 @@ def test_the_experiments_end_gives_up_on_a_store_that_stays_down(tmp_path, monke
     assert driver.writer.pending() == 0 and not driver.writer.running()
 
 
-def test_a_stopped_trial_whose_record_failed_halfway_is_ended_when_tried_again(tmp_path):
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_a_stopped_trial_whose_record_failed_halfway_is_ended_when_tried_again(
+    tmp_path, checkpointed
+):
     """The driver wrote a stopped trial's status, then MLflow failed at its end: tried again, the
-    record ends the run (as the status says) without writing it twice."""
+    record ends the run as its first try would have (``finish_trial``: FINISHED with a
+    checkpoint; KILLED without), its status as it was."""
     from recsys.tune.driver_log import record_stopped
 
     uri, exp, run = a_run(tmp_path)
     t = Tracker(uri, strict=True)
-    t.set_tags(run, {"recsys.status": "stopped"})
+    tags = {"recsys.status": "stopped", **({"checkpoint.last": "c10"} if checkpointed else {})}
+    t.set_tags(run, tags)
     record_stopped(t, exp, str(tmp_path / "train"), "trial_1", "max", 20)
-    info = MlflowClient(uri).get_run(run).info
-    assert info.status == "KILLED"
+    got = MlflowClient(uri).get_run(run)
+    assert got.info.status == ("FINISHED" if checkpointed else "KILLED")
+    assert got.data.tags["recsys.status"] == "stopped"
 
 
 def test_a_report_mlflow_refuses_is_dropped_with_a_warning_and_the_next_logged(tmp_path, caplog):
@@ -225,17 +231,21 @@ def test_the_callbacks_of_a_sweep_started_before_are_found_and_log_each_report_o
         for callback in callbacks:
             callback.on_trial_result(0, [], TRIAL, result(run, step, auc))
     for callback in callbacks:
-        callback.on_trial_complete(0, [], TRIAL)  # (its Train run: none, so not recorded)
+        callback.on_trial_complete(0, [], TRIAL)  # (no Train run: then recorded as stopped)
         callback.on_experiment_end([])
     assert history(uri, run) == [(10, 0.6), (20, 0.7)]
     assert [s for s, _ in history(uri, run, "loss")] == [5, 10, 15, 20]
 
 
-def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(tmp_path, monkeypatch):
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
+    tmp_path, monkeypatch, finished
+):
     """An earlier driver saw trial_1 finish and trial_2 stopped by ASHA, then was killed with their
     last writes queued (the store was down): Tune restores neither. At the resumed experiment's
-    first step the driver logs trial_1's missing report from Ray Train's and records trial_2;
-    a running trial is left to its own ``backfill``."""
+    first step (``finished``: at its end, all its trials ended before) the driver logs trial_1's
+    missing report from Ray Train's and records trial_2; trial_4, complete in MLflow, is not
+    read again; a running trial is left to its own ``backfill``."""
     from recsys.tune import trial
 
     uri, exp, run = a_run(tmp_path)
@@ -252,6 +262,7 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(tmp_pa
     }
 
     def from_path(path):
+        assert not path.endswith("trial_4"), "a trial complete in MLflow was read again"
         reports = persisted[os.path.basename(path).removeprefix("trial_")]
         return SimpleNamespace(
             best_checkpoints=[(None, r) for r in reports], metrics=reports[-1], checkpoint=None,
@@ -260,13 +271,18 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(tmp_pa
 
     monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=from_path))
     driver = a_log(tmp_path, uri, exp)
+    complete = t.trial_run(exp, "", "s", "trial_4", {})
+    t.log_report(complete, report(20, 0.65))
+    t.set_tags(complete, {"recsys.status": "finished"})
+    t.finish(complete)
     trials = [
-        SimpleNamespace(trial_id="trial_1", status="TERMINATED"),
-        SimpleNamespace(trial_id="trial_2", status="TERMINATED"),
-        SimpleNamespace(trial_id="trial_3", status="PENDING"),
+        SimpleNamespace(trial_id="trial_1", status="TERMINATED", last_result={"step": 20}),
+        SimpleNamespace(trial_id="trial_2", status="TERMINATED", last_result={"step": 10}),
+        SimpleNamespace(trial_id="trial_4", status="TERMINATED", last_result={"step": 20}),
     ]
-    driver.on_step_begin(0, trials)
-    driver.on_step_begin(1, trials)  # (once per experiment)
+    if not finished:
+        trials.append(SimpleNamespace(trial_id="trial_3", status="PENDING", last_result={}))
+        driver.on_step_begin(0, trials)
     driver.on_experiment_end(trials)
     assert history(uri, run) == [(10, 0.6), (20, 0.7)]
     assert history(uri, stopped) == [(10, 0.55)]
