@@ -234,10 +234,8 @@ class FinishStoppedTrials(TrialLog):
     since the reports went through the driver; before that, alone): it writes both."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        train = str(state.get("train_storage", ""))
-        keep = (
-            None if "://" in train else os.path.join(os.path.dirname(train), "unlogged_artifacts")
-        )
+        sweep = os.path.dirname(str(state.get("train_storage", "")))  # <storage>/<sweep>
+        keep = unlogged_dir(os.path.dirname(sweep), os.path.basename(sweep))
         super().__setstate__({"keep": keep, **state, "reports": True, "stopped": True})
 
 
