@@ -161,19 +161,17 @@ class TrialLog(Callback):  # type: ignore[misc]
             done = Tag.STATUS in run.data.tags and run.info.status != "RUNNING"
             if done and run.data.metrics.get("step", 0) >= (step or 0):
                 continue
-            self._check(trial_id, run.info.run_id)
+            self._check(trial_id, run)
 
-    def _check(self, trial_id: str, run_id: str) -> None:
-        """The reports of an ended trial that its run lacks logged (``log_missing``), and the
-        trial recorded if it was stopped and its record was not written."""
-        try:
-            result = train_result(storage.join(self.train_storage, f"trial_{trial_id}"))
-        except RuntimeError:  # no Train run (refused) or no checkpoint
-            result = None
+    def _check(self, trial_id: str, run: Any) -> None:
+        """The reports of an ended trial that its ``run`` (as the search found it) lacks logged
+        (``log_missing``), and the trial recorded if it was stopped and its record was not
+        written (``record_run``, with that run and Train result: neither read twice)."""
+        result = persisted(self.train_storage, trial_id)
         if result is not None and self.reports:
-            log_missing(self.tracker(), run_id, result)
+            log_missing(self.tracker(), run.info.run_id, result)
         if self.stopped:
-            self._record(trial_id)
+            record_run(self.tracker(), run, result, self.mode, self.steps)
 
     def _end(self, trial_id: str) -> None:
         """Send the trial's metrics MLflow has not taken yet."""
@@ -206,6 +204,22 @@ def record_stopped(
     run = tracker.find_trial_run(experiment_id, trial_id)
     if run is None:
         return
+    result = None if Tag.STATUS in run.data.tags else persisted(train_storage, trial_id)
+    record_run(tracker, run, result, mode, steps)
+
+
+def persisted(train_storage: str, trial_id: str) -> Any:
+    """The trial's Train run as Ray Train persisted it; None where it has none (refused, or
+    stopped before its first checkpoint)."""
+    try:
+        return train_result(storage.join(train_storage, f"trial_{trial_id}"))
+    except RuntimeError:
+        return None
+
+
+def record_run(tracker: Tracker, run: Any, result: Any, mode: str, steps: int) -> None:
+    """``record_stopped`` of a trial's MLflow ``run`` (as found) and Train ``result`` (None:
+    none persisted; not read where the run has its status)."""
     if (status := run.data.tags.get(Tag.STATUS)) is not None:  # recorded (by itself, or here)
         if run.info.status == "RUNNING":  # as ``finish_trial`` and the lines below end it
             checkpointed = Tag.LAST_CHECKPOINT in run.data.tags
@@ -213,9 +227,7 @@ def record_stopped(
             ends[STOPPED] = "FINISHED" if checkpointed else "KILLED"
             tracker.finish(run.info.run_id, ends.get(status, "FINISHED"))
         return
-    try:
-        result = train_result(storage.join(train_storage, f"trial_{trial_id}"))
-    except RuntimeError:  # stopped before its first checkpoint
+    if result is None:  # stopped before its first checkpoint
         tracker.set_tags(run.info.run_id, {Tag.STATUS: STOPPED})
         tracker.finish(run.info.run_id, "KILLED")
         return

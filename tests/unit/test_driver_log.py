@@ -245,7 +245,8 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
     last writes queued (the store was down): Tune restores neither. At the resumed experiment's
     first step (``finished``: at its end, all its trials ended before) the driver logs trial_1's
     missing report from Ray Train's and records trial_2; trial_4, complete in MLflow, is not
-    read again; a running trial is left to its own ``backfill``."""
+    read again, and each other one is read once (its run found by the one search of the sweep's
+    trial runs); a running trial is left to its own ``backfill``."""
     from recsys.tune import trial
 
     uri, exp, run = a_run(tmp_path)
@@ -261,8 +262,11 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
         "trial_3": [report(10, 0.5)],
     }
 
+    reads = []
+
     def from_path(path):
         assert not path.endswith("trial_4"), "a trial complete in MLflow was read again"
+        reads.append(os.path.basename(path).removeprefix("trial_"))
         reports = persisted[os.path.basename(path).removeprefix("trial_")]
         return SimpleNamespace(
             best_checkpoints=[(None, r) for r in reports], metrics=reports[-1], checkpoint=None,
@@ -271,6 +275,8 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
 
     monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=from_path))
     driver = a_log(tmp_path, uri, exp)
+    found_again = []
+    monkeypatch.setattr(Tracker, "find_trial_run", lambda *a: found_again.append(a[2]))
     complete = t.trial_run(exp, "", "s", "trial_4", {})
     t.log_report(complete, report(20, 0.65))
     t.set_tags(complete, {"recsys.status": "finished"})
@@ -284,6 +290,7 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
         trials.append(SimpleNamespace(trial_id="trial_3", status="PENDING", last_result={}))
         driver.on_step_begin(0, trials)
     driver.on_experiment_end(trials)
+    assert sorted(reads) == ["trial_1", "trial_2"] and found_again == []
     assert history(uri, run) == [(10, 0.6), (20, 0.7)]
     assert history(uri, stopped) == [(10, 0.55)]
     client = MlflowClient(uri)
