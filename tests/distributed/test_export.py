@@ -16,6 +16,9 @@ from tests.helpers import served_in_a_fresh_process
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 INT8_MAX_AUC_DELTA = 0.005
+# row-wise INT4 tables (4 bits and a per-row scale and bias): measured on this test's model
+# |p_int4 - p_fp32| <= 0.006 and an AUC 0.0008 away; the bounds leave room for other seeds
+INT4_MAX_PROB_DIFF, INT4_MAX_AUC_DELTA = 0.05, 0.02
 
 
 def test_export_int8_matches_fp32_and_serves(tmp_path):
@@ -53,6 +56,30 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     assert len(probs) == 5
     np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
     _check_export_by_alias(uri, run_id, c, ckpt, tmp_path)
+    _check_int4(c, ckpt, tmp_path, uri, run_id, report, example, batch)
+
+
+def _check_int4(cfg, ckpt, tmp_path, uri, run_id, int8, example, batch) -> None:
+    """``--dtype int4``: the same checkpoint's tables in 4 bits a value, close to FP32, smaller
+    than INT8's, and served in a fresh process as the exported model scores in this one."""
+    import torch
+
+    from recsys.serving.export import export
+    from recsys.serving.mlflow_model import log_served_model
+    from recsys.tracking.tracker import Tracker
+
+    out = str(tmp_path / "out4")
+    report = export(cfg, ckpt, out, "int4")
+    assert report.dtype == "int4"
+    assert report.max_prob_diff < INT4_MAX_PROB_DIFF, report
+    assert abs(report.auc_delta) < INT4_MAX_AUC_DELTA, report
+    assert report.exported_table_bytes < int8.exported_table_bytes, (report, int8)
+    assert report.table_ratio < 0.25, report  # 4-bit rows + per-row scale/bias vs FP32
+    log_served_model(Tracker(uri), run_id, out, example, registered_name="tiny-dlrm-int4")
+    served = served_in_a_fresh_process(uri, "models:/tiny-dlrm-int4/1", example, tmp_path)
+    with torch.no_grad():
+        logits = torch.jit.load(report.path)(batch.dense_features, batch.sparse_features)
+    np.testing.assert_allclose(served["click"], torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
 
 
 EXPORT_NOISE = [
