@@ -36,7 +36,7 @@ case $verb in
         "$py" -m ruff format --check .
         "$py" -m mypy
         # the files spread over 2 processes (RECSYS_TEST_PROCS; `-n 0` in the args: one), in the
-        # units of work and the order tests/conftest.py gives them (all of tests/ray/ is one unit)
+        # units of work and the order tests/conftest.py gives them (tests/ray/ is three units)
         exec "$py" -m pytest -n "${RECSYS_TEST_PROCS:-2}" --dist loadfile --no-loadscope-reorder "$@" ;;
     test-clusters)
         # the multi-node tests of minutes each, which ./run.sh test skips (marker `clusters`)

@@ -10,11 +10,11 @@
     mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1   # compare the runs
 
 (``python experiments/sweep.py`` is the same command.) Re-running an unfinished sweep's --name
-resumes it: finished trials stay finished, unfinished ones continue from their last checkpoint,
-with the options it started with (another --num-samples, --search, --scheduler, --max-concurrent
-or --seed is refused, naming each). A finished sweep's name is refused: --more N grows it by N
-trials (Optuna warm-started with every earlier trial's score; the references are not re-run; the
-seed check runs again over all trials), --restart archives it and starts over. The last line
+resumes it: finished trials stay finished, unfinished ones continue from their last checkpoint, with
+the options it started with (another --num-samples, --search, --scheduler, --max-concurrent, --seed,
+--confirm or --seeds is refused, naming each). A finished sweep's name is refused: --more N grows it
+by N trials (Optuna warm-started with every earlier trial's score; the references are not re-run;
+the seed check runs again over all trials), --restart archives it and starts over. The last line
 printed is the link to the sweep's runs in the MLflow UI (after the ``mlflow ui`` command that
 serves a local store): its trials and baselines, best first, with the score and the searched
 parameters as columns.
