@@ -7,7 +7,10 @@ Ray Train V2 restarts a worker group whose node died from the last checkpoint (`
 (max_failures)``). A group it cannot place times out after
 ``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` and is retried without end, a traceback each time.
 ``NodeWatch`` (a Train callback: it runs in the run's controller, an async actor, so it never
-blocks) says each in one line. Only a run that lost a node gives up waiting: a run queued
+blocks for long: once workers died, a probe of their nodes' raylets of up to a second) says each
+in one line. A node is lost when Ray no longer lists it as alive, or when its raylet does not
+answer: Ray marks a node dead only after its heartbeats have been missed for seconds, and Train
+may have restarted the group by then. Only a run that lost a node gives up waiting: a run queued
 behind other trials of a sweep (``--max-concurrent`` above what the cluster holds at once)
 waits for its turn as before.
 """
@@ -71,6 +74,30 @@ def alive_node_ids() -> set[str]:
     import ray
 
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+RAYLET_PROBE_S = 1.0  # how long a node's raylet has to accept a connection to count as up
+
+
+def answering_node_ids(nodes: set[str]) -> set[str]:
+    """Those of ``nodes`` that Ray lists as alive and whose raylet accepts a connection: a node
+    whose raylet is gone is lost at once, where Ray marks it dead only once its heartbeats have
+    been missed for seconds (by then Train may have restarted the group, its deaths unsaid)."""
+    import socket
+
+    import ray
+
+    up = set()
+    for n in ray.nodes():
+        if n["NodeID"] not in nodes or not n.get("Alive"):
+            continue
+        try:
+            address = (n["NodeManagerAddress"], int(n["NodeManagerPort"]))
+            socket.create_connection(address, timeout=RAYLET_PROBE_S).close()
+        except OSError:
+            continue
+        up.add(n["NodeID"])
+    return up
 
 
 def exception_of(record: logging.LogRecord) -> Any:
@@ -145,11 +172,13 @@ class NodeWatch(ControllerCallback, WorkerGroupCallback):  # type: ignore[misc]
         self.name_lost_nodes(said)
 
     def name_lost_nodes(self, known: set[str] | None = None) -> None:
-        """Say which of the group's nodes died (those Ray named, or no longer lists as alive),
-        once; nothing while none is known to have died (the next hook asks again)."""
+        """Say which of the group's nodes died (those Ray named, no longer lists as alive, or
+        whose raylet does not answer), once; nothing while none is known to have died (the next
+        hook asks again)."""
         if not self.suspect or self.lost_since:
             return
-        lost = sorted((set(self.ranks) - alive_node_ids()) | ((known or set()) & set(self.ranks)))
+        nodes = set(self.ranks)
+        lost = sorted((nodes - answering_node_ids(nodes)) | ((known or set()) & nodes))
         for node in lost:
             ip, ranks = self.ranks[node]
             self.say(

@@ -49,8 +49,10 @@ space:
 metric: val_auc
 mode: max
 baselines:                        # one trial each, at the search's budget (not the default rules)
-  lr: {grid: {optim.embedding_lr: [0.1]}, overrides: {train.epochs: 0, train.batch_size: 128}}
-  fm: {grid: {optim.embedding_lr: [0.1]}, overrides: {train.epochs: 0, train.batch_size: 128}}
+  lr: {rule: fused, grid: {optim.embedding_lr: [0.1]},
+       overrides: {train.epochs: 0, train.batch_size: 128}}
+  fm: {rule: fused, grid: {optim.embedding_lr: [0.1]},
+       overrides: {train.epochs: 0, train.batch_size: 128}}
 """
 
 

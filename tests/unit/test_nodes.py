@@ -1,0 +1,35 @@
+"""How a training run's controller tells a lost node (``recsys.train.nodes``)."""
+
+from __future__ import annotations
+
+import socket
+
+import ray
+
+
+def test_a_node_whose_raylet_does_not_answer_is_lost_before_ray_marks_it_dead(monkeypatch):
+    """Ray lists both nodes as alive; only the one whose raylet port accepts a connection is up
+    (a killed node's raylet refuses at once, long before its missed heartbeats mark it dead)."""
+    from recsys.train.nodes import answering_node_ids
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection is refused
+    nodes = [
+        {"NodeID": "up", "Alive": True, "NodeManagerAddress": "127.0.0.1",
+         "NodeManagerPort": listening.getsockname()[1]},
+        {"NodeID": "gone", "Alive": True, "NodeManagerAddress": "127.0.0.1",
+         "NodeManagerPort": closed.getsockname()[1]},
+        {"NodeID": "dead", "Alive": False, "NodeManagerAddress": "127.0.0.1",
+         "NodeManagerPort": listening.getsockname()[1]},
+        {"NodeID": "other", "Alive": True, "NodeManagerAddress": "127.0.0.1",
+         "NodeManagerPort": listening.getsockname()[1]},
+    ]  # fmt: skip
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    try:
+        assert answering_node_ids({"up", "gone", "dead"}) == {"up"}
+    finally:
+        listening.close()
+        closed.close()
