@@ -3,7 +3,8 @@
 Ours: a sweep of short trials on a local Ray, each trial's wall time (around ``trainer.fit()``)
 split into worker-group start (processes, imports, process group), setup (data, planning,
 sharding), training, evaluation, checkpointing and teardown (timestamps from its MLflow run); its
-overhead is the wall time minus training and evaluation.
+overhead is the wall time minus training and evaluation. The goal (``goals.trial_overhead``) is
+judged on each trial's overhead over the floor's median trial: their mean with its 95% interval.
 
 The floor: the same number of Tune trials (Tune set as ours: one at a time, a finished trial's
 actor reused for the next), each fitting a ``TorchTrainer`` with the same workers and resources
@@ -26,8 +27,9 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
-from benchmarks import start_clock
+from benchmarks import goals, start_clock
 from benchmarks.common import table
+from benchmarks.goals import Interval
 from recsys.runtime.cluster import connect
 from recsys.tracking.tracker import Tracker
 from recsys.tune import space as spaces
@@ -157,13 +159,17 @@ def run(trials: int, steps: int, space: str = "default") -> str:
             "-",
         ]
     )
-    overhead, base = _median(per_trial, "overhead"), _median(with_torchrec, "wall")
+    base = _median(with_torchrec, "wall")
+    ratios = [t["overhead"] / base for t in per_trial]
+    mean = Interval.of(ratios)
     head = (
         f"{len(per_trial)} trials of the `{space}` smoke config at {steps} steps, 2 workers; the "
         f"floor: {trials} empty 2-worker Ray Train trials (Tune trials, same resources, Tune's "
         "actors reused as ours). "
-        f"**Ours / floor (per-trial overhead / empty trial with TorchRec): {overhead / base:.2f}x**"
-        "\n\n"
+        f"**Ours / floor (per-trial overhead / the floor's median empty trial with TorchRec): "
+        f"{mean.mean:.3f}x, 95% interval {mean.low:.3f}..{mean.high:.3f} over {len(ratios)} "
+        f"trials** (each: {', '.join(f'{r:.3f}' for r in ratios)}): "
+        f"{goals.trial_overhead(ratios)} (goal {goals.TRIAL_OVERHEAD}x)\n\n"
     )
     header = ["what", "ours, seconds (median)", "ours range", "floor: torch", "floor: + TorchRec"]
     return head + table(header, rows)

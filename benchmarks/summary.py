@@ -20,7 +20,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from string import Formatter
 from typing import Any
@@ -159,15 +159,17 @@ ROWS: list[Row] = [
         EPYC, "2026-11-30", "e4387e4",
     ),
     Row(
-        "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.1x",
-        "**{ratio:.2f}x** (11.3 s vs 10.0 s); the run before 1.35x",
+        "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.1x, the "
+        "mean over the trials with its 95% interval",
+        "**{mean:.3f}x** (95% interval {low:.3f}..{high:.3f}, 6 trials; 11.9 s vs 10.8 s); the "
+        "run before 1.14x by the ratio of medians over 4 trials",
         goals.trial_overhead,
-        {"ratio": 1.14},
-        " by 0.3 s: Ray Train's start is now the floor's, part for part, since the controller "
-        "no longer imports MLflow (the sweep's driver logs the reports); what is left: our "
-        "setup (0.4 s), our imports and placement check (0.4 s), a longer teardown (0.2 s); runs "
-        "spread by ±0.05x (1.23x on a run of the same code) ([overhead](#overhead))",
-        EPYC, "2026-11-30", "71254bf",
+        {"ratios": [1.093, 1.085, 1.138, 1.101, 1.095, 1.114]},
+        ", narrowly: Ray Train's start is the floor's, part for part; what is left: our imports "
+        "and placement check (0.5 s), our setup (0.4 s), a checkpoint (0.3 s) and a longer "
+        "teardown (0.1 s) ([overhead](#overhead))",
+        EPYC, "2026-11-30", "b25055b",
+        derived=lambda ratios: asdict(goals.Interval.of(ratios)),
     ),
     Row(
         "sweep efficiency: wall time to a 16-trial random FIFO sweep's best ≤ 0.5x the time that "

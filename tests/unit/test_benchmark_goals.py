@@ -27,6 +27,18 @@ def test_an_interval_that_crosses_the_goal_is_not_met() -> None:
     )
 
 
+def test_the_trial_overhead_is_met_only_with_its_whole_interval_at_or_below_the_goal() -> None:
+    assert goals.interval_at_most(Interval(1.0, 0.95, 1.1), 1.1) == "met"  # at or below
+    assert goals.interval_at_most(Interval(1.05, 0.98, 1.12), 1.1) == (
+        "not met: the 95% interval 0.980..1.120 crosses the goal"
+    )
+    assert goals.interval_at_most(Interval(1.14, 1.1, 1.2), 1.1) == "missed"
+    assert goals.interval_at_most(Interval(1.0, NAN, NAN), 1.1).startswith("not met")
+    assert goals.trial_overhead([1.02, 1.03, 1.04, 1.03]) == "met"
+    assert goals.trial_overhead([1.0, 1.16, 1.01, 1.05]).startswith("not met")  # mean 1.055
+    assert goals.trial_overhead([1.1, 1.2, 1.14, 1.12]) == "missed"
+
+
 def test_the_interval_is_students_t_of_the_seeds() -> None:
     d = Interval.of([0.01, 0.02, 0.03])
     half = 4.302652729911275 * 0.01 / math.sqrt(3)  # t(0.975, 2) x std / sqrt(n)
