@@ -168,7 +168,7 @@ ROWS: list[Row] = [
         ", narrowly: Ray Train's start is the floor's, part for part; what is left: our imports "
         "and placement check (0.5 s), our setup (0.4 s), a checkpoint (0.3 s) and a longer "
         "teardown (0.1 s) ([overhead](#overhead))",
-        EPYC, "2026-11-30", "b25055b",
+        EPYC, "2026-11-30", "c272624",
         derived=lambda ratios: asdict(goals.Interval.of(ratios)),
     ),
     Row(
