@@ -6,13 +6,13 @@ end after ``RECSYS_NODE_WAIT_S``.
 Ray Train V2 restarts a worker group whose node died from the last checkpoint (``FailureConfig
 (max_failures)``). A group it cannot place times out after
 ``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` and is retried without end, a traceback each time.
-``NodeWatch`` (a Train callback: it runs in the run's controller, an async actor, so it never
-blocks for long: once workers died, a probe of their nodes' raylets of up to a second) says each
-in one line. A node is lost when Ray no longer lists it as alive, or when its raylet does not
-answer: Ray marks a node dead only after its heartbeats have been missed for seconds, and Train
-may have restarted the group by then. Only a run that lost a node gives up waiting: a run queued
-behind other trials of a sweep (``--max-concurrent`` above what the cluster holds at once)
-waits for its turn as before.
+``NodeWatch`` (a Train callback: it runs in the run's controller, an async actor, so it never blocks
+for long: once workers died, a probe of each of their nodes' raylets, up to a second a node) says
+each in one line. A node is lost when Ray no longer lists it as alive, or when its raylet does not
+answer: Ray marks a node dead only after its heartbeats have been missed for seconds, and Train may
+have restarted the group by then. Only a run that lost a node gives up waiting: a run queued behind
+other trials of a sweep (``--max-concurrent`` above what the cluster holds at once) waits for its
+turn as before.
 """
 
 from __future__ import annotations
@@ -80,9 +80,11 @@ RAYLET_PROBE_S = 1.0  # how long a node's raylet has to accept a connection to c
 
 
 def answering_node_ids(nodes: set[str]) -> set[str]:
-    """Those of ``nodes`` that Ray lists as alive and whose raylet accepts a connection: a node
-    whose raylet is gone is lost at once, where Ray marks it dead only once its heartbeats have
-    been missed for seconds (by then Train may have restarted the group, its deaths unsaid)."""
+    """Those of ``nodes`` that Ray lists as alive and whose raylet accepts a connection within
+    ``RAYLET_PROBE_S``: a node whose raylet is gone (refused, or no answer) is lost at once,
+    where Ray marks it dead only once its heartbeats have been missed for seconds (by then
+    Train may have restarted the group, its deaths unsaid). A node Ray lists without an address
+    to probe counts as up, as Ray says."""
     import socket
 
     import ray
@@ -92,9 +94,13 @@ def answering_node_ids(nodes: set[str]) -> set[str]:
         if n["NodeID"] not in nodes or not n.get("Alive"):
             continue
         try:
-            address = (n["NodeManagerAddress"], int(n["NodeManagerPort"]))
+            address = (str(n["NodeManagerAddress"]).strip("[]"), int(n["NodeManagerPort"]))
+        except (KeyError, TypeError, ValueError):
+            up.add(n["NodeID"])
+            continue
+        try:
             socket.create_connection(address, timeout=RAYLET_PROBE_S).close()
-        except OSError:
+        except (OSError, OverflowError):
             continue
         up.add(n["NodeID"])
     return up

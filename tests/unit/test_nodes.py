@@ -8,8 +8,9 @@ import ray
 
 
 def test_a_node_whose_raylet_does_not_answer_is_lost_before_ray_marks_it_dead(monkeypatch):
-    """Ray lists both nodes as alive; only the one whose raylet port accepts a connection is up
-    (a killed node's raylet refuses at once, long before its missed heartbeats mark it dead)."""
+    """Of the nodes asked for, Ray lists two as alive; only the one whose raylet port accepts a
+    connection is up (a killed node's raylet refuses at once, long before its missed heartbeats
+    mark it dead); a node Ray lists without a port to probe counts as up, as Ray says."""
     from recsys.train.nodes import answering_node_ids
 
     listening = socket.socket()
@@ -26,10 +27,11 @@ def test_a_node_whose_raylet_does_not_answer_is_lost_before_ray_marks_it_dead(mo
          "NodeManagerPort": listening.getsockname()[1]},
         {"NodeID": "other", "Alive": True, "NodeManagerAddress": "127.0.0.1",
          "NodeManagerPort": listening.getsockname()[1]},
+        {"NodeID": "unprobed", "Alive": True},
     ]  # fmt: skip
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
     try:
-        assert answering_node_ids({"up", "gone", "dead"}) == {"up"}
+        assert answering_node_ids({"up", "gone", "dead", "unprobed"}) == {"up", "unprobed"}
     finally:
         listening.close()
         closed.close()
