@@ -8,6 +8,8 @@ import math
 import re
 from pathlib import Path
 
+import pytest
+
 from benchmarks import goals
 from benchmarks.goals import Interval
 
@@ -34,9 +36,36 @@ def test_the_trial_overhead_is_met_only_with_its_whole_interval_at_or_below_the_
     )
     assert goals.interval_at_most(Interval(1.14, 1.1, 1.2), 1.1) == "missed"
     assert goals.interval_at_most(Interval(1.0, NAN, NAN), 1.1).startswith("not met")
-    assert goals.trial_overhead([1.02, 1.03, 1.04, 1.03]) == "met"
-    assert goals.trial_overhead([1.0, 1.16, 1.01, 1.05]).startswith("not met")  # mean 1.055
-    assert goals.trial_overhead([1.1, 1.2, 1.14, 1.12]) == "missed"
+    assert goals.interval_at_most(Interval(1.09, 1.08, 1.1004), 1.1) == (
+        "not met: the 95% interval 1.080..1.1004 crosses the goal"  # never "..1.100 crosses"
+    )
+    floor = [10.0, 10.1, 9.9, 10.0]
+    assert goals.trial_overhead([10.2, 10.3, 10.4, 10.3], floor) == "met"
+    assert goals.trial_overhead([10.0, 11.6, 10.1, 10.5], floor).startswith("not met")
+    assert goals.trial_overhead([11.0, 12.0, 11.4, 11.2], floor) == "missed"
+    # the floor's own spread widens the interval: the same trials against a noisier floor
+    assert goals.trial_overhead([10.4, 10.5, 10.6, 10.5], floor) == "met"
+    assert goals.trial_overhead([10.4, 10.5, 10.6, 10.5], [9.0, 11.0, 9.5, 10.5]).startswith(
+        "not met"
+    )
+
+
+def test_a_ratio_of_means_has_the_delta_methods_welch_interval() -> None:
+    """``Interval.ratio`` against a plain computation: the ratio of the means, its relative
+    standard error from both samples, Student's t at Welch's degrees of freedom (scipy)."""
+    import statistics
+
+    from scipy import stats
+
+    num, den = [11.2, 11.9, 11.5, 12.3, 11.7], [10.1, 10.6, 9.8]
+    r = statistics.fmean(num) / statistics.fmean(den)
+    a = statistics.variance(num) / (5 * statistics.fmean(num) ** 2)
+    b = statistics.variance(den) / (3 * statistics.fmean(den) ** 2)
+    df = (a + b) ** 2 / (a**2 / 4 + b**2 / 2)
+    half = stats.t.ppf(0.975, df) * r * (a + b) ** 0.5
+    got = Interval.ratio(num, den)
+    assert (got.mean, got.low, got.high) == pytest.approx((r, r - half, r + half))
+    assert math.isnan(Interval.ratio(num, [10.0]).low) and math.isnan(Interval.ratio([], den).mean)
 
 
 def test_the_interval_is_students_t_of_the_seeds() -> None:
