@@ -169,7 +169,7 @@ ROWS: list[Row] = [
         ": Ray Train's start is the floor's, part for part; what is left: our imports and "
         "placement check (0.4 s), our setup (0.4 s), a checkpoint (0.3 s) and a longer teardown "
         "(0.5 s); one empty trial alone spreads by 2 s ([overhead](#overhead))",
-        EPYC, "2026-11-30", "0ae9205",
+        EPYC, "2026-11-30", "1bfc536",
         derived=lambda ours, floor: {**asdict(goals.Interval.ratio(ours, floor)), "n": len(ours)},
     ),
     Row(
