@@ -8,7 +8,7 @@ import ray
 
 
 def test_a_node_whose_raylet_does_not_answer_is_lost_before_ray_marks_it_dead(monkeypatch):
-    """Of the nodes asked for, Ray lists two as alive; only the one whose raylet port accepts a
+    """Of the nodes asked for, Ray lists three as alive; only the one whose raylet port accepts a
     connection is up (a killed node's raylet refuses at once, long before its missed heartbeats
     mark it dead); a node Ray lists without a port to probe counts as up, as Ray says."""
     from recsys.train.nodes import answering_node_ids
