@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,13 +23,12 @@ INT4_MAX_PROB_DIFF, INT4_MAX_AUC_DELTA = 0.05, 0.02
 
 
 def test_export_int8_matches_fp32_and_serves(tmp_path):
-    import torch
     from mlflow.tracking import MlflowClient
 
     from recsys.data.input.loader import to_batch
     from recsys.data.input.synthetic import SyntheticRows
     from recsys.serving.export import export, raw_layout
-    from recsys.serving.mlflow_model import log_served_model, serving_example
+    from recsys.serving.mlflow_model import serving_example
     from recsys.tracking.tracker import Tracker
 
     in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
@@ -47,14 +47,11 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
     run_id = client.create_run(Tracker(uri).experiment("e")).info.run_id
     out = str(tmp_path / "out")
     example = serving_example(f"{out}/prepared")  # the first generated rows, raw
-    log_served_model(Tracker(uri), run_id, out, example, registered_name="tiny-dlrm")
-    probs = served_in_a_fresh_process(uri, "models:/tiny-dlrm/1", example, tmp_path)["click"]
-    rows = SyntheticRows(c.data.synthetic, 13, c.embeddings.num_embeddings).read(0, len(probs))
+    rows = SyntheticRows(c.data.synthetic, 13, c.embeddings.num_embeddings).read(0, len(example))
     batch = to_batch(rows, raw_layout(c))  # the same rows as training read them
-    with torch.no_grad():
-        logits = torch.jit.load(report.path)(batch.dense_features, batch.sparse_features)
+    probs = _served_as_exported(uri, run_id, out, report.path, "tiny-dlrm", example, batch,
+                                tmp_path)  # fmt: skip
     assert len(probs) == 5
-    np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
     _check_export_by_alias(uri, run_id, c, ckpt, tmp_path)
     _check_int4(c, ckpt, tmp_path, uri, run_id, report, example, batch)
 
@@ -62,11 +59,7 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
 def _check_int4(cfg, ckpt, tmp_path, uri, run_id, int8, example, batch) -> None:
     """``--dtype int4``: the same checkpoint's tables in 4 bits a value, close to FP32, smaller
     than INT8's, and served in a fresh process as the exported model scores in this one."""
-    import torch
-
     from recsys.serving.export import export
-    from recsys.serving.mlflow_model import log_served_model
-    from recsys.tracking.tracker import Tracker
 
     out = str(tmp_path / "out4")
     report = export(cfg, ckpt, out, "int4")
@@ -77,11 +70,24 @@ def _check_int4(cfg, ckpt, tmp_path, uri, run_id, int8, example, batch) -> None:
     # an 8-value row: 4 bytes of 4-bit values and 4 of its scale and bias, a quarter of FP32's
     # 32 bytes; a 16-value row less (12 of 64)
     assert report.table_ratio <= 0.25, report
-    log_served_model(Tracker(uri), run_id, out, example, registered_name="tiny-dlrm-int4")
-    served = served_in_a_fresh_process(uri, "models:/tiny-dlrm-int4/1", example, tmp_path)
+    _served_as_exported(uri, run_id, out, report.path, "tiny-dlrm-int4", example, batch, tmp_path)
+
+
+def _served_as_exported(uri, run_id, out, path, name, example, batch, tmp_path) -> Any:
+    """The export in ``out`` registered as ``name`` (version 1) and served in a fresh process
+    on the raw ``example`` rows: its probabilities (returned) equal the exported TorchScript
+    model's at ``path`` on ``batch``, the same rows as training read them."""
+    import torch
+
+    from recsys.serving.mlflow_model import log_served_model
+    from recsys.tracking.tracker import Tracker
+
+    log_served_model(Tracker(uri), run_id, out, example, registered_name=name)
+    probs = served_in_a_fresh_process(uri, f"models:/{name}/1", example, tmp_path)["click"]
     with torch.no_grad():
-        logits = torch.jit.load(report.path)(batch.dense_features, batch.sparse_features)
-    np.testing.assert_allclose(served["click"], torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
+        logits = torch.jit.load(path)(batch.dense_features, batch.sparse_features)
+    np.testing.assert_allclose(probs, torch.sigmoid(logits[:, 0]).numpy(), rtol=1e-5)
+    return probs
 
 
 EXPORT_NOISE = [
