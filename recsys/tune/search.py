@@ -7,8 +7,8 @@ results are not reported for several objectives). What it does not do, added her
 - The score is the best validation report, not the last: the workers report ``best_<metric>``
   in every result, so the last result holds the best (``recsys.train.scoring``).
 - Infeasible configurations (over the space's budget, or no sharding plan fits the workers) are
-  not trained; Optuna is told they violate a constraint (``constraints_func`` on the sampler, from
-  a user attribute set here), so the sampler learns to avoid them, instead of the trial failing.
+  not trained; Optuna is told they violate a constraint (``Trial.set_constraint``, which TPE reads
+  from each trial), so the sampler learns to avoid them, instead of the trial failing.
 - A trial without a score (it diverged before its first validation, or errored) is told to Optuna
   as failed, instead of raising inside ``study.tell`` on a NaN.
 - A trial the scheduler stopped before its budget (ASHA, or Hyperband: ASHA's brackets) is told
@@ -23,6 +23,7 @@ results are not reported for several objectives). What it does not do, added her
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,20 +31,23 @@ from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 CONSTRAINT = "recsys_constraint"
-OPTUNA_CONSTRAINTS = "constraints"  # the system attribute Optuna's samplers read a trial's from
 INFEASIBLE = "infeasible"
-
-
-def _violation(trial: Any) -> list[float]:
-    return list(trial.user_attrs.get(CONSTRAINT, [0.0]))
+# the system attribute of a trial's constraint, as ``Trial.set_constraint(INFEASIBLE, v)`` sets it
+# and Optuna's samplers read it (a trial is feasible when every constraint is at most 0)
+OPTUNA_CONSTRAINT = f"constraints:{INFEASIBLE}"
+# Optuna's note on a categorical choice that is not a plain value (a list, as ``loss.weights``
+# takes): such a study cannot go into an RDB storage; a Tune searcher's study lives in memory
+# and is saved by pickling, so the note says nothing to the user
+CATEGORICAL_NOTE = "Choices for a categorical distribution should be a tuple of None"
 
 
 def make_sampler(seed: int) -> Any:
-    """Optuna's TPE, aware of infeasible trials (feasible first; violations ranked last)."""
+    """Optuna's TPE, aware of infeasible trials (feasible first; violations ranked last: TPE reads
+    each trial's constraints, set as it is told)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study and trial
-    return optuna.samplers.TPESampler(seed=seed, constraints_func=_violation)
+    return optuna.samplers.TPESampler(seed=seed)
 
 
 class WarmPoint(NamedTuple):
@@ -75,6 +79,14 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
         self.worst = worst
         self.warm = list(warm or [])
 
+    @staticmethod
+    def convert_search_space(spec: dict[str, Any]) -> dict[str, Any]:
+        """Ray's conversion of a Tune space to Optuna's distributions, without ``CATEGORICAL_NOTE``
+        (printed once per list-valued choice on every sweep's console)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=CATEGORICAL_NOTE)
+            return dict(OptunaSearch.convert_search_space(spec))
+
     def _setup_study(self, mode: Any) -> None:
         super()._setup_study(mode)
         study: Any = self._ot_study
@@ -97,6 +109,7 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
         metrics = self.metric if isinstance(self.metric, list) else [self.metric]
         infeasible = bool(result.get(INFEASIBLE))
         ot_trial.set_user_attr(CONSTRAINT, [1.0 if infeasible else 0.0])
+        ot_trial.set_constraint(INFEASIBLE, 1.0 if infeasible else 0.0)
         missing = [m for m in metrics if not finite(result.get(m))]
         if infeasible:
             result = {**result, **{m: self.worst[m] for m in missing}}
@@ -125,7 +138,7 @@ def told(point: WarmPoint, space: Any) -> Any:
         state=state.COMPLETE if at is None else state.PRUNED,
         intermediate_values=None if at is None else {at: point.values[0]},
         user_attrs={CONSTRAINT: [violation]},
-        system_attrs={OPTUNA_CONSTRAINTS: (violation,)},  # (what TPE reads: no after_trial here)
+        system_attrs={OPTUNA_CONSTRAINT: violation},  # as ``set_constraint`` sets it
     )
 
 

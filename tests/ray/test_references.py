@@ -1,7 +1,7 @@
 """The baselines phase on a local Ray: logistic regression solved to its optimum (full-batch
 L-BFGS) at each L2 strength of its grid, beside the search (the cluster holds a reference's trial
 next to the search's: 1-worker trials of half a CPU), the grid's edge walked where its best sat
-(a grid of strengths far too strong: the walk goes down), the best trained to its end kept as the
+(a grid of strengths too strong: the walk goes down), the best trained to its end kept as the
 reference (summary, table, MLflow tags, ``references.csv``); a resumed sweep restores every
 experiment of the phase and walks the same edges without training again."""
 
@@ -35,8 +35,8 @@ overrides:
 space:
   optim.lr: {choice: [0.05]}
 baselines:
-  lr:                            # the dense rule: solved; strengths far too strong
-    grid: {optim.weight_decay: [1.0, 10.0]}
+  lr:                            # the dense rule: solved; strengths too strong
+    grid: {optim.weight_decay: [0.1, 1.0]}
     overrides: {train.steps: 60}
 """
 
@@ -58,7 +58,7 @@ def test_a_solved_reference_walks_its_edge_beside_the_search_and_a_resume_keeps_
     described = refs[0]["reference"]
     assert "weight_decay extended down" in described, described  # the low edge, walked
     chosen = refs[0]["params"]["optim.weight_decay"]
-    assert chosen < 1.0  # the walk found a weaker strength better than the grid's best
+    assert chosen < 0.1  # the walk found a weaker strength better than the grid's best
     assert f"reference lr: val_auc {refs[0]['best_val_auc']:.4f}" in out
 
     client = MlflowClient(uri)
@@ -66,7 +66,7 @@ def test_a_solved_reference_walks_its_edge_beside_the_search_and_a_resume_keeps_
     runs = client.search_runs([exp.experiment_id])
     baselines = [r for r in runs if r.data.tags.get("recsys.kind") == "baseline"]
     strengths = sorted(float(r.data.params["optim.weight_decay"]) for r in baselines)
-    assert strengths[-2:] == [1.0, 10.0] and len(strengths) >= 3  # the grid, then the walk
+    assert strengths[-2:] == [0.1, 1.0] and len(strengths) >= 3  # the grid, then the walk
     for r in baselines:  # solved: the full-batch solver, to convergence or its cap
         assert r.data.params["train.solver"] == "lbfgs" and r.data.params["model.arch"] == "lr"
         assert r.data.tags["recsys.status"] in ("finished", "early_stopped", "stopped")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -490,16 +491,18 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
     assert [p.values for p in points] == [[0.71], [-1.0e30], [0.69]]  # the errored one: left out
     assert [(p.infeasible, p.pruned_at) for p in points] == [(False, None), (True, None),
                                                              (False, 10)]  # fmt: skip
-    searcher = ConstrainedOptunaSearch(
-        metric="best_val_auc", mode="max", worst=worst(space), seed=0, warm=points
-    )
-    searcher.set_search_properties("best_val_auc", "max", {"params": space.param_space()})
+    with warnings.catch_warnings():  # none on the sweep's console (the space's list choice)
+        warnings.simplefilter("error")
+        searcher = ConstrainedOptunaSearch(
+            metric="best_val_auc", mode="max", worst=worst(space), seed=0, warm=points
+        )
+        searcher.set_search_properties("best_val_auc", "max", {"params": space.param_space()})
     told = searcher._ot_study.trials
     assert [t.state for t in told] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
     assert [t.value for t in told[:2]] == [0.71, -1.0e30]
     assert told[2].intermediate_values == {10: 0.69}
     assert [t.user_attrs[CONSTRAINT] for t in told] == [[0.0], [1.0], [0.0]]
-    assert [list(t.system_attrs["constraints"]) for t in told] == [[0.0], [1.0], [0.0]]  # TPE's
+    assert [t.constraints for t in told] == [{"infeasible": v} for v in (0.0, 1.0, 0.0)]  # TPE's
     assert told[0].params == {f"params/{k}": v for k, v in params[0].items()}
     for trial in ("e", "f"):  # and it samples on from there; a trial the scheduler stopped:
         assert set(searcher.suggest(trial)["params"]) == set(space.param_space())
@@ -507,7 +510,9 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
         searcher.on_trial_result(trial, report)
     searcher.on_trial_complete("e", {**report, "train_steps": 40})
     searcher.on_trial_complete("f", {**report, "train_steps": 10})
-    e, f = searcher._ot_study.trials[3:]
+    searcher.suggest("g")  # refused on the driver: told as a violation, at the worst score
+    searcher.on_trial_complete("g", {"infeasible": 1.0, "step": 0, "best_val_auc": float("nan")})
+    e, f, g = searcher._ot_study.trials[3:]
     assert e.intermediate_values == {10: 0.7}  # at its training step, as the warm ones
     assert (e.state, e.value, f.state, f.value) == (
         TrialState.PRUNED,
@@ -515,6 +520,8 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
         TrialState.COMPLETE,
         0.7,
     )
+    assert (g.state, g.value) == (TrialState.COMPLETE, -1.0e30)
+    assert [t.constraints for t in (e, f, g)] == [{"infeasible": v} for v in (0.0, 0.0, 1.0)]
 
 
 def test_a_sweeps_export_has_one_folder_whoever_writes_it(tmp_path):
