@@ -38,7 +38,12 @@ CLUSTER_FILES = ("test_multinode.py", "test_storage_views.py", "test_ray_jobs.py
 # the second Ray unit's files (by their times in a full run; the rest of tests/ray/ the first's)
 SECOND_FILES = ("test_sweep_grow.py", "test_references.py", "test_object_storage.py",
                 "test_sweep_resume.py", "test_cluster.py")  # fmt: skip
-FIRST = [RAY_GROUP, RAY_SECOND, "tests/distributed/", CLUSTER_GROUP]
+# then the longest other files (tens of seconds each), so that the run does not end with one
+# process on a long file while the other has nothing left
+LONG_FILES = ["tests/unit/test_tracking.py", "tests/unit/test_storage.py",
+              "tests/unit/test_launch_checks.py", "tests/unit/test_driver_log.py",
+              "tests/unit/test_log_features.py"]  # fmt: skip
+FIRST = [RAY_GROUP, RAY_SECOND, "tests/distributed/", CLUSTER_GROUP, *LONG_FILES]
 CLUSTERS_ENV = "RECSYS_CLUSTER_TESTS"
 EXTENDED_ENV = "RECSYS_EXTENDED_TESTS"
 # a tracking server over PostgreSQL: each end-to-end sweep test runs against SQLite in the suite;
