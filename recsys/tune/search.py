@@ -41,6 +41,12 @@ OPTUNA_CONSTRAINT = f"constraints:{INFEASIBLE}"
 CATEGORICAL_NOTE = "Choices for a categorical distribution should be a tuple of None"
 
 
+def _violation(trial: Any) -> list[float]:
+    """The constraint function of the samplers that earlier versions pickled into a sweep's
+    searcher state (``constraints_func``): a sweep saved by one of them resumes with it."""
+    return list(trial.user_attrs.get(CONSTRAINT, [0.0]))
+
+
 def make_sampler(seed: int) -> Any:
     """Optuna's TPE, aware of infeasible trials (feasible first; violations ranked last: TPE reads
     each trial's constraints, set as it is told)."""

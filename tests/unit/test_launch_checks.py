@@ -524,6 +524,21 @@ def test_a_grown_optuna_search_starts_from_the_earlier_trials(tmp_path):
     assert [t.constraints for t in (e, f, g)] == [{"infeasible": v} for v in (0.0, 0.0, 1.0)]
 
 
+def test_a_searcher_saved_by_an_earlier_version_still_loads():
+    """Sweeps saved before Optuna 5's ``set_constraint`` pickled a TPE sampler holding our
+    ``constraints_func``: the name must still resolve, or those sweeps cannot resume."""
+    import pickle
+
+    from optuna.samplers import TPESampler
+
+    from recsys.tune import search
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # constraints_func: deprecated
+        saved = pickle.dumps(TPESampler(seed=0, constraints_func=search._violation))
+    assert pickle.loads(saved)._constraints_func is search._violation
+
+
 def test_a_sweeps_export_has_one_folder_whoever_writes_it(tmp_path):
     """``recsys-sweep --export`` and ``recsys-export --sweep`` (given the sweep's --storage) both
     write to ``export_dir``: in the sweep's folder, or ``exports/<sweep>`` for an object store."""
