@@ -114,8 +114,9 @@ class ConstrainedOptunaSearch(OptunaSearch):  # type: ignore[misc]
             return super().on_trial_complete(trial_id, result, error)
         metrics = self.metric if isinstance(self.metric, list) else [self.metric]
         infeasible = bool(result.get(INFEASIBLE))
-        ot_trial.set_user_attr(CONSTRAINT, [1.0 if infeasible else 0.0])
-        ot_trial.set_constraint(INFEASIBLE, 1.0 if infeasible else 0.0)
+        violation = 1.0 if infeasible else 0.0
+        ot_trial.set_user_attr(CONSTRAINT, [violation])  # what a resumed old sampler reads
+        ot_trial.set_constraint(INFEASIBLE, violation)
         missing = [m for m in metrics if not finite(result.get(m))]
         if infeasible:
             result = {**result, **{m: self.worst[m] for m in missing}}
