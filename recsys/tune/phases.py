@@ -35,7 +35,7 @@ from recsys.tune.references import Walk
 from recsys.tune.results import SCORED, TRAINED_TO_END, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import CONFIRMS, TrialSpec, reuse_actors, run_trial
+from recsys.tune.trial import CONFIRMS, TrialSpec, reuse_actors, run_trial, trial_cpus
 
 PHASE_DIRS = {"confirm": "confirm"}
 CONFIRMABLE = SCORED
@@ -47,7 +47,7 @@ def trainable(opts: SweepOptions, spec: TrialSpec) -> Any:
     from ray import tune
 
     trainable = tune.with_parameters(run_trial, spec=spec.to_dict())
-    return tune.with_resources(trainable, {"CPU": opts.driver_cpus})
+    return tune.with_resources(trainable, {"CPU": trial_cpus(spec, opts.driver_cpus)})
 
 
 def registered(opts: SweepOptions, spec: TrialSpec, role: str) -> str:

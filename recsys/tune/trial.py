@@ -40,7 +40,7 @@ from recsys.tracking import inputs
 from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.tracking.tune_reports import ReportToTune
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune import feasibility
+from recsys.tune import feasibility, inline
 from recsys.tune.results import trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
@@ -217,23 +217,51 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
         return refuse(tracker, run_id, verdict, spec.metric)
     train_storage = storage.join(spec.storage, spec.sweep, "train")
     backfill(tracker, run_id, storage.join(train_storage, f"trial_{trial_id}"))
-    trainer = make_trainer(
-        cfg,
-        trial_resources(spec),
-        name=f"trial_{trial_id}",
-        storage_path=train_storage,
-        max_failures=spec.max_failures,
-        callbacks=[ReportToTune(run_id)],  # MLflow from the driver: ``driver_log``
-        system_metrics=system_metrics(spec, run_id),
-    )
     fit_start = time.time()
     try:
-        result = trainer.fit()
+        result = fit(spec, cfg, trial_id, run_id, train_storage)
     except Exception:
         tracker.finish(run_id, "FAILED")
         raise
     tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
     finish_trial(tracker, run_id, result, cfg.train.monitor_mode, cfg.train.steps)
+
+
+def trains_inline(spec: TrialSpec) -> bool:
+    """Whether the spec's trials train in their Tune trial, without Ray Train
+    (``recsys.tune.inline``): a reference's, where it has one CPU worker on a file system."""
+    train_storage = storage.join(spec.storage, spec.sweep, "train")
+    one = inline.inline(spec.num_workers, spec.use_gpu, train_storage)
+    return spec.role in INLINE_ROLES and one
+
+
+INLINE_ROLES = ("baseline",)  # the phases whose one-worker CPU trials train in their Tune trial
+
+
+def trial_cpus(spec: TrialSpec, driver_cpus: float) -> float:
+    """The CPUs of a trial's Tune actor: its driver's, and its worker's where it trains inline."""
+    return driver_cpus + (spec.cpus_per_worker if trains_inline(spec) else 0.0)
+
+
+def fit(
+    spec: TrialSpec, cfg: ExperimentConfig, trial_id: str, run_id: str, train_storage: str
+) -> Any:
+    """Train the trial (resumed from its Train run's latest checkpoint): in this process where it
+    trains inline (``trains_inline``), else on Ray Train; its ``ray.train.Result``."""
+    name = f"trial_{trial_id}"
+    if trains_inline(spec):
+        root = storage.join(train_storage, name)
+        return inline.train(cfg, root, run_id, spec.cpus_per_worker, system_metrics(spec, run_id))
+    trainer = make_trainer(
+        cfg,
+        trial_resources(spec),
+        name=name,
+        storage_path=train_storage,
+        max_failures=spec.max_failures,
+        callbacks=[ReportToTune(run_id)],  # MLflow from the driver: ``driver_log``
+        system_metrics=system_metrics(spec, run_id),
+    )
+    return trainer.fit()
 
 
 def system_metrics(spec: TrialSpec, run_id: str) -> dict[str, Any] | None:
@@ -272,7 +300,8 @@ RAY_SNAPSHOT_LOGGER = "ray.train.v2._internal.execution.checkpoint.checkpoint_ma
 
 def train_result(train_run: str) -> Any:
     """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
-    or object store URI; Ray's INFO note that it found the run's snapshot is left out (each
+    or object store URI (or of a trial trained inline, from its folder: ``inline.persisted``);
+    Ray's INFO note that it found the run's snapshot is left out (each
     trial that ASHA stops is read so, and the note would print once per trial), its warnings
     are not."""
     path, fs = storage.ray_storage(train_run)
@@ -281,6 +310,10 @@ def train_result(train_run: str) -> Any:
     log.setLevel(max(level, logging.WARNING))
     try:
         return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
+    except RuntimeError:
+        if fs is not None:
+            raise
+        return inline.persisted(path)  # a trial trained in its Tune trial (or RuntimeError)
     finally:
         log.setLevel(level)
 

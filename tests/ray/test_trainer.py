@@ -94,3 +94,36 @@ def test_a_finished_run_extends_and_a_run_with_nothing_left_finishes(ray_2_cpus,
     m = again.metrics
     assert m["step"] == 40 and m["best_val_auc"] == result.metrics["best_val_auc"]
     assert m["best_step"] == result.metrics["best_step"]
+
+
+def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_train(
+    ray_2_cpus, tmp_path
+):
+    """``recsys.tune.inline``: the same training, reports and checkpoints, in a Tune trial's own
+    process over a one-rank group, as Ray Train's one worker gives; its reports reach Tune as
+    ``ReportToTune`` sends them, and the driver reads its folder as a Train result."""
+    from ray import tune
+
+    from recsys.tracking.tune_reports import RUN_ID, tune_report
+    from recsys.tune import inline
+
+    cfg = config(**{"train.steps": 60, "data.synthetic.num_samples": 6000})
+    on_ray_train = make_trainer(cfg, Resources(1), name="ray", storage_path=str(tmp_path)).fit()
+    root = str(tmp_path / "inline")
+
+    def trial(_: dict) -> None:
+        inline.train(cfg, root, "run-1", cpus=1.0)
+
+    tuner = tune.Tuner(
+        tune.with_resources(trial, {"CPU": 1}),
+        run_config=tune.RunConfig(name="t", storage_path=str(tmp_path / "tune"), verbose=0),
+    )
+    reports = tuner.fit()[0].metrics_dataframe
+    ours = inline.persisted(root)
+    keys = ["step", "loss", "val_auc", "val_log_loss", "samples_seen"]
+    assert {k: ours.metrics[k] for k in keys} == {k: on_ray_train.metrics[k] for k in keys}
+    assert [m["step"] for _, m in ours.best_checkpoints] == [30, 60]  # (both kept)
+    last = reports.iloc[-1].to_dict()
+    assert last[RUN_ID] == "run-1" and last["checkpoint_path"] == ours.checkpoint.path
+    run, report, uri = tune_report(last)
+    assert run == "run-1" and uri == ours.checkpoint.path and report["step"] == 60
