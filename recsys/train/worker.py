@@ -55,12 +55,22 @@ class RayReporter:
         self.storage = storage
 
     def checkpoints(self) -> list[Any]:
-        """Every kept checkpoint of this run, newest (highest step) first."""
+        """Every kept checkpoint of this run, newest (highest step) first. A run with none on
+        a file system takes those its folder holds from a trial trained in its Tune trial
+        (``recsys.tune.inline``: one worker, a sweep resumed on more)."""
         if ray.train.get_checkpoint() is None:
-            return []
+            return self.written_inline() if self.direct else []
         reported = ray.train.get_all_reported_checkpoints()
         reported.sort(key=lambda r: r.metrics.get("step", 0), reverse=True)
         return [r.checkpoint for r in reported]
+
+    def written_inline(self) -> list[Any]:
+        """The complete checkpoints in this run's folder, newest first."""
+        from recsys.train.reporting import LocalReporter
+
+        run = os.path.dirname(str(self.storage.build_checkpoint_path_from_name(self._name(0))))
+        folders = LocalReporter(run, 0).checkpoints()
+        return [ray.train.Checkpoint.from_directory(f) for f in folders]
 
     @contextlib.contextmanager
     def open_checkpoint(self, handle: Any) -> Iterator[str]:

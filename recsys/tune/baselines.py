@@ -43,7 +43,7 @@ from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
 from recsys.tune.results import STOPPED, TRAINED_TO_END, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import TrialSpec, asha, reuse_actors
+from recsys.tune.trial import TrialSpec, asha, reuse_actors, trial_failures
 
 REDUCTION = 3  # ASHA's reduction factor for a reference's grid: a third go on at each rung
 
@@ -188,6 +188,7 @@ def tuner_of(run: Run, ref: Reference, points: list[dict[str, Any]], edge: int) 
         run_config=tune.RunConfig(
             name=folder, storage_path=ray_storage(sweep_dir(run.opts))[0], storage_filesystem=fs,
             verbose=0, callbacks=[progress, *driver_callbacks(spec, steps)],
+            failure_config=trial_failures(spec),
         ),
     )  # fmt: skip
 

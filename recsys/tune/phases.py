@@ -35,7 +35,14 @@ from recsys.tune.references import Walk
 from recsys.tune.results import SCORED, TRAINED_TO_END, status
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import CONFIRMS, TrialSpec, reuse_actors, run_trial, trial_cpus
+from recsys.tune.trial import (
+    CONFIRMS,
+    TrialSpec,
+    reuse_actors,
+    run_trial,
+    trial_cpus,
+    trial_failures,
+)
 
 PHASE_DIRS = {"confirm": "confirm"}
 CONFIRMABLE = SCORED
@@ -160,6 +167,7 @@ def phase_tuner(
             storage_filesystem=fs,
             verbose=0,
             callbacks=[progress, *driver_callbacks(phase_spec, steps)],
+            failure_config=trial_failures(phase_spec),
         ),
     )
 

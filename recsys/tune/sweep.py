@@ -62,7 +62,7 @@ from recsys.tune.state import (
     widenings,
     worker_change,
 )
-from recsys.tune.trial import TrialSpec, asha, reuse_actors
+from recsys.tune.trial import TrialSpec, asha, reuse_actors, trial_failures
 
 
 def budgeted(space: SearchSpace, num_workers: int) -> SearchSpace:
@@ -230,6 +230,7 @@ def build_tuner(
             verbose=0,
             stop=stop,
             callbacks=[progress, *driver_callbacks(spec, steps)],
+            failure_config=trial_failures(spec),
         ),
     )
 

@@ -229,13 +229,16 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
 
 def trains_inline(spec: TrialSpec) -> bool:
     """Whether the spec's trials train in their Tune trial, without Ray Train
-    (``recsys.tune.inline``): a reference's, where it has one CPU worker on a file system."""
+    (``recsys.tune.inline``): where they have one CPU worker and a file system's storage."""
     train_storage = storage.join(spec.storage, spec.sweep, "train")
-    one = inline.inline(spec.num_workers, spec.use_gpu, train_storage)
-    return spec.role in INLINE_ROLES and one
+    return inline.inline(spec.num_workers, spec.use_gpu, train_storage)
 
 
-INLINE_ROLES = ("baseline",)  # the phases whose one-worker CPU trials train in their Tune trial
+def trial_failures(spec: TrialSpec) -> Any:
+    """Tune's ``FailureConfig`` of a phase's trials: a trial that trains inline is tried again
+    up to ``max_failures`` times, from its latest checkpoint (as Ray Train restarts its
+    workers: a lost node, a failed worker); one on Ray Train is not (Ray Train does it)."""
+    return tune.FailureConfig(max_failures=spec.max_failures if trains_inline(spec) else 0)
 
 
 def trial_cpus(spec: TrialSpec, driver_cpus: float) -> float:

@@ -127,3 +127,9 @@ def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_trai
     assert last[RUN_ID] == "run-1" and last["checkpoint_path"] == ours.checkpoint.path
     run, report, uri = tune_report(last)
     assert run == "run-1" and uri == ours.checkpoint.path and report["step"] == 60
+    # the same run resumed on Ray Train with 2 workers (a sweep resumed on more) goes on from
+    # the inline run's last checkpoint
+    longer = cfg.with_overrides({"train.steps": 90})
+    resumed = make_trainer(longer, Resources(2), name="inline", storage_path=str(tmp_path)).fit()
+    note = "resumed at step 60 on 2 workers from a checkpoint of 1"
+    assert resumed.metrics["step"] == 90 and note in resumed.metrics.get("resume_note", "")

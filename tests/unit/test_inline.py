@@ -11,23 +11,25 @@ import os
 import pytest
 
 from recsys.tune import inline
-from recsys.tune.trial import TrialSpec, train_result, trains_inline, trial_cpus
+from recsys.tune.trial import TrialSpec, train_result, trains_inline, trial_cpus, trial_failures
 
-SPEC = TrialSpec("s", {}, "/runs", "sqlite:///x", "0", "p", 1, False, 0.5, 0, role="baseline")
+SPEC = TrialSpec("s", {}, "/runs", "sqlite:///x", "0", "p", 1, False, 0.5, 1, role="baseline")
 
 
-def test_a_one_worker_cpu_reference_on_a_file_system_trains_inline_and_no_other():
+def test_a_one_worker_cpu_trial_on_a_file_system_trains_inline_and_no_other():
     assert trains_inline(SPEC)
     assert trial_cpus(SPEC, 0.1) == pytest.approx(0.6)  # its driver's and its worker's CPUs
     others = [
         dataclasses.replace(SPEC, num_workers=2),
         dataclasses.replace(SPEC, use_gpu=True),
         dataclasses.replace(SPEC, storage="s3://bucket/runs"),
-        dataclasses.replace(SPEC, role="trial"),
     ]
+    assert trains_inline(dataclasses.replace(SPEC, role="trial"))  # the search's and seed check's
+    assert trial_failures(SPEC).max_failures == 1  # Tune tries it again (Ray Train would)
     for spec in others:
         assert not trains_inline(spec), spec
         assert trial_cpus(spec, 0.1) == pytest.approx(0.1)  # its workers: Ray Train's
+        assert trial_failures(spec).max_failures == 0  # (Ray Train's own FailureConfig)
 
 
 def checkpoint(root: str, step: int, score: float | None, complete: bool = True) -> str:
