@@ -7,9 +7,10 @@ module it imports neither torch, TorchRec nor MLflow.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ray.tune.integration.ray_train import TuneReportCallback
+from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
 
 RUN_ID = "mlflow_run_id"  # in a training's Tune results: the MLflow run its reports go to
 REPORT_KEYS = "report_keys"  # ... the keys of the report itself, comma-joined (Tune adds its own)
@@ -35,6 +36,21 @@ class ReportToTune(TuneReportCallback):  # type: ignore[misc]
         if checkpoint is not None:
             extra[CHECKPOINT_URI] = as_uri(checkpoint.filesystem, checkpoint.path)
         super().after_report(run_context, [{**report, **extra}], checkpoint)
+
+
+def to_tune(run_id: str) -> Callable[[dict[str, Any], str], None]:
+    """Where a run trained in its Tune trial (``recsys.train.inline``) sends each report (and
+    its checkpoint's folder, "" for none): to the trial's Tune session, with the keys
+    ``ReportToTune`` adds and the ``checkpoint_path`` Ray's callback adds."""
+    from ray import tune
+
+    def send(report: dict[str, Any], folder: str) -> None:
+        extra = {RUN_ID: run_id, REPORT_KEYS: ",".join(report)}
+        if folder:
+            extra[CHECKPOINT_URI] = extra[CHECKPOINT_PATH_KEY] = folder  # (a local folder)
+        tune.report({**report, **extra})
+
+    return send
 
 
 def tune_report(result: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:

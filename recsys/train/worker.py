@@ -57,7 +57,7 @@ class RayReporter:
     def checkpoints(self) -> list[Any]:
         """Every kept checkpoint of this run, newest (highest step) first. A run with none on
         a file system takes those its folder holds from a trial trained in its Tune trial
-        (``recsys.tune.inline``: one worker, a sweep resumed on more)."""
+        (``recsys.train.inline``: one worker, a sweep resumed on more)."""
         if ray.train.get_checkpoint() is None:
             return self.written_inline() if self.direct else []
         reported = ray.train.get_all_reported_checkpoints()

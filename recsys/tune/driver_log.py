@@ -30,11 +30,12 @@ from recsys.tracking.store import WAIT_ENV, short, unreachable
 from recsys.tracking.tracker import Tag, Tracker
 from recsys.tracking.tune_reports import tune_report
 from recsys.tracking.writer import Writer
+from recsys.train.results import train_result
 from recsys.tune import trial
 from recsys.tune.results import STOPPED
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
-from recsys.tune.trial import TrialSpec, finish_trial, log_missing, train_result
+from recsys.tune.trial import TrialSpec, finish_trial, log_missing
 
 log = logging.getLogger(__name__)
 

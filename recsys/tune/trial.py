@@ -1,5 +1,6 @@
 """One sweep trial: a Tune function that checks its configuration, then builds and fits a
-``TorchTrainer`` (Ray Train V2).
+``TorchTrainer`` (Ray Train V2), or, for a trial of one CPU worker, trains in its own process
+(``recsys.train.inline``: the same checkpoints and reports, without Ray Train's start).
 
 Before any worker starts, the configuration must fit: the space's budget (``constraints``) and a
 sharding plan for the trial's workers and their device memory (``recsys.tune.feasibility``); if
@@ -19,7 +20,6 @@ the sweep's driver then records it (``stopped``) from what Ray Train persisted
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import time
@@ -28,7 +28,6 @@ from typing import Any
 
 import yaml
 from ray import tune
-from ray.train import Result as TrainResult
 
 from recsys.config import ExperimentConfig, TrainConfig
 from recsys.data.dataset import train_rows, with_budget
@@ -38,9 +37,11 @@ from recsys.runtime import storage
 from recsys.runtime.storage import as_uri
 from recsys.tracking import inputs
 from recsys.tracking.tracker import Tag, Tracker, flat_params
-from recsys.tracking.tune_reports import ReportToTune
+from recsys.tracking.tune_reports import ReportToTune, to_tune
+from recsys.train import inline
 from recsys.train.ray_trainer import Resources, make_trainer
-from recsys.tune import feasibility, inline
+from recsys.train.results import sharding_plan, train_result
+from recsys.tune import feasibility
 from recsys.tune.results import trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
@@ -229,9 +230,9 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
 
 def trains_inline(spec: TrialSpec) -> bool:
     """Whether the spec's trials train in their Tune trial, without Ray Train
-    (``recsys.tune.inline``): where they have one CPU worker and a file system's storage."""
+    (``recsys.train.inline``): where they have one CPU worker and a file system's storage."""
     train_storage = storage.join(spec.storage, spec.sweep, "train")
-    return inline.inline(spec.num_workers, spec.use_gpu, train_storage)
+    return inline.fits(spec.num_workers, spec.use_gpu, train_storage)
 
 
 def trial_failures(spec: TrialSpec) -> Any:
@@ -254,7 +255,8 @@ def fit(
     name = f"trial_{trial_id}"
     if trains_inline(spec):
         root = storage.join(train_storage, name)
-        return inline.train(cfg, root, run_id, spec.cpus_per_worker, system_metrics(spec, run_id))
+        send = to_tune(run_id)  # (as ``ReportToTune`` sends a Ray Train worker's)
+        return inline.train(cfg, root, send, spec.cpus_per_worker, system_metrics(spec, run_id))
     trainer = make_trainer(
         cfg,
         trial_resources(spec),
@@ -294,43 +296,6 @@ def log_missing(tracker: Tracker, run_id: str, result: Any) -> int:
     for metrics in missing:
         tracker.log_report(run_id, metrics)
     return len(missing)
-
-
-# Ray Train's checkpoint manager, which announces at INFO each run snapshot it reads, with advice
-# for starting a new training job (``RunConfig(name)``): not the case of reading a finished run
-RAY_SNAPSHOT_LOGGER = "ray.train.v2._internal.execution.checkpoint.checkpoint_manager"
-
-
-def train_result(train_run: str) -> Any:
-    """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
-    or object store URI (or of a trial trained inline, from its folder: ``inline.persisted``);
-    Ray's INFO note that it found the run's snapshot is left out (each
-    trial that ASHA stops is read so, and the note would print once per trial), its warnings
-    are not."""
-    path, fs = storage.ray_storage(train_run)
-    log = logging.getLogger(RAY_SNAPSHOT_LOGGER)
-    level = log.level
-    log.setLevel(max(level, logging.WARNING))
-    try:
-        return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
-    except RuntimeError:
-        if fs is not None:
-            raise
-        return inline.persisted(path)  # a trial trained in its Tune trial (or RuntimeError)
-    finally:
-        log.setLevel(level)
-
-
-def sharding_plan(checkpoint: Any) -> str | None:
-    """A checkpoint's ``sharding_plan.json``, read through its own file system (the run's:
-    an object store's is retried while it is down); None if it has none."""
-    import pyarrow.fs
-
-    fs, path = checkpoint.filesystem, f"{checkpoint.path}/sharding_plan.json"
-    if fs.get_file_info(path).type != pyarrow.fs.FileType.File:
-        return None
-    with fs.open_input_stream(path, compression=None) as f:
-        return bytes(f.read()).decode()
 
 
 def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: int) -> None:

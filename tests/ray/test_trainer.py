@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,26 +100,39 @@ def test_a_finished_run_extends_and_a_run_with_nothing_left_finishes(ray_2_cpus,
 def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_train(
     ray_2_cpus, tmp_path
 ):
-    """``recsys.tune.inline``: the same training, reports and checkpoints, in a Tune trial's own
-    process over a one-rank group, as Ray Train's one worker gives; its reports reach Tune as
-    ``ReportToTune`` sends them, and the driver reads its folder as a Train result."""
+    """``recsys.train.inline``: the same training, reports and checkpoints, in a Tune trial's own
+    process over a one-rank group, as Ray Train's one worker gives, even where that process dies
+    after its first checkpoint (Tune tries it again: it resumes exactly); its reports reach Tune
+    as ``ReportToTune`` sends them, and the driver reads its folder as a Train result."""
     from ray import tune
 
-    from recsys.tracking.tune_reports import RUN_ID, tune_report
-    from recsys.tune import inline
+    from recsys.tracking.tune_reports import RUN_ID, to_tune, tune_report
+    from recsys.train import inline
 
     cfg = config(**{"train.steps": 60, "data.synthetic.num_samples": 6000})
     on_ray_train = make_trainer(cfg, Resources(1), name="ray", storage_path=str(tmp_path)).fit()
-    root = str(tmp_path / "inline")
+    root, marker = str(tmp_path / "inline"), str(tmp_path / "died")
 
     def trial(_: dict) -> None:
-        inline.train(cfg, root, "run-1", cpus=1.0)
+        report = inline.InlineReporter.report
+
+        def report_then_die_once(self: Any, metrics: dict, folder: str, step: int) -> None:
+            report(self, metrics, folder, step)
+            if step == 30 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)  # the trial's process dies (a lost node, an OOM kill)
+
+        inline.InlineReporter.report = report_then_die_once  # type: ignore[method-assign]
+        inline.train(cfg, root, to_tune("run-1"), cpus=1.0)
 
     tuner = tune.Tuner(
         tune.with_resources(trial, {"CPU": 1}),
-        run_config=tune.RunConfig(name="t", storage_path=str(tmp_path / "tune"), verbose=0),
-    )
-    reports = tuner.fit()[0].metrics_dataframe
+        run_config=tune.RunConfig(name="t", storage_path=str(tmp_path / "tune"), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=1)),
+    )  # fmt: skip
+    outcome = tuner.fit()[0]
+    assert os.path.exists(marker) and outcome.error is None
+    reports = outcome.metrics_dataframe
     ours = inline.persisted(root)
     keys = ["step", "loss", "val_auc", "val_log_loss", "samples_seen"]
     assert {k: ours.metrics[k] for k in keys} == {k: on_ray_train.metrics[k] for k in keys}

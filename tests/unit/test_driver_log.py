@@ -247,7 +247,7 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
     missing report from Ray Train's and records trial_2; trial_4, complete in MLflow, is not
     read again, and each other one is read once (its run found by the one search of the sweep's
     trial runs); a running trial is left to its own ``backfill``."""
-    from recsys.tune import trial
+    from recsys.train import results
 
     uri, exp, run = a_run(tmp_path)
     t = Tracker(uri)
@@ -273,7 +273,7 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
             get_best_checkpoint=lambda *args: None,
         )  # fmt: skip
 
-    monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=from_path))
+    monkeypatch.setattr(results, "TrainResult", SimpleNamespace(from_path=from_path))
     driver = a_log(tmp_path, uri, exp)
     found_again = []
     monkeypatch.setattr(Tracker, "find_trial_run", lambda *a: found_again.append(a[2]))

@@ -1,4 +1,4 @@
-"""A one-worker CPU reference trained in its Tune trial (``recsys.tune.inline``): which trials do,
+"""A one-worker CPU trial trained in its Tune trial (``recsys.train.inline``): which trials do,
 the checkpoints it keeps, and the Train result the driver reads from its folder as it reads Ray
 Train's persisted runs."""
 
@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from recsys.tune import inline
-from recsys.tune.trial import TrialSpec, train_result, trains_inline, trial_cpus, trial_failures
+from recsys.train import inline
+from recsys.train.results import train_result
+from recsys.tune.trial import TrialSpec, trains_inline, trial_cpus, trial_failures
 
 SPEC = TrialSpec("s", {}, "/runs", "sqlite:///x", "0", "p", 1, False, 0.5, 1, role="baseline")
 
@@ -52,7 +53,7 @@ def test_the_best_two_by_score_and_the_latest_are_kept(tmp_path, mode):
     for i, score in enumerate(scores):
         checkpoint(root, 10 * (i + 1), score if mode == "max" else -score)
     checkpoint(root, 60, None, complete=False)  # being written: not touched
-    inline.TuneReporter(root, "run", mode).prune()
+    inline.InlineReporter(root, lambda report, folder: None, mode).prune()
     kept = sorted(os.listdir(root))
     assert kept == ["step_00000020", "step_00000030", "step_00000050", "step_00000060"]
 

@@ -418,20 +418,20 @@ def test_reading_a_finished_train_run_leaves_out_rays_snapshot_note(monkeypatch,
     import logging
     from types import SimpleNamespace
 
-    from recsys.tune import trial
+    from recsys.train import results
 
-    log = logging.getLogger(trial.RAY_SNAPSHOT_LOGGER)
+    log = logging.getLogger(results.RAY_SNAPSHOT_LOGGER)
 
     def from_path(path):
         log.info("A run snapshot was found in storage folder at: %s", path)
         log.warning("a warning about %s", path)
         return SimpleNamespace(best_checkpoints=[])
 
-    monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=from_path))
+    monkeypatch.setattr(results, "TrainResult", SimpleNamespace(from_path=from_path))
     monkeypatch.setattr(logging.getLogger("ray"), "propagate", True)  # (caplog: the root)
     before = log.level
     with caplog.at_level(logging.INFO):
-        trial.train_result("/tmp/nowhere/trial_1")
-    messages = [r.getMessage() for r in caplog.records if r.name == trial.RAY_SNAPSHOT_LOGGER]
+        results.train_result("/tmp/nowhere/trial_1")
+    messages = [r.getMessage() for r in caplog.records if r.name == results.RAY_SNAPSHOT_LOGGER]
     # (a handler another test left on Ray's loggers may show a record twice: kinds, not copies)
     assert set(messages) == {"a warning about /tmp/nowhere/trial_1"} and log.level == before

@@ -1,23 +1,19 @@
-"""A one-worker CPU trial trained in its own Tune trial, without Ray Train.
+"""A run of one CPU worker trained in the calling process (a Tune trial's), without Ray Train.
 
-A trial of one worker on CPU has one rank: no worker group to place and no peers to meet. Ray
+A run of one worker on CPU has one rank: no worker group to place and no peers to meet. Ray
 Train would still start its controller and a worker actor for it and give the worker its train
-context (about 8.5 s of every trial on 2 cores, BENCHMARKS.md's overhead rows), where the
-training itself of a small reference takes 1-3 s. Such a trial (``inline``) trains in the Tune
-trial's own process, which reserves the worker's CPUs beside its own, over a process group of
-one rank (gloo, an in-memory store), with the same ``Trainer``.
+context (about 8.5 s a run on 2 cores, BENCHMARKS.md's overhead rows), where the training itself
+of a small reference takes 1-3 s. ``train`` runs the same ``Trainer`` here instead, over a process
+group of one rank (gloo, an in-memory store), with the threads the worker would have.
 
-Its checkpoints and reports persist as Ray Train's would in the same place: each checkpoint is
-the folder ``<train storage>/trial_<id>/step_<step>`` that a Ray Train worker writes in place
-(``recsys.train.worker.RayReporter``), with its report in ``metrics.json`` beside the data. So a
-restored trial resumes from the newest complete one, whichever path wrote it (a sweep resumed on
-other workers); the best ``KEEP`` by the trial's score and the latest are kept, as Ray Train
-keeps them; and ``persisted`` gives the driver the ``ray.train.Result`` that Ray Train's own
-persisted run gives (``recsys.tune.trial.train_result``). Each report reaches Tune as
-``ReportToTune`` sends a Ray Train worker's (``recsys.tracking.tune_reports``).
-
-Where the sweep's storage is an object store, or a trial has GPUs or several workers, it runs on
-Ray Train as before.
+Its checkpoints persist as Ray Train's would, in the same place: each is the folder
+``<run>/step_<step>`` that a Ray Train worker writes in place (``recsys.train.worker.
+RayReporter``), with its report in ``metrics.json`` beside the data. So a run started again
+resumes from the newest complete one, whichever way it ran before (Ray Train resumes from this
+one's too: ``RayReporter.checkpoints``); the best ``KEEP`` by score and the latest are kept, as
+Ray Train keeps them; and ``persisted`` reads the folder as the ``ray.train.Result`` that Ray
+Train's persisted run gives (``recsys.train.results.train_result``). Each report goes to the
+caller's ``send`` (a sweep's trial: to Tune, ``recsys.tune.trial``).
 """
 
 from __future__ import annotations
@@ -26,26 +22,23 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from recsys.config import ExperimentConfig
 from recsys.runtime import storage
 from recsys.train.reporting import LocalReporter
 
+Send = Callable[[dict[str, Any], str], None]  # (a report, its checkpoint's folder or "")
+
 KEEP = 2  # checkpoints kept by score (and always the latest): make_trainer's keep_checkpoints
 METRICS = "metrics.json"  # a checkpoint's report, beside its data
 
 
-def inline(num_workers: int, use_gpu: bool, train_storage: str) -> bool:
-    """Whether a trial of ``num_workers`` (GPUs or not) whose Train runs live under
-    ``train_storage`` trains in its Tune trial: one CPU worker, on a file system."""
-    return num_workers == 1 and not use_gpu and not storage.is_uri(train_storage)
-
-
-def step_of(folder: str) -> int:
-    """The step of a checkpoint folder ``step_<step>[_after_...]``."""
-    return int(os.path.basename(folder)[5:13])
+def fits(num_workers: int, use_gpu: bool, storage_path: str) -> bool:
+    """Whether a run of ``num_workers`` (GPUs or not) stored under ``storage_path`` can train
+    here: one CPU worker, on a file system."""
+    return num_workers == 1 and not use_gpu and not storage.is_uri(storage_path)
 
 
 def completed(root: str) -> list[str]:
@@ -54,14 +47,14 @@ def completed(root: str) -> list[str]:
     return LocalReporter(root, 0).completed()
 
 
-class TuneReporter(LocalReporter):
-    """The one rank of an inline trial: checkpoints in its Train run's folder ``root``, reports
-    to Tune with the keys ``ReportToTune`` adds (its MLflow run ``run_id``), the checkpoints
-    beyond the best ``keep`` by ``ckpt_score`` (``mode``) and the latest removed."""
+class InlineReporter(LocalReporter):
+    """The one rank of a run trained here: checkpoints in its folder ``root``, each report (with
+    the node it ran on, as ``RayReporter`` adds) to ``send``, the checkpoints beyond the best
+    ``keep`` by ``ckpt_score`` (``mode``) and the latest removed."""
 
-    def __init__(self, root: str, run_id: str, mode: str, keep: int = KEEP) -> None:
+    def __init__(self, root: str, send: Send, mode: str, keep: int = KEEP) -> None:
         super().__init__(root, 0)
-        self.run_id, self.mode, self.keep = run_id, mode, keep
+        self.send, self.mode, self.keep = send, mode, keep
         self.seed: int | None = None  # the run's train.seed (the tests' holds)
 
     def checkpoint_dir(self, step: int) -> str:
@@ -70,22 +63,15 @@ class TuneReporter(LocalReporter):
         return folder
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
-        from ray import tune
-        from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
-
-        from recsys.tracking.tune_reports import CHECKPOINT_URI, REPORT_KEYS, RUN_ID
         from recsys.train.worker import hold
 
         metrics = {**metrics, "worker_nodes": node_id()}
-        extra = {RUN_ID: self.run_id, REPORT_KEYS: ",".join(metrics)}
         if folder:
             with open(os.path.join(folder, METRICS), "w") as f:
                 json.dump(metrics, f)
             self.prune()
-            extra[CHECKPOINT_URI] = folder
-            extra[CHECKPOINT_PATH_KEY] = folder  # (as Ray's ``TuneReportCallback`` adds it)
         self.reports.append(metrics)
-        tune.report({**metrics, **extra})
+        self.send(metrics, folder)
         if folder and self.seed is not None:
             hold(self.seed, step)
 
@@ -129,7 +115,7 @@ def persisted(root: str) -> Any:
     kept = [(f, read_metrics(f)) for f in completed(root)]
     kept = [(f, m) for f, m in kept if m]
     if not kept:
-        raise RuntimeError(f"{root}: no checkpoint of a trial trained in its Tune trial")
+        raise RuntimeError(f"{root}: no checkpoint with its report of a run trained inline")
     best = [(ray.train.Checkpoint.from_directory(f), m) for f, m in kept]
     return ray.train.Result(
         metrics=best[-1][1], checkpoint=best[-1][0], error=None, path=root,
@@ -150,11 +136,12 @@ def one_rank_group() -> Iterator[None]:
 
 
 def train(
-    cfg: ExperimentConfig, root: str, run_id: str, cpus: float, system_metrics: Any = None
+    cfg: ExperimentConfig, root: str, send: Send, cpus: float, system_metrics: Any = None
 ) -> Any:
     """Train ``cfg`` on one CPU rank in this process with ``cpus`` threads (a Ray Train worker's
     ``cpus_per_worker``), checkpoints under ``root`` (resumed from the newest complete one
-    there), reports to Tune; the run's ``ray.train.Result`` (its metrics: the last report)."""
+    there), each report to ``send``; the run's ``ray.train.Result`` (its metrics: the last
+    report). ``system_metrics``: as ``recsys.train.system_metrics.node_monitor`` takes them."""
     import torch
 
     from recsys.data.prepared.remote import localised
@@ -171,7 +158,7 @@ def train(
         with one_rank_group():
             env = current(False)
             cfg = localised(cfg, 0, 1)
-            reporter = TuneReporter(root, run_id, cfg.train.monitor_mode)
+            reporter = InlineReporter(root, send, cfg.train.monitor_mode)
             reporter.seed = cfg.train.seed
             trainer = Trainer(cfg, env, reporter)
             with node_monitor(system_metrics, env):

@@ -1,0 +1,48 @@
+"""A training run's persisted result, whichever way it ran: Ray Train's (its run snapshot) or a run
+trained inline (``recsys.train.inline``: its checkpoint folders and their reports)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ray.train import Result as TrainResult
+
+from recsys.runtime import storage
+from recsys.train import inline
+
+# Ray Train's checkpoint manager, which announces at INFO each run snapshot it reads, with advice
+# for starting a new training job (``RunConfig(name)``): not the case of reading a finished run
+RAY_SNAPSHOT_LOGGER = "ray.train.v2._internal.execution.checkpoint.checkpoint_manager"
+
+
+def train_result(train_run: str) -> Any:
+    """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
+    or object store URI, or of a run trained inline, from its folder (``inline.persisted``);
+    ``RuntimeError`` where there is neither. Ray's INFO note that it found the run's snapshot is
+    left out (each trial that ASHA stops is read so, and the note would print once per trial),
+    its warnings are not."""
+    path, fs = storage.ray_storage(train_run)
+    log = logging.getLogger(RAY_SNAPSHOT_LOGGER)
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
+    except RuntimeError:
+        if fs is not None:
+            raise
+        return inline.persisted(path)
+    finally:
+        log.setLevel(level)
+
+
+def sharding_plan(checkpoint: Any) -> str | None:
+    """A checkpoint's ``sharding_plan.json``, read through its own file system (the run's:
+    an object store's is retried while it is down); None if it has none."""
+    import pyarrow.fs
+
+    fs, path = checkpoint.filesystem, f"{checkpoint.path}/sharding_plan.json"
+    if fs.get_file_info(path).type != pyarrow.fs.FileType.File:
+        return None
+    with fs.open_input_stream(path, compression=None) as f:
+        return bytes(f.read()).decode()
