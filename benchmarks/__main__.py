@@ -72,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o = sub.add_parser("overhead", help="per-trial orchestration overhead of a sweep")
     o.add_argument("--trials", type=int, default=3)
     o.add_argument("--steps", type=int, default=100)
+    o.add_argument("--workers", type=int, choices=[1, 2], default=2,
+                   help="per trial (1: ours trains in its Tune trial)")  # fmt: skip
     q = sub.add_parser("qr", help="QR memory / accuracy trade-off")
     q.add_argument("--data", help="a prepared Criteo folder (default: synthetic)")
     q.add_argument("--steps", type=int, default=300)
@@ -220,7 +222,7 @@ def run(args: argparse.Namespace) -> str:
     if args.bench == "overhead":
         from benchmarks import overhead
 
-        return overhead.run(args.trials, args.steps)
+        return overhead.run(args.trials, args.steps, workers=args.workers)
     if args.bench == "qr":
         from benchmarks import qr
 

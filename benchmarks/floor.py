@@ -31,7 +31,7 @@ def empty_train(config: dict[str, Any]) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
-def floor_trial(config: dict[str, Any], storage: str, cpus: float) -> None:
+def floor_trial(config: dict[str, Any], storage: str, cpus: float, workers: int = 2) -> None:
     from ray import tune
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -40,7 +40,7 @@ def floor_trial(config: dict[str, Any], storage: str, cpus: float) -> None:
         empty_train,
         train_loop_config={"torchrec": config["torchrec"]},
         torch_config=TorchConfig(backend="gloo"),
-        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": cpus}),
+        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": cpus}),
         run_config=RunConfig(
             name=f"floor_{tune.get_context().get_trial_id()}", storage_path=storage
         ),

@@ -155,9 +155,9 @@ TRIAL_OVERHEAD = 1.1  # per-trial overhead over an empty Ray Train trial's, at m
 
 
 def trial_overhead(ours: Sequence[float], floor: Sequence[float]) -> str:
-    """Per-trial overhead over an empty 2-worker Ray Train trial with TorchRec: at most 1.1x,
-    judged on the ratio of the means (``ours``: each of our trials' overhead in seconds;
-    ``floor``: each empty trial's wall) with its 95% interval (``Interval.ratio``: both
+    """Per-trial overhead over an empty Ray Train trial of as many workers, with TorchRec: at
+    most 1.1x, judged on the ratio of the means (``ours``: each of our trials' overhead in
+    seconds; ``floor``: each empty trial's wall) with its 95% interval (``Interval.ratio``: both
     samples' spread): met only where the whole interval is at or below 1.1x."""
     return interval_at_most(Interval.ratio(ours, floor), TRIAL_OVERHEAD)
 

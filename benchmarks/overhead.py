@@ -58,14 +58,18 @@ def phases(m: dict[str, float]) -> dict[str, float]:
     }
 
 
-def floor(trials: int, torchrec: bool, tmp: str, cpus: float = 0.95) -> list[dict[str, float]]:
-    """Per-trial figures of ``trials`` empty Ray Train trials, run as Tune trials like ours."""
+def floor(
+    trials: int, torchrec: bool, tmp: str, cpus: float = 0.95, workers: int = 2
+) -> list[dict[str, float]]:
+    """Per-trial figures of ``trials`` empty Ray Train trials of ``workers`` workers, run as Tune
+    trials like ours."""
     from ray import tune
 
     from benchmarks.floor import floor_trial
 
     trainable = tune.with_resources(
-        tune.with_parameters(floor_trial, storage=f"{tmp}/floor", cpus=cpus), {"CPU": 0.1}
+        tune.with_parameters(floor_trial, storage=f"{tmp}/floor", cpus=cpus, workers=workers),
+        {"CPU": 0.1},
     )
     tuner = tune.Tuner(
         trainable,
@@ -86,13 +90,14 @@ def fits(rows: list[dict[str, float]], start: str, end: str) -> list[tuple[float
 
 
 def ours(
-    trials: int, steps: int, space: str, tmp: str
+    trials: int, steps: int, space: str, tmp: str, workers: int = 2
 ) -> tuple[list[dict[str, float]], float, list[tuple[float, float]]]:
     loaded = spaces.load(space, smoke=True)
     base = loaded.base.with_overrides({"train.steps": steps})
     loaded = dataclasses.replace(loaded, base=base, baselines=[], confirm=Confirm(0, 0))  # search
     uri = f"sqlite:///{tmp}/mlflow.db"
-    opts = SweepOptions(name="bench", storage=f"{tmp}/runs", tracking_uri=uri, num_samples=trials)
+    opts = SweepOptions(name="bench", storage=f"{tmp}/runs", tracking_uri=uri, num_samples=trials,
+                        num_workers=workers)  # fmt: skip
     t0 = time.perf_counter()
     run_sweep(loaded, opts, Tracker(uri), restore=False)
     wall = time.perf_counter() - t0
@@ -113,15 +118,17 @@ def cells(split: list[dict[str, float]], name: str) -> list[Any]:
     return [ours_s, "-", bare, with_torchrec]
 
 
-def run(trials: int, steps: int, space: str = "default") -> str:
+def run(trials: int, steps: int, space: str = "default", workers: int = 2) -> str:
+    """``workers`` per trial, ours and the floor's: 2 (Ray Train) or 1 (ours trains in its Tune
+    trial, ``recsys.train.inline``; the floor is still an empty Ray Train trial)."""
     with tempfile.TemporaryDirectory() as tmp:
         start_clock.enable(f"{tmp}/marks")  # (before Ray starts: its processes inherit it)
         t0 = time.perf_counter()
         connect("local")
         ray_start = time.perf_counter() - t0
-        bare = floor(trials, torchrec=False, tmp=tmp)
-        with_torchrec = floor(trials, torchrec=True, tmp=tmp)
-        per_trial, sweep_wall, our_fits = ours(trials, steps, space, tmp)
+        bare = floor(trials, torchrec=False, tmp=tmp, workers=workers)
+        with_torchrec = floor(trials, torchrec=True, tmp=tmp, workers=workers)
+        per_trial, sweep_wall, our_fits = ours(trials, steps, space, tmp, workers)
         marks = start_clock.read(f"{tmp}/marks")
     split = [start_clock.medians(marks, f) for f in
              (our_fits, fits(bare, "t_fit_start", "t_fit_end"),
@@ -164,8 +171,9 @@ def run(trials: int, steps: int, space: str = "default") -> str:
     floor_s = [t["wall"] for t in with_torchrec if "wall" in t]
     r = Interval.ratio(ours_s, floor_s)
     head = (
-        f"{len(per_trial)} trials of the `{space}` smoke config at {steps} steps, 2 workers; the "
-        f"floor: {trials} empty 2-worker Ray Train trials (Tune trials, same resources, Tune's "
+        f"{len(per_trial)} trials of the `{space}` smoke config at {steps} steps, {workers} "
+        f"worker(s){' (trained in their Tune trials)' if workers == 1 else ''}; the floor: "
+        f"{trials} empty {workers}-worker Ray Train trials (Tune trials, same resources, Tune's "
         "actors reused as ours). "
         f"**Ours / floor (mean per-trial overhead / the mean empty trial with TorchRec): "
         f"{r.mean:.3f}x, 95% interval {r.low:.3f}..{r.high:.3f}** (ours, s: "

@@ -8,8 +8,9 @@ served from a local folder). First a 16-trial sweep without faults, the referenc
   session is left is killed 5 s later, as with a lost host) and resumes the sweep with
   ``--resume``;
 - stops the tracking server once for 30 s, then starts it again on the same port;
-- SIGKILLs one Ray Train worker of a running trial (Ray Train restarts the trial's workers from
-  its last checkpoint).
+- SIGKILLs the training process of a running trial: its one-worker trials train in their Tune
+  trial's process (``recsys.train.inline``), which Tune starts again from its last checkpoint (a
+  Ray Train worker, where a trial has one, is restarted by Ray Train likewise).
 
 At the end it checks, from MLflow alone: exactly one run per trial; each run's whole metric
 history at unique steps (``loss`` every ``log_every`` steps, the reports every
@@ -88,14 +89,19 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+# the titles of the processes that train: a Ray Train worker, a trial's own (Tune names its actor
+# after the trial function) where it trains inline
+TRAINING = (b"ray::RayTrainWorker", b"ray::run_trial")
+
+
 def train_workers() -> list[int]:
-    """Pids of Ray Train worker processes (their title starts with ``ray::RayTrainWorker``)."""
+    """Pids of the processes that train (their title starts with one of ``TRAINING``)."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::RayTrainWorker"):
+                    if f.read().startswith(TRAINING):
                         pids.append(int(entry))
             except OSError:
                 continue
@@ -103,11 +109,11 @@ def train_workers() -> list[int]:
 
 
 def kill_a_worker(rng: random.Random, timeout: float = 120.0) -> int:
-    """SIGKILL one running Ray Train worker (waiting for one while trials are between starts)."""
+    """SIGKILL one process that trains (waiting for one while trials are between starts)."""
     deadline = time.time() + timeout
     while not (workers := train_workers()):
         if time.time() > deadline:
-            raise RuntimeError("no Ray Train worker ran for 2 minutes")
+            raise RuntimeError("no training process ran for 2 minutes")
         time.sleep(0.5)
     time.sleep(3.0)  # into its training, past the worker group's start
     workers = train_workers() or workers

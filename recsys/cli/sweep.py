@@ -1,4 +1,4 @@
-"""Sweep DLRM configurations with Ray Tune; every trial is a Ray Train job; MLflow records all.
+"""Sweep DLRM configurations with Ray Tune; each trial trains on Ray Train; MLflow records all.
 
     recsys-sweep                           # the `default` space: local Ray, ./mlflow.db, ./runs
     recsys-sweep --space criteo --address auto --gpus --num-workers 8 \\

@@ -8,18 +8,19 @@ group of one rank (gloo, an in-memory store), with the threads the worker would 
 
 Its checkpoints persist as Ray Train's would, in the same place: each is the folder
 ``<run>/step_<step>`` that a Ray Train worker writes in place (``recsys.train.worker.
-RayReporter``), with its report in ``metrics.json`` beside the data. So a run started again
-resumes from the newest complete one, whichever way it ran before (Ray Train resumes from this
-one's too: ``RayReporter.checkpoints``); the best ``KEEP`` by score and the latest are kept, as
-Ray Train keeps them; and ``persisted`` reads the folder as the ``ray.train.Result`` that Ray
-Train's persisted run gives (``recsys.train.results.train_result``). Each report goes to the
-caller's ``send`` (a sweep's trial: to Tune, ``recsys.tune.trial``).
+RayReporter``), with its report in ``metrics.json`` beside the data (Ray Train's workers write
+it there too). So a run started again resumes from the newest checkpoint with its report,
+whichever way it ran before (Ray Train resumes from this one's too: ``RayReporter.
+checkpoints``); the best ``KEEP`` by score and the latest are kept, as Ray Train keeps them; and
+``persisted`` reads the folder as the ``ray.train.Result`` that Ray Train's persisted run gives
+(``recsys.train.results.train_result`` takes whichever of the two is newer). Each report goes to
+the caller's ``send`` (a sweep's trial: to Tune, ``recsys.tune.trial``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -27,12 +28,13 @@ from typing import Any
 
 from recsys.config import ExperimentConfig
 from recsys.runtime import storage
-from recsys.train.reporting import LocalReporter
+from recsys.train.reporting import LocalReporter, reported, write_report
 
 Send = Callable[[dict[str, Any], str], None]  # (a report, its checkpoint's folder or "")
 
+log = logging.getLogger(__name__)
+
 KEEP = 2  # checkpoints kept by score (and always the latest): make_trainer's keep_checkpoints
-METRICS = "metrics.json"  # a checkpoint's report, beside its data
 
 
 def fits(num_workers: int, use_gpu: bool, storage_path: str) -> bool:
@@ -41,25 +43,24 @@ def fits(num_workers: int, use_gpu: bool, storage_path: str) -> bool:
     return num_workers == 1 and not use_gpu and not storage.is_uri(storage_path)
 
 
-def completed(root: str) -> list[str]:
-    """The complete checkpoint folders of a run at ``root`` (DCP writes ``.metadata`` last),
-    oldest first."""
-    return LocalReporter(root, 0).completed()
-
-
 class InlineReporter(LocalReporter):
-    """The one rank of a run trained here: checkpoints in its folder ``root``, each report (with
-    the node it ran on, as ``RayReporter`` adds) to ``send``, the checkpoints beyond the best
-    ``keep`` by ``ckpt_score`` (``mode``) and the latest removed."""
+    """The one rank of a run trained here: checkpoints in its folder ``root``, resumed from the
+    newest with its report (``reported``), each report (with the node it ran on, as
+    ``RayReporter`` adds) written beside its checkpoint and sent to ``send``, the checkpoints
+    beyond the best ``keep`` by ``ckpt_score`` (``mode``) and the latest removed."""
 
     def __init__(self, root: str, send: Send, mode: str, keep: int = KEEP) -> None:
         super().__init__(root, 0)
         self.send, self.mode, self.keep = send, mode, keep
         self.seed: int | None = None  # the run's train.seed (the tests' holds)
 
+    def checkpoints(self) -> list[Any]:
+        return [folder for folder, _ in reported(self.root)][::-1]
+
     def checkpoint_dir(self, step: int) -> str:
         folder = super().checkpoint_dir(step)
-        os.makedirs(folder, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # one saved before but never reported
+        os.makedirs(folder)
         return folder
 
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
@@ -67,8 +68,7 @@ class InlineReporter(LocalReporter):
 
         metrics = {**metrics, "worker_nodes": node_id()}
         if folder:
-            with open(os.path.join(folder, METRICS), "w") as f:
-                json.dump(metrics, f)
+            write_report(folder, metrics)
             self.prune()
         self.reports.append(metrics)
         self.send(metrics, folder)
@@ -76,28 +76,23 @@ class InlineReporter(LocalReporter):
             hold(self.seed, step)
 
     def prune(self) -> None:
-        """Remove the complete checkpoints that are neither the latest nor among the best
+        """Remove the reported checkpoints that are neither the latest nor among the best
         ``keep`` by score (as Ray Train's ``CheckpointConfig(num_to_keep)``)."""
-        folders = completed(self.root)
-        if len(folders) <= self.keep:
+        kept = reported(self.root)
+        if len(kept) <= self.keep:
             return
-        ranked = sorted(folders[:-1], key=lambda f: score(f, self.mode), reverse=True)
-        for folder in ranked[self.keep :]:
+        ranked = sorted(kept[:-1], key=lambda fm: score(fm[1], self.mode), reverse=True)
+        for folder, _ in ranked[self.keep :]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def score(folder: str, mode: str) -> float:
-    """A checkpoint's ``ckpt_score``, the higher the better (negated for ``mode`` min)."""
-    value = float(read_metrics(folder).get("ckpt_score", float("-inf")))
+def score(report: dict[str, Any], mode: str) -> float:
+    """A report's ``ckpt_score``, the higher the better (negated for ``mode`` min); one without
+    it ranks last either way."""
+    if "ckpt_score" not in report:
+        return float("-inf")
+    value = float(report["ckpt_score"])
     return value if mode == "max" else -value
-
-
-def read_metrics(folder: str) -> dict[str, Any]:
-    path = os.path.join(folder, METRICS)
-    if not os.path.isfile(path):
-        return {}
-    with open(path) as f:
-        return dict(json.load(f))
 
 
 def node_id() -> str:
@@ -107,15 +102,15 @@ def node_id() -> str:
 
 
 def persisted(root: str) -> Any:
-    """The ``ray.train.Result`` of an inline run at ``root``, as Ray Train's persisted run reads
-    (its latest checkpoint and that report; its kept checkpoints with theirs); raises
-    ``RuntimeError`` where it has no complete checkpoint with a report, as ``from_path`` does."""
+    """The ``ray.train.Result`` of the run at ``root`` from its checkpoints' reports, as Ray
+    Train's persisted run reads (its latest checkpoint and that report; its kept checkpoints with
+    theirs); raises ``RuntimeError`` where it has no checkpoint with its report, as ``from_path``
+    does."""
     import ray.train
 
-    kept = [(f, read_metrics(f)) for f in completed(root)]
-    kept = [(f, m) for f, m in kept if m]
+    kept = reported(root)
     if not kept:
-        raise RuntimeError(f"{root}: no checkpoint with its report of a run trained inline")
+        raise RuntimeError(f"{root}: no checkpoint with its report")
     best = [(ray.train.Checkpoint.from_directory(f), m) for f, m in kept]
     return ray.train.Result(
         metrics=best[-1][1], checkpoint=best[-1][0], error=None, path=root,
@@ -136,12 +131,18 @@ def one_rank_group() -> Iterator[None]:
 
 
 def train(
-    cfg: ExperimentConfig, root: str, send: Send, cpus: float, system_metrics: Any = None
+    cfg: ExperimentConfig,
+    root: str,
+    send: Send,
+    cpus: float,
+    system_metrics: Any = None,
+    node_workers: int = 0,
 ) -> Any:
     """Train ``cfg`` on one CPU rank in this process with ``cpus`` threads (a Ray Train worker's
     ``cpus_per_worker``), checkpoints under ``root`` (resumed from the newest complete one
     there), each report to ``send``; the run's ``ray.train.Result`` (its metrics: the last
-    report). ``system_metrics``: as ``recsys.train.system_metrics.node_monitor`` takes them."""
+    report). ``system_metrics``: as ``recsys.train.system_metrics.node_monitor`` takes them;
+    ``node_workers``: as ``WorkerEnv`` has it (the planner's share of the host's memory)."""
     import torch
 
     from recsys.data.prepared.remote import localised
@@ -156,11 +157,12 @@ def train(
     torch.set_num_threads(max(1, int(cpus)))
     try:
         with one_rank_group():
-            env = current(False)
+            env = current(False, node_workers)
             cfg = localised(cfg, 0, 1)
             reporter = InlineReporter(root, send, cfg.train.monitor_mode)
             reporter.seed = cfg.train.seed
-            trainer = Trainer(cfg, env, reporter)
+            trainer = Trainer(cfg, env, reporter, log=log.info)  # (off the console: as Ray
+            # Train logs a worker's prints, at INFO, under its LoggingConfig's WARNING)
             with node_monitor(system_metrics, env):
                 trainer.train()
     finally:

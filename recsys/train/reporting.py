@@ -45,8 +45,11 @@ class LocalReporter:
         """Checkpoint folders with a ``.metadata`` (DCP writes it last), oldest first."""
         if not os.path.isdir(self.root):
             return []
+        # by step, then by name's length: a folder written after a skipped one of its step is
+        # named after it (``skip_names_of``), so it is the longer name
         names = sorted(
-            (n for n in os.listdir(self.root) if n.startswith("step_")), key=lambda n: n[5:13]
+            (n for n in os.listdir(self.root) if n.startswith("step_")),
+            key=lambda n: (n[5:13], len(n)),
         )
         return [
             os.path.join(self.root, n)
@@ -70,6 +73,34 @@ class LocalReporter:
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
         self.reports.append(metrics)
         if folder and self.rank == 0:
-            with open(os.path.join(folder, "metrics.json"), "w") as f:
-                json.dump(metrics, f)
+            write_report(folder, metrics)
         collectives.barrier()
+
+
+REPORT = "metrics.json"  # a checkpoint's report, beside its data
+
+
+def write_report(folder: str, metrics: dict[str, Any]) -> None:
+    """``metrics`` as checkpoint ``folder``'s report, whole or not at all (a process killed
+    while writing leaves no half of it)."""
+    path = os.path.join(folder, REPORT)
+    with open(path + ".tmp", "w") as f:
+        json.dump(metrics, f)
+    os.replace(path + ".tmp", path)
+
+
+def read_report(folder: str) -> dict[str, Any]:
+    """Checkpoint ``folder``'s report; empty where it has none (or it was removed meanwhile)."""
+    try:
+        with open(os.path.join(folder, REPORT)) as f:
+            return dict(json.load(f))
+    except (OSError, ValueError):
+        return {}
+
+
+def reported(root: str) -> list[tuple[str, dict[str, Any]]]:
+    """The complete checkpoints of the run at ``root`` that have their report, with it, oldest
+    first: those a run may resume from and its records name (one saved but never reported is
+    neither, as Ray Train registers only what was reported)."""
+    found = [(f, read_report(f)) for f in LocalReporter(root, 0).completed()]
+    return [(f, m) for f, m in found if m]

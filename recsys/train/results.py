@@ -17,23 +17,42 @@ RAY_SNAPSHOT_LOGGER = "ray.train.v2._internal.execution.checkpoint.checkpoint_ma
 
 
 def train_result(train_run: str) -> Any:
-    """The persisted result of a Ray Train run (its reports and checkpoints), from its folder
-    or object store URI, or of a run trained inline, from its folder (``inline.persisted``);
-    ``RuntimeError`` where there is neither. Ray's INFO note that it found the run's snapshot is
-    left out (each trial that ASHA stops is read so, and the note would print once per trial),
-    its warnings are not."""
+    """The persisted result of a training run (its reports and checkpoints), from its folder or
+    object store URI: Ray Train's, or, on a file system, the one its checkpoints' reports make
+    (``inline.persisted``: a run trained inline), whichever reaches the later step (a trial
+    resumed on other workers ran both ways); ``RuntimeError`` where there is neither. Ray's INFO
+    note that it found the run's snapshot is left out (each trial that ASHA stops is read so,
+    and the note would print once per trial), its warnings are not."""
     path, fs = storage.ray_storage(train_run)
+    found = [r for r in (ray_train_result(path, fs), None if fs else inline_result(path)) if r]
+    if not found:
+        raise RuntimeError(f"{train_run}: no checkpoint of a training run")
+    return max(found, key=step_of)  # (a tie: Ray Train's, the first)
+
+
+def step_of(result: Any) -> float:
+    """The step of a result's latest report (0: none)."""
+    return float((getattr(result, "metrics", None) or {}).get("step", 0))
+
+
+def ray_train_result(path: str, fs: Any) -> Any:
+    """Ray Train's persisted run at ``path`` (in ``fs``), or None."""
     log = logging.getLogger(RAY_SNAPSHOT_LOGGER)
     level = log.level
     log.setLevel(max(level, logging.WARNING))
     try:
         return TrainResult.from_path(path) if fs is None else TrainResult.from_path(path, fs)
     except RuntimeError:
-        if fs is not None:
-            raise
-        return inline.persisted(path)
+        return None
     finally:
         log.setLevel(level)
+
+
+def inline_result(path: str) -> Any:
+    try:
+        return inline.persisted(path)
+    except RuntimeError:
+        return None
 
 
 def sharding_plan(checkpoint: Any) -> str | None:

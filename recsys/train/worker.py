@@ -25,6 +25,7 @@ from recsys.config import ExperimentConfig
 from recsys.data.prepared.remote import localised
 from recsys.distributed import collectives
 from recsys.distributed.env import check_placement, current
+from recsys.train.reporting import reported, write_report
 from recsys.train.system_metrics import node_monitor
 
 
@@ -65,12 +66,9 @@ class RayReporter:
         return [r.checkpoint for r in reported]
 
     def written_inline(self) -> list[Any]:
-        """The complete checkpoints in this run's folder, newest first."""
-        from recsys.train.reporting import LocalReporter
-
+        """The checkpoints with their reports in this run's folder, newest first."""
         run = os.path.dirname(str(self.storage.build_checkpoint_path_from_name(self._name(0))))
-        folders = LocalReporter(run, 0).checkpoints()
-        return [ray.train.Checkpoint.from_directory(f) for f in folders]
+        return [ray.train.Checkpoint.from_directory(f) for f, _ in reported(run)][::-1]
 
     @contextlib.contextmanager
     def open_checkpoint(self, handle: Any) -> Iterator[str]:
@@ -96,6 +94,8 @@ class RayReporter:
         if not folder:
             ray.train.report(metrics)
         elif self.direct:
+            if ray.train.get_context().get_world_rank() == 0:  # (as an inline run's: its
+                write_report(folder, metrics)  # records read either way, ``recsys.train.inline``)
             ray.train.report(
                 metrics,
                 checkpoint=ray.train.Checkpoint.from_directory(folder),

@@ -32,6 +32,7 @@ from recsys.runtime.storage import check_storage, ray_storage
 from recsys.tracking.tags import Tag
 from recsys.tracking.tracker import Tracker
 from recsys.tracking.view import compare_line
+from recsys.train import inline
 from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.edges import EarlyPeaks, Edge, early_peaks, search_edges, widen
 from recsys.tune.phases import Outcome, log_confirmation, registered, seed_check
@@ -395,16 +396,21 @@ def checked_before_ray(space: SearchSpace, opts: SweepOptions, restore: bool) ->
 
 
 def start_on_ray(space: SearchSpace, opts: SweepOptions, address: str | RaySource | None) -> None:
-    """Connect to (or start) Ray, wait until the trial's workers fit, and refuse a storage or data
+    """Connect to (or start) Ray, wait until the trial's workers fit (a trial that trains inline:
+    its driver and worker on one node, ``recsys.train.inline``), and refuse a storage or data
     path some node sees otherwise."""
     from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
 
     connect(address)
     start_train_coordinator()
     gpus = 1.0 if opts.use_gpu else 0.0
-    wait_for_fit(
-        opts.num_workers, opts.cpus_per_worker, gpus, opts.driver_cpus, opts.wait_for_nodes
-    )
+    if inline.fits(opts.num_workers, opts.use_gpu, opts.storage):  # its driver's and worker's
+        cpus = opts.cpus_per_worker + opts.driver_cpus  # CPUs on one node: one Tune actor
+        wait_for_fit(1, cpus, 0.0, 0.0, opts.wait_for_nodes)
+    else:
+        wait_for_fit(
+            opts.num_workers, opts.cpus_per_worker, gpus, opts.driver_cpus, opts.wait_for_nodes
+        )
     check_nodes_see(*run_paths(opts.storage, space.base.data))  # one node's own disk: refused
 
 

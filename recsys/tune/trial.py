@@ -256,7 +256,10 @@ def fit(
     if trains_inline(spec):
         root = storage.join(train_storage, name)
         send = to_tune(run_id)  # (as ``ReportToTune`` sends a Ray Train worker's)
-        return inline.train(cfg, root, send, spec.cpus_per_worker, system_metrics(spec, run_id))
+        return inline.train(
+            cfg, root, send, spec.cpus_per_worker, system_metrics(spec, run_id),
+            node_workers=trial_resources(spec).node_workers,
+        )  # fmt: skip
     trainer = make_trainer(
         cfg,
         trial_resources(spec),

@@ -288,6 +288,7 @@ def test_backfill_logs_reports_mlflow_missed(tmp_path, monkeypatch):
     the restored trial logs it before training on, so the step axis has no gap."""
     from types import SimpleNamespace
 
+    from recsys.train import results
     from recsys.tune import trial
 
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -297,11 +298,11 @@ def test_backfill_logs_reports_mlflow_missed(tmp_path, monkeypatch):
     t.log_report(run, report(10, 0.6))
     persisted = [(None, report(10, 0.6)), (None, report(20, 0.7))]
     fake = SimpleNamespace(from_path=lambda path: SimpleNamespace(best_checkpoints=persisted))
-    monkeypatch.setattr(trial, "TrainResult", fake)
+    monkeypatch.setattr(results, "TrainResult", fake)
     assert trial.backfill(Tracker(uri), run, str(tmp_path / "train" / "trial_1")) == 1
     steps = [m.step for m in MlflowClient(uri).get_metric_history(run, "loss")]
     assert steps == [5, 10, 15, 20]
-    monkeypatch.setattr(trial, "TrainResult", SimpleNamespace(from_path=_no_run))
+    monkeypatch.setattr(results, "TrainResult", SimpleNamespace(from_path=_no_run))
     assert trial.backfill(Tracker(uri), run, str(tmp_path / "none")) == 0
 
 
