@@ -20,7 +20,6 @@ the caller's ``send`` (a sweep's trial: to Tune, ``recsys.tune.trial``).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -31,8 +30,6 @@ from recsys.runtime import storage
 from recsys.train.reporting import LocalReporter, reported, write_report
 
 Send = Callable[[dict[str, Any], str], None]  # (a report, its checkpoint's folder or "")
-
-log = logging.getLogger(__name__)
 
 KEEP = 2  # checkpoints kept by score (and always the latest): make_trainer's keep_checkpoints
 
@@ -161,8 +158,7 @@ def train(
             cfg = localised(cfg, 0, 1)
             reporter = InlineReporter(root, send, cfg.train.monitor_mode)
             reporter.seed = cfg.train.seed
-            trainer = Trainer(cfg, env, reporter, log=log.info)  # (off the console: as Ray
-            # Train logs a worker's prints, at INFO, under its LoggingConfig's WARNING)
+            trainer = Trainer(cfg, env, reporter)
             with node_monitor(system_metrics, env):
                 trainer.train()
     finally:

@@ -35,7 +35,6 @@ NOISE = [
     "Traceback",
     "View run",  # MLflow's link per ended run, printed by a tracking server's client
     "\x1b[",  # terminal colour codes (Ray's worker prefixes) in a console that is a pipe
-    "pid=",  # a process's print that Ray forwards, "(run_trial pid=...)": a trainer's lines
 ]
 
 
