@@ -128,12 +128,12 @@ ROWS: list[Row] = [
         "the first sweep: the README's default sweep (`./run.sh sweep` after its setup check), "
         "start to exit, 2 cores, ≤ 5 minutes",
         "**{seconds:.0f} s** (4 trials, 9 reference trainings side by side, 3 seed-check runs); "
-        "the run before 245 s",
+        "the run before 205 s",
         goals.quickstart,
-        {"seconds": 205.0},
-        ": each training 3-5 s shorter, since Train's controller no longer imports MLflow (the "
-        "sweep's driver logs the reports) ([quickstart](#quickstart))",
-        EPYC, "2026-11-30", "586fbc1",
+        {"seconds": 82.0},
+        ": its trainings have one CPU worker and train in their Tune trials, without Ray Train's "
+        "start (6, 1 and 2 s a training by kind, were 20, 14 and 16) ([quickstart](#quickstart))",
+        EPYC, "2026-11-30", "8973fe3",
     ),
     Row(
         "references under successive halving: each reference's chosen score (val AUC) under ASHA "
@@ -172,6 +172,18 @@ ROWS: list[Row] = [
         "placement check (0.4 s), our setup (0.4 s), a checkpoint (0.3 s) and a longer teardown "
         "(0.5 s); one empty trial alone spreads by 2 s ([overhead](#overhead))",
         EPYC, "2026-11-30", "1bfc536",
+        derived=lambda ours, floor: {**asdict(goals.Interval.ratio(ours, floor)), "n": len(ours)},
+    ),
+    Row(
+        "trial overhead, one worker: ours (trained in its Tune trial) / an empty 1-worker Ray "
+        "Train trial with TorchRec ≤ 1.1x, the ratio of the means with its 95% interval",
+        "**{mean:.3f}x** (95% interval {low:.3f}..{high:.3f}, {n} trials each)",
+        goals.trial_overhead,
+        {"ours": [0.55, 1.04, 0.55, 1.04, 1.03, 0.59],
+         "floor": [8.37, 8.70, 8.73, 8.70, 8.78, 8.90]},
+        ": a one-worker trial no longer starts Ray Train; its overhead is its setup and "
+        "checkpoints ([overhead, one worker](#overhead-one-worker))",
+        EPYC, "2026-11-30", "8973fe3",
         derived=lambda ours, floor: {**asdict(goals.Interval.ratio(ours, floor)), "n": len(ours)},
     ),
     Row(
