@@ -136,8 +136,8 @@ def train(
     node_workers: int = 0,
 ) -> Any:
     """Train ``cfg`` on one CPU rank in this process with ``cpus`` threads (a Ray Train worker's
-    ``cpus_per_worker``), checkpoints under ``root`` (resumed from the newest complete one
-    there), each report to ``send``; the run's ``ray.train.Result`` (its metrics: the last
+    ``cpus_per_worker``), checkpoints under ``root`` (resumed from the newest there with its
+    report), each report to ``send``; the run's ``ray.train.Result`` (its metrics: the last
     report). ``system_metrics``: as ``recsys.train.system_metrics.node_monitor`` takes them;
     ``node_workers``: as ``WorkerEnv`` has it (the planner's share of the host's memory)."""
     import torch

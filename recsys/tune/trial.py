@@ -13,8 +13,8 @@ Every report carries the trial's score so far (``best_<metric>``), which Tune's 
 scheduler compare.
 
 A trial that ASHA stops is ended by Tune with its actor, before the trial's own bookkeeping:
-the sweep's driver then records it (``stopped``) from what Ray Train persisted
-(``recsys.tune.driver_log.record_stopped``).
+the sweep's driver then records it (``stopped``) from what its training persisted
+(``recsys.tune.driver_log.record_stopped``, ``recsys.train.results``).
 """
 
 from __future__ import annotations
