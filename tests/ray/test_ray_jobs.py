@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from recsys.train.worker import HOLD_ENV, HOLD_STEP_ENV
 from tests.ray.spaces import write_space
 from tests.servers import AGENT_PORTS, agent_ports, free_port, stop_group
 
@@ -182,8 +183,8 @@ def trial_runs(uri: str) -> list:
 
 def stoppable(tmp: Path, uri: str) -> Callable[[], bool]:
     """Ready to stop: a trial reported step 20 and Tune saved its state (what a resume reads).
-    A trial of STEPS steps trains in about a second here: the stop mostly falls after the first
-    trial, before the second has trained."""
+    A trial of STEPS steps trains in about a second here, so the first job's trials hold after
+    their step-20 checkpoint (``RECSYS_TEST_HOLD_AT_STEP``): the stop falls inside one."""
 
     def ready() -> bool:
         if not glob.glob(str(tmp / "storage" / NAME / "experiment_state*.json")):
@@ -200,9 +201,11 @@ def test_a_sweep_runs_as_a_job_is_stopped_and_resumes_as_another(head, tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     jobs = client(head)
 
-    # 1. the repository shipped as the job's working_dir; stopped mid-sweep
+    # 1. the repository shipped as the job's working_dir; stopped mid-sweep: each trial holds
+    # after its step-20 checkpoint (the job's env), so the stop falls inside one
     first = f"jobs-{uuid.uuid4().hex[:8]}"
-    runtime_env = json.dumps({"working_dir": ROOT, "excludes": EXCLUDES})
+    hold = {HOLD_ENV: "600", HOLD_STEP_ENV: "20"}
+    runtime_env = json.dumps({"working_dir": ROOT, "excludes": EXCLUDES, "env_vars": hold})
     ray_job(head, "submit", "--no-wait", "--submission-id", first, "--runtime-env-json",
             runtime_env, "--", *sweep_cmd(space, tmp_path))  # fmt: skip
     wait_until(stoppable(tmp_path, uri), head, first, "a trial reached step 20")
