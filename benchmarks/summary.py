@@ -164,14 +164,14 @@ ROWS: list[Row] = [
         "trial overhead: ours / an empty 2-worker Ray Train trial with TorchRec ≤ 1.1x, the "
         "ratio of the means with its 95% interval",
         "**{mean:.3f}x** (95% interval {low:.3f}..{high:.3f}, {n} trials each), **worse** than "
-        "the run before on the same code (1.104x, the floor's spread left out of its interval)",
+        "the run before (1.127x): ours about as before (12.4 s), the floor's faster (10.4 s)",
         goals.trial_overhead,
-        {"ours": [12.22, 12.86, 13.84, 12.47, 13.09, 11.64],
-         "floor": [12.67, 10.77, 10.91, 10.98, 11.53, 10.65]},
+        {"ours": [12.83, 12.51, 12.27, 11.57, 12.76, 12.35],
+         "floor": [9.95, 10.72, 10.39, 10.44, 11.17, 10.25]},
         ": Ray Train's start is the floor's, part for part; what is left: our imports and "
-        "placement check (0.4 s), our setup (0.4 s), a checkpoint (0.3 s) and a longer teardown "
-        "(0.5 s); one empty trial alone spreads by 2 s ([overhead](#overhead))",
-        EPYC, "2026-11-30", "1bfc536",
+        "placement check (0.9 s), our setup (0.4 s), a checkpoint (0.3 s) and a longer teardown "
+        "(0.3 s); one empty trial alone spreads by 1.2 s ([overhead](#overhead))",
+        EPYC, "2026-11-30", "13abd4a",
         derived=lambda ours, floor: {**asdict(goals.Interval.ratio(ours, floor)), "n": len(ours)},
     ),
     Row(
