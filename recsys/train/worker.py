@@ -67,7 +67,7 @@ class RayReporter:
 
     def written_inline(self) -> list[Any]:
         """The checkpoints with their reports in this run's folder, newest first."""
-        run = os.path.dirname(str(self.storage.build_checkpoint_path_from_name(self._name(0))))
+        run = self.storage.experiment_fs_path  # (where ``checkpoint_dir`` writes in place)
         return [ray.train.Checkpoint.from_directory(f) for f, _ in reported(run)][::-1]
 
     @contextlib.contextmanager
