@@ -81,6 +81,12 @@ def test_no_issue_numbers() -> None:
     assert not hits, hits
 
 
+def test_no_console_lines_of_ray_processes() -> None:
+    """A benchmark's section is its own text: no line Ray forwarded from a worker's console."""
+    hits = re.findall(r"^\(\w+ pid=\d+.*$", text(), flags=re.MULTILINE)
+    assert not hits, hits[:3]
+
+
 def test_a_missed_target_counts_as_the_worst_in_a_median() -> None:
     from benchmarks.sweeps import median_text
 
