@@ -173,8 +173,7 @@ def train_one(
 
     from recsys.runtime.storage import as_uri
     from recsys.tracking import inputs
-    from recsys.tracking.report import report_callbacks
-    from recsys.train.ray_trainer import make_trainer
+    from recsys.train.launch import make_run
 
     cfg = plan.config_of(role, seed)
     trial = f"{plan.key}.{role}-{seed}"
@@ -184,13 +183,13 @@ def train_one(
                                kind=role, name=f"{role} seed {seed}")  # fmt: skip
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
     tracker.log_dataset(run_id, lambda: inputs.describe(cfg.data))
-    trainer = make_trainer(
+    trainer = make_run(
         cfg,
         resources,
         name=f"{role}-seed{seed}",
         storage_path=folder,
         max_failures=2,
-        callbacks=report_callbacks(tracker.uri, run_id),
+        report_to=(tracker.uri, run_id),
     )
     result = trainer.fit()
     if result.checkpoint is None:

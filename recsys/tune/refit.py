@@ -37,7 +37,8 @@ from recsys.serving.export import ExportReport
 from recsys.serving.mlflow_model import crown, export_to_run
 from recsys.tracking import inputs
 from recsys.tracking.tracker import Tag, Tracker, flat_params
-from recsys.train.ray_trainer import Resources, make_trainer
+from recsys.train.launch import make_run
+from recsys.train.ray_trainer import Resources
 from recsys.tune.publish import best_trial
 from recsys.tune.state import read_saved
 
@@ -133,7 +134,7 @@ def train_refit(
 
     folder = storage_join(storage, sweep)
     check_nodes_see(*run_paths(folder, refit.cfg.data))  # one node's own disk: refused
-    trainer = make_trainer(
+    trainer = make_run(
         refit.cfg, resources, name=f"refit-{refit.trial}", storage_path=folder, max_failures=2
     )
     result = trainer.fit()

@@ -73,7 +73,7 @@ def champion(uri: str, folder: str, storage: str) -> None:
 
 def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, weeks, tmp_path,
                                                                 monkeypatch):  # fmt: skip
-    import recsys.train.ray_trainer as ray_trainer
+    import recsys.train.launch as launch
     from recsys.lifecycle.frozen import frozen_ids
     from recsys.lifecycle.plan import plan_retrain
     from recsys.lifecycle.retrain import run_retrain
@@ -91,8 +91,8 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert grown[1] > plan.frozen.embeddings.num_embeddings[1]  # the item table grew
     assert 1 in frozen_ids(weeks[1], plan.frozen.embeddings.num_embeddings)
     calls = []
-    real = ray_trainer.make_trainer
-    monkeypatch.setattr(ray_trainer, "make_trainer", lambda *a, **k: calls.append(k["name"])
+    real = launch.make_run
+    monkeypatch.setattr(launch, "make_run", lambda *a, **k: calls.append(k["name"])
                         or real(*a, **k))  # fmt: skip
 
     def killed(line: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from sklearn.metrics import log_loss, roc_auc_score
 
+from recsys.tracking.tags import Tag
 from recsys.train.ray_trainer import Resources, make_trainer
 from tests.helpers import fit_killed_once
 from tests.helpers import trainer_config as config
@@ -97,8 +98,20 @@ def test_a_finished_run_extends_and_a_run_with_nothing_left_finishes(ray_2_cpus,
     assert m["best_step"] == result.metrics["best_step"]
 
 
+@pytest.fixture(scope="module")
+def one_worker(ray_2_cpus, tmp_path_factory) -> tuple[Any, Any]:
+    """A 60-step configuration and its run on Ray Train with one worker (what the inline paths
+    must equal)."""
+    cfg = config(**{"train.steps": 60, "data.synthetic.num_samples": 6000})
+    folder = str(tmp_path_factory.mktemp("one_worker"))
+    return cfg, make_trainer(cfg, Resources(1), name="ray", storage_path=folder).fit()
+
+
+KEYS = ["step", "loss", "val_auc", "val_log_loss", "samples_seen"]
+
+
 def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_train(
-    ray_2_cpus, tmp_path
+    one_worker, tmp_path
 ):
     """``recsys.train.inline``: the same training, reports and checkpoints, in a Tune trial's own
     process over a one-rank group, as Ray Train's one worker gives, even where that process dies
@@ -109,8 +122,7 @@ def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_trai
     from recsys.tracking.tune_reports import RUN_ID, to_tune, tune_report
     from recsys.train import inline
 
-    cfg = config(**{"train.steps": 60, "data.synthetic.num_samples": 6000})
-    on_ray_train = make_trainer(cfg, Resources(1), name="ray", storage_path=str(tmp_path)).fit()
+    cfg, on_ray_train = one_worker
     root, marker = str(tmp_path / "inline"), str(tmp_path / "died")
 
     def trial(_: dict) -> None:
@@ -134,8 +146,7 @@ def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_trai
     assert os.path.exists(marker) and outcome.error is None
     reports = outcome.metrics_dataframe
     ours = inline.persisted(root)
-    keys = ["step", "loss", "val_auc", "val_log_loss", "samples_seen"]
-    assert {k: ours.metrics[k] for k in keys} == {k: on_ray_train.metrics[k] for k in keys}
+    assert {k: ours.metrics[k] for k in KEYS} == {k: on_ray_train.metrics[k] for k in KEYS}
     assert [m["step"] for _, m in ours.best_checkpoints] == [30, 60]  # (both kept)
     last = reports.iloc[-1].to_dict()
     assert last[RUN_ID] == "run-1" and last["checkpoint_path"] == ours.checkpoint.path
@@ -147,3 +158,94 @@ def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_trai
     resumed = make_trainer(longer, Resources(2), name="inline", storage_path=str(tmp_path)).fit()
     note = "resumed at step 60 on 2 workers from a checkpoint of 1"
     assert resumed.metrics["step"] == 90 and note in resumed.metrics.get("resume_note", "")
+
+
+def test_a_one_worker_training_outside_a_sweep_trains_in_a_ray_task(
+    one_worker, tmp_path, monkeypatch
+):
+    """``recsys.train.launch``: ``recsys-train``, a refit and a retrain's trainings of one CPU
+    worker train in a Ray task, as Ray Train's one worker would (its step, loss and scores
+    exactly), even where the task's process dies after the first checkpoint (tried again, it
+    resumes from it); each report reaches the MLflow run it is given."""
+    from mlflow import MlflowClient
+
+    from recsys.train import inline, launch
+
+    cfg, on_ray_train = one_worker
+    real, marker = launch.train_task, str(tmp_path / "died")
+
+    def dies_once(*args: Any) -> Any:  # (pickled by value into the task)
+        report = inline.InlineReporter.report
+
+        def report_then_die(self: Any, metrics: dict, folder: str, step: int) -> None:
+            report(self, metrics, folder, step)
+            if step == 30 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)  # the task's process dies (a lost node, an OOM kill)
+
+        inline.InlineReporter.report = report_then_die  # type: ignore[method-assign]
+        try:
+            return real(*args)
+        finally:
+            inline.InlineReporter.report = report  # type: ignore[method-assign]
+
+    monkeypatch.setattr(launch, "train_task", dies_once)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    said: list[str] = []
+    run = launch.make_run(cfg, Resources(1), name="task", storage_path=str(tmp_path),
+                          max_failures=1, report_to=(uri, run_id), log=said.append)  # fmt: skip
+    assert isinstance(run, launch.InlineRun)
+    result = run.fit()
+    assert os.path.exists(marker) and len(said) == 1 and "trying again" in said[0], said
+    assert {k: result.metrics[k] for k in KEYS} == {k: on_ray_train.metrics[k] for k in KEYS}
+    assert result.checkpoint.path == str(tmp_path / "task" / "step_00000060")
+    steps = [m.step for m in client.get_metric_history(run_id, "step")]
+    assert sorted(steps) == [30, 60]  # the step-30 report logged once, before the process died
+    (val,) = client.get_metric_history(run_id, "val_auc")  # (evaluated at step 60)
+    assert (val.step, val.value) == (60, result.metrics["val_auc"])
+    tags = client.get_run(run_id).data.tags
+    assert tags[Tag.LAST_CHECKPOINT] == str(tmp_path / "task" / "step_00000060")
+
+
+def test_a_training_in_a_ray_task_is_not_tried_again_on_an_input_error(
+    ray_2_cpus, tmp_path, monkeypatch
+):
+    """An error of the input is raised at once, as itself; any other failure is tried again up
+    to ``max_failures`` times, then raised."""
+    from recsys.data.errors import DataError
+    from recsys.train import launch
+
+    attempts = tmp_path / "attempts"
+
+    def failing(error: type[Exception]) -> Any:
+        def task(*args: Any) -> Any:
+            with open(attempts, "a") as f:
+                f.write("x")
+            raise error("clicks.csv: column 'price': 'abc' is not a number")
+
+        return task
+
+    run = launch.make_run(config(), Resources(1), name="bad", storage_path=str(tmp_path),
+                          max_failures=2, log=lambda s: None)  # fmt: skip
+    monkeypatch.setattr(launch, "train_task", failing(DataError))
+    with pytest.raises(DataError, match="column 'price'"):
+        run.fit()
+    assert attempts.read_text() == "x"
+    monkeypatch.setattr(launch, "train_task", failing(RuntimeError))
+    with pytest.raises(RuntimeError, match="column 'price'"):
+        run.fit()
+    assert attempts.read_text() == "x" + "xxx"  # the first and its 2 retries
+
+
+def test_a_run_that_no_task_can_hold_is_built_for_ray_train(ray_2_cpus, tmp_path):
+    """One CPU worker: a Ray task; two workers: Ray Train's ``TorchTrainer`` (a GPU or an object
+    store too: ``inline.fits``, tests/unit/test_inline.py)."""
+    from ray.train.torch import TorchTrainer
+
+    from recsys.train.launch import InlineRun, make_run
+
+    cfg, folder = config(), str(tmp_path)
+    assert isinstance(make_run(cfg, Resources(1), name="a", storage_path=folder), InlineRun)
+    assert isinstance(make_run(cfg, Resources(2), name="a", storage_path=folder), TorchTrainer)
