@@ -6,7 +6,7 @@
     recsys-retrain --model models:/clicklogs-dlrm/3 --data data/week2 --epochs 2 --seeds 5
 
 Trains the model's configuration on ``--data`` warm-started from its checkpoint, and the same
-configuration from scratch, ``--seeds`` times each (Ray Train runs: ``--address`` and the worker
+configuration from scratch, ``--seeds`` times each (runs on Ray: ``--address`` and the worker
 flags as recsys-train's; re-running the command resumes what a killed one left); scores them and
 the frozen model on the new period's test rows; registers the retrained model as a new version
 and moves ``@champion`` to it only where its lead over the frozen model is outside the seed noise.

@@ -1,4 +1,4 @@
-"""Train one DLRM configuration with Ray Train and print its metrics.
+"""Train one DLRM configuration on Ray (Ray Train; one CPU worker: a Ray task); print its metrics.
 
     recsys-train                           # the `debug` experiment on 2 CPU workers of a local Ray
     recsys-train --experiment debug --set model.interaction=cat --set train.steps=100

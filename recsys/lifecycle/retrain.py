@@ -167,8 +167,9 @@ def train_one(
     plan: Plan, role: str, seed: int, tracker: Tracker, exp: str, parent: str,
     resources: Resources, folder: str,
 ) -> tuple[dict[str, Any], str, str]:  # fmt: skip
-    """One training (a Ray Train run named ``<role>-seed<seed>`` in ``folder``, resumed where a
-    run left it), its reports logged to its MLflow run; its last report, checkpoint, run id."""
+    """One training (a run named ``<role>-seed<seed>`` in ``folder``, resumed where a run left it:
+    on Ray Train, or in a Ray task for one CPU worker, ``recsys.train.launch``), its reports
+    logged to its MLflow run; its last report, checkpoint, run id."""
     import yaml
 
     from recsys.runtime.storage import as_uri

@@ -12,7 +12,7 @@ held-out score.
 The refit is an MLflow run of its own in the sweep (``recsys.kind = refit``, under the sweep's
 run): its config, its data input (the rows it saw), its test metrics, its export and the served
 model, with ``recsys.refit_of`` naming the trial and ``recsys.refit_rows`` the rows. It is never
-ranked as a trial. Running ``--refit`` again finds that run and its Ray Train run (the storage
+ranked as a trial. Running ``--refit`` again finds that run and its training run (the storage
 folder ``<storage>/<sweep>/refit-<trial>``), which resumes or, when finished, trains nothing.
 
     run_id, report, uri = refit_best(tracking_uri, "default", "runs", Resources(2, False, 1.0),
@@ -128,8 +128,8 @@ def checked_refit(
 def train_refit(
     refit: Refit, resources: Resources, storage: str, sweep: str
 ) -> tuple[str, dict[str, Any]]:
-    """Train the refit with Ray Train (Ray connected), in ``<storage>/<sweep>/refit-<trial>``;
-    its last checkpoint and last report."""
+    """Train the refit on Ray (``recsys.train.launch``; Ray connected), in
+    ``<storage>/<sweep>/refit-<trial>``; its last checkpoint and last report."""
     from recsys.runtime.shared_storage import check_nodes_see
 
     folder = storage_join(storage, sweep)

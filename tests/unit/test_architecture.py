@@ -223,7 +223,7 @@ ROOMS = {
     "prepare": room(3, "recsys.prepare", "config runtime data"),
     "distributed": room(3, "recsys.distributed", "config runtime data models"),
     "tracking": room(3, "recsys.tracking", "config runtime data"),
-    "train": room(4, "recsys.train", "config runtime metrics data models distributed"),
+    "train": room(4, "recsys.train", "config runtime metrics data models distributed tracking"),
     "serving": room(4, "recsys.serving",
                     "config runtime metrics data prepare models distributed tracking"),
     "tune": room(5, "recsys.tune",
