@@ -6,16 +6,26 @@ no Tune trial holds gets the same saving from a Ray task: it reserves the worker
 cluster, trains there with ``inline.train`` (the same ``Trainer`` over a one-rank group, its
 checkpoints where Ray Train's worker writes them, resumed from the newest with its report), and
 skips the Ray Train controller and worker group that would cost it about 8.5 s on 2 cores
-(BENCHMARKS.md, the overhead rows). Ray keeps the task's process for the next task, so a
-retrain's next training finds torch and TorchRec imported.
+(BENCHMARKS.md, the overhead rows). Ray usually keeps the task's process for the next task, so a
+retrain's later trainings find torch and TorchRec imported.
 
-A failed attempt is tried again from its last checkpoint up to ``max_failures`` times, as Ray
-Train restarts its workers (a lost node, a killed process, an error of the training), except for
-an error of the input (``ConfigError``, ``DataError``), which no retry mends: it is raised at once.
+The task streams each report back (a generator task); the caller's process logs it to MLflow, as
+a sweep's driver logs its trials' reports, so a store only the caller's machine reaches (the
+default SQLite file) serves a task on any node, and the training never waits on MLflow. Before
+each attempt, the reports of checkpoints that MLflow lacks (a process that died between a
+checkpoint and its report's logging) are logged first.
+
+A failed attempt is tried again from its last checkpoint up to ``max_failures`` times (negative:
+without limit), as Ray Train restarts its workers (a lost node, a killed process, an error of the
+training), once some node can hold the worker (``wait_for_fit`` up to ``RECSYS_NODE_WAIT_S``);
+an error of the input (``ConfigError``, ``DataError``) or a cancelled task is raised at once.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +35,7 @@ from recsys.train import inline
 from recsys.train.ray_trainer import Resources, make_trainer
 
 ReportTo = tuple[str, str]  # (an MLflow tracking URI, the run each report is logged to)
+REPORT, END = "report", "end"  # what the task yields: (REPORT, metrics, folder), (END, last, "")
 
 
 def make_run(
@@ -59,7 +70,8 @@ class InlineRun:
         resources: its one worker's (``cpus_per_worker``, ``node_workers``).
         name: its folder under ``storage_path`` (as Ray Train's run name).
         storage_path: a file system path every node sees.
-        max_failures: attempts tried again after a failure that is not the input's.
+        max_failures: attempts tried again after a failure that is not the input's (negative:
+            without limit).
         report_to: the MLflow run each report is logged to, or None.
         log: where a retried failure is said.
     """
@@ -75,80 +87,130 @@ class InlineRun:
     def fit(self) -> Any:
         """Train (resumed from the newest reported checkpoint); the run's ``ray.train.Result``."""
         root = storage.join(self.storage_path, self.name)
+        logger = ReportLogger(self.report_to) if self.report_to else None
         failures = 0
         while True:
+            if logger is not None:
+                logger.missed(root)
             try:
-                last = self.attempt(root)
-                return inline.result(root, last)
+                return inline.result(root, self.attempt(root, logger))
             except Exception as e:
-                cause = input_error(e)
-                if cause is not None:
+                if (cause := not_retried(e)) is not None:
                     raise cause from None
                 failures += 1
-                if failures > self.max_failures:
+                if 0 <= self.max_failures < failures:
                     raise
+                limit = self.max_failures if self.max_failures >= 0 else "no limit"
                 self.log(f"training {self.name} failed ({failure_line(e)}); trying again from "
-                         f"its last checkpoint ({failures} of {self.max_failures})")  # fmt: skip
+                         f"its last checkpoint ({failures} of {limit})")  # fmt: skip
+                self.wait_for_room()
 
-    def attempt(self, root: str) -> dict[str, Any] | None:
-        """One attempt in a Ray task; its last report (None: it reported nothing). Cancelled
-        with the caller's interrupt."""
+    def attempt(self, root: str, logger: ReportLogger | None) -> dict[str, Any] | None:
+        """One attempt in a Ray task, each report it streams logged by ``logger``; its last
+        report (None: it reported nothing). Cancelled with the caller's interrupt."""
         import ray
 
         cpus = self.resources.cpus_per_worker
         task = ray.remote(train_task).options(
-            num_cpus=cpus, max_retries=0, retry_exceptions=False, name=f"train {self.name}"
+            num_cpus=cpus, max_retries=0, num_returns="streaming", name=f"train {self.name}"
         )
-        ref = task.remote(self.cfg.to_dict(), root, cpus, self.resources.node_workers,
-                          self.report_to)  # fmt: skip
+        stream: Any = task.remote(self.cfg.to_dict(), root, cpus, self.resources.node_workers)
         try:
-            return ray.get(ref)  # type: ignore[no-any-return]
+            for ref in stream:
+                kind, metrics, folder = ray.get(ref)
+                if kind == END:
+                    return metrics  # type: ignore[no-any-return]
+                if logger is not None:
+                    logger.log(metrics, folder)
         except KeyboardInterrupt:
-            ray.cancel(ref, force=True)
+            ray.cancel(stream, force=True)
             raise
+        raise RuntimeError(f"training {self.name}: its task ended without its last report")
+
+    def wait_for_room(self) -> None:
+        """Wait (``RECSYS_NODE_WAIT_S``) until an alive node can hold the worker, else refuse
+        (``ConfigError``, with the time waited)."""
+        from recsys.runtime.cluster import wait_for_fit
+        from recsys.train.nodes import node_wait_s
+
+        wait_for_fit(1, self.resources.cpus_per_worker, 0.0, 0.0, node_wait_s())
+
+
+class ReportLogger:
+    """Logs a run's reports to its MLflow run (``recsys.tracking.report.log_report``) from the
+    caller's process, the store opened once."""
+
+    def __init__(self, report_to: ReportTo) -> None:
+        from recsys.tracking.tracker import Tracker
+
+        self.tracker, self.run_id = Tracker(report_to[0]), report_to[1]
+
+    def log(self, metrics: dict[str, Any], folder: str) -> None:
+        from recsys.tracking.report import log_report
+
+        log_report(self.tracker, self.run_id, metrics, folder)
+
+    def missed(self, root: str) -> None:
+        """Log the reports of the run's checkpoints under ``root`` that MLflow lacks (those
+        after its last step), oldest first."""
+        from recsys.train.reporting import reported
+
+        last = self.tracker.last_step(self.run_id)
+        for folder, metrics in reported(root):
+            if int(metrics.get("step", 0)) > last:
+                self.log(metrics, folder)
 
 
 def train_task(
-    experiment: dict[str, Any], root: str, cpus: float, node_workers: int,
-    report_to: ReportTo | None,
-) -> dict[str, Any] | None:  # fmt: skip
-    """The Ray task: ``inline.train`` of the configuration ``experiment`` (a dict) under ``root``,
-    each report logged to ``report_to``'s MLflow run; the last report."""
+    experiment: dict[str, Any], root: str, cpus: float, node_workers: int
+) -> Iterator[tuple[str, Any, str]]:
+    """The Ray task (a generator): ``inline.train`` of the configuration ``experiment`` (a dict)
+    under ``root`` in a thread, each report yielded as it comes ``(REPORT, metrics, folder)``,
+    then ``(END, the last report, "")``; the training's error raised."""
     cfg = ExperimentConfig.from_dict(experiment)
-    send = mlflow_sender(report_to) if report_to else (lambda metrics, folder: None)
-    result = inline.train(cfg, root, send, cpus, node_workers=node_workers)
-    return dict(result.metrics) if result.metrics else None
-
-
-def mlflow_sender(report_to: ReportTo) -> inline.Send:
-    """Logs each report to an MLflow run (``recsys.tracking.report.log_report``), the store
-    opened at the first."""
-    uri, run_id = report_to
-    opened: list[Any] = []
+    reports: queue.Queue[tuple[dict[str, Any], str] | None] = queue.Queue()
+    outcome: dict[str, Any] = {}
 
     def send(metrics: dict[str, Any], folder: str) -> None:
-        from recsys.tracking.report import log_report
-        from recsys.tracking.tracker import Tracker
+        reports.put((metrics, folder))
 
-        if not opened:
-            opened.append(Tracker(uri))
-        log_report(opened[0], run_id, metrics, folder)
+    def run() -> None:
+        try:
+            outcome["result"] = inline.train(cfg, root, send, cpus, node_workers=node_workers)
+        except BaseException as e:  # raised by the task below
+            outcome["error"] = e
+        finally:
+            reports.put(None)
 
-    return send
+    thread = threading.Thread(target=run, name="train", daemon=True)
+    thread.start()
+    while (item := reports.get()) is not None:
+        yield REPORT, item[0], item[1]
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    metrics = outcome["result"].metrics
+    yield END, dict(metrics) if metrics else None, ""
 
 
-def input_error(e: BaseException) -> BaseException | None:
-    """The ``ConfigError`` or ``DataError`` that ``e`` (a task's error as ``ray.get`` raises it)
-    carries, or None."""
+def not_retried(e: BaseException) -> BaseException | None:
+    """What ``e`` (a task's error as ``ray.get`` raises it) carries that no retry mends: a
+    ``ConfigError`` or ``DataError`` (as itself), or the task's cancellation; else None."""
+    from ray.exceptions import TaskCancelledError
+
     from recsys.configlib import ConfigError
     from recsys.data.errors import DataError
 
+    if isinstance(e, TaskCancelledError):
+        return e
     cause = getattr(e, "cause", None) or e
     return cause if isinstance(cause, (ConfigError, DataError)) else None
 
 
 def failure_line(e: BaseException) -> str:
-    """A failed attempt in a line: the error's type and its message's last line."""
-    cause = getattr(e, "cause", None) or e
-    text = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {text[-1] if text else ''}"
+    """A failed attempt in a line: the error's type and its message's line that says most (a
+    task's error: the last, its exception's; Ray's own: the first, before its advice)."""
+    cause = getattr(e, "cause", None)
+    text = str(cause or e).strip().splitlines()
+    line = (text[-1] if cause is not None else text[0]) if text else ""
+    return f"{type(cause or e).__name__}: {line}"

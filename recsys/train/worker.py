@@ -56,19 +56,28 @@ class RayReporter:
         self.storage = storage
 
     def checkpoints(self) -> list[Any]:
-        """Every kept checkpoint of this run, newest (highest step) first. A run with none on
-        a file system takes those its folder holds from a trial trained in its Tune trial
-        (``recsys.train.inline``: one worker, a sweep resumed on more)."""
-        if ray.train.get_checkpoint() is None:
-            return self.written_inline() if self.direct else []
-        reported = ray.train.get_all_reported_checkpoints()
-        reported.sort(key=lambda r: r.metrics.get("step", 0), reverse=True)
-        return [r.checkpoint for r in reported]
+        """Every kept checkpoint of this run, newest (highest step) first. On a file system,
+        those its folder holds with their reports too: a run trained without Ray Train
+        (``recsys.train.inline``: one worker, a sweep or a run resumed on more) may have gone on
+        past Ray Train's last, and removed some of Ray Train's kept ones."""
+        kept = []
+        if ray.train.get_checkpoint() is not None:
+            kept = [(r.metrics.get("step", 0), r.checkpoint)
+                    for r in ray.train.get_all_reported_checkpoints()]  # fmt: skip
+        if self.direct:
+            kept = [(s, c) for s, c in kept if os.path.isdir(c.path)] + self.written_inline()
+        newest: dict[str, tuple[int, Any]] = {}
+        for step, checkpoint in kept:
+            newest.setdefault(os.path.normpath(checkpoint.path), (int(step), checkpoint))
+        # by step, then by name's length (``LocalReporter.completed``), newest first
+        order = sorted(newest.items(), key=lambda p: (p[1][0], len(p[0])), reverse=True)
+        return [checkpoint for _, (_, checkpoint) in order]
 
-    def written_inline(self) -> list[Any]:
-        """The checkpoints with their reports in this run's folder, newest first."""
+    def written_inline(self) -> list[tuple[int, Any]]:
+        """The checkpoints with their reports in this run's folder, with their steps."""
         run = self.storage.experiment_fs_path  # (where ``checkpoint_dir`` writes in place)
-        return [ray.train.Checkpoint.from_directory(f) for f, _ in reported(run)][::-1]
+        found = reported(run)
+        return [(int(m.get("step", 0)), ray.train.Checkpoint.from_directory(f)) for f, m in found]
 
     @contextlib.contextmanager
     def open_checkpoint(self, handle: Any) -> Iterator[str]:

@@ -227,6 +227,86 @@ def test_a_lost_node_is_named_and_its_sweep_trial_restarts_on_a_fresh_one(cluste
     cluster.remove_node(fresh)
 
 
+LONGER = {"train.steps": 3000, "train.checkpoint_every": 100, "train.eval_every": 1000}
+
+
+@pytest.mark.clusters
+def test_a_lost_node_under_a_one_worker_trial_restarts_it_elsewhere(cluster, tmp_path, capfd):
+    """The node that holds a running sweep trial of one CPU worker (trained in its Tune trial's
+    process, ``recsys.train.inline``) dies: Tune starts the trial again on another node, which
+    resumes from its last checkpoint; the sweep finishes, and MLflow has one run for the trial
+    with every step once."""
+    from mlflow import MlflowClient
+
+    from recsys.tracking.tracker import Tracker
+    from recsys.tune import space as spaces
+    from recsys.tune.sweep import SweepOptions, run_sweep
+
+    longer = "".join(f"  {k}: {v}\n" for k, v in LONGER.items())
+    (tmp_path / "lost.yaml").write_text(LOST_SPACE.replace("space:\n", longer + "space:\n"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    opts = SweepOptions(
+        name="lost1", storage=str(tmp_path / "storage"), tracking_uri=uri, num_samples=1,
+        num_workers=1, cpus_per_worker=1.0, max_failures=1,
+    )  # fmt: skip
+    space = spaces.load(str(tmp_path / "lost.yaml"))
+    result: dict = {}
+
+    def sweep() -> None:
+        result.update(t=run_sweep(space, opts, Tracker(uri), restore=False))
+
+    run = tmp_path / "storage" / "lost1" / "train" / "*"
+    held, done = lose_the_node_of(cluster, sweep, run, "127.0.0.10")
+    (row,) = result["t"]
+    assert row["status"] == "finished", row
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("lost1")
+    (run,) = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "step")]
+    assert steps == sorted(set(steps)) and steps[-1] == 3000, steps  # every report once
+    assert done["step"] == 3000 and done["worker_nodes"] != held  # finished on another node
+    assert "resumed from step" in capfd.readouterr().out
+
+
+@pytest.mark.clusters
+def test_a_lost_node_under_a_one_worker_training_task_runs_it_elsewhere(cluster, tmp_path, capfd):
+    """The same for a training outside a sweep (``recsys-train``, a refit, a retrain's) of one
+    CPU worker, in a Ray task (``recsys.train.launch``): the task is submitted again from its
+    last checkpoint, with one line saying so, and goes on on another node."""
+    from recsys.train.launch import make_run
+    from recsys.train.ray_trainer import Resources
+
+    said: list[str] = []
+    cfg = trainer_config(**{**STEPS, **LONGER})
+    run = make_run(cfg, Resources(1, False, 1.5), name="task", max_failures=1,
+                   storage_path=str(tmp_path / "storage"), log=said.append)  # fmt: skip
+    result: dict = {}
+    held, done = lose_the_node_of(cluster, lambda: result.update(r=run.fit()),
+                                  tmp_path / "storage" / "task", "127.0.0.11")  # fmt: skip
+    assert result["r"].metrics["step"] == 3000
+    assert done["step"] == 3000 and done["worker_nodes"] != held  # finished on another node
+    assert len(said) == 1 and "trying again from its last checkpoint (1 of 1)" in said[0], said
+    assert "resumed from step" in capfd.readouterr().out
+
+
+def lose_the_node_of(cluster, train, run: Path, fresh_ip: str) -> tuple[str, dict]:
+    """Run ``train`` (a one-worker training of more than 1 CPU: no room on the head) in a
+    thread; kill the node it trains on once its first checkpoint has its report, and add a
+    fresh node at ``fresh_ip`` (the cluster keeps its size); the node that was lost and the
+    run's last report once ``train`` ended."""
+    thread = threading.Thread(target=train)
+    thread.start()
+    reports = wait_for(lambda: sorted(run.parent.glob(f"{run.name}/step_*/metrics.json")),
+                       300, "a first checkpoint with its report")  # fmt: skip
+    held = json.loads(reports[0].read_text())["worker_nodes"]  # (the node it trained on)
+    cluster.remove_node(node_of(cluster, held), allow_graceful=False)
+    add_node(cluster, 2, fresh_ip)
+    thread.join(timeout=500)
+    assert not thread.is_alive(), "the training did not end after its node was lost"
+    last = sorted(run.parent.glob(f"{run.name}/step_*/metrics.json"))[-1]
+    return held, json.loads(last.read_text())
+
+
 def test_with_no_capacity_back_the_run_waits_then_fails_with_the_reason(
     cluster, tmp_path, capfd, monkeypatch
 ):

@@ -116,11 +116,14 @@ def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_trai
     """``recsys.train.inline``: the same training, reports and checkpoints, in a Tune trial's own
     process over a one-rank group, as Ray Train's one worker gives, even where that process dies
     after its first checkpoint (Tune tries it again: it resumes exactly); its reports reach Tune
-    as ``ReportToTune`` sends them, and the driver reads its folder as a Train result."""
+    as ``ReportToTune`` sends them, and the driver reads its folder as a Train result. Resumed on
+    2 Ray Train workers, then on one (a Ray task), then on 2 again, each goes on from the newest
+    checkpoint."""
     from ray import tune
 
     from recsys.tracking.tune_reports import RUN_ID, to_tune, tune_report
     from recsys.train import inline
+    from recsys.train.launch import InlineRun
 
     cfg, on_ray_train = one_worker
     root, marker = str(tmp_path / "inline"), str(tmp_path / "died")
@@ -158,6 +161,15 @@ def test_a_one_worker_cpu_trial_trains_the_same_in_its_tune_trial_as_on_ray_trai
     resumed = make_trainer(longer, Resources(2), name="inline", storage_path=str(tmp_path)).fit()
     note = "resumed at step 60 on 2 workers from a checkpoint of 1"
     assert resumed.metrics["step"] == 90 and note in resumed.metrics.get("resume_note", "")
+    # on one worker again (a Ray task), then on 2 workers again: Ray Train goes on from the
+    # newest checkpoint in the folder, not from the last one it registered itself (step 90)
+    further = InlineRun(cfg.with_overrides({"train.steps": 120}), Resources(1), "inline",
+                        str(tmp_path)).fit()  # fmt: skip
+    assert further.metrics["step"] == 120
+    again = make_trainer(cfg.with_overrides({"train.steps": 150}), Resources(2), name="inline",
+                         storage_path=str(tmp_path)).fit()  # fmt: skip
+    note = "resumed at step 120 on 2 workers from a checkpoint of 1"
+    assert again.metrics["step"] == 150 and note in again.metrics.get("resume_note", ""), again
 
 
 def test_a_one_worker_training_outside_a_sweep_trains_in_a_ray_task(
@@ -166,26 +178,29 @@ def test_a_one_worker_training_outside_a_sweep_trains_in_a_ray_task(
     """``recsys.train.launch``: ``recsys-train``, a refit and a retrain's trainings of one CPU
     worker train in a Ray task, as Ray Train's one worker would (its step, loss and scores
     exactly), even where the task's process dies after the first checkpoint (tried again, it
-    resumes from it); each report reaches the MLflow run it is given."""
+    resumes from it); each report reaches the MLflow run it is given, once, the one the dead
+    process never sent too (logged before the next attempt)."""
     from mlflow import MlflowClient
 
     from recsys.train import inline, launch
+    from recsys.train.reporting import write_report
 
     cfg, on_ray_train = one_worker
     real, marker = launch.train_task, str(tmp_path / "died")
 
-    def dies_once(*args: Any) -> Any:  # (pickled by value into the task)
+    def dies_once(*args: Any) -> Any:  # (a generator, pickled by value into the task)
         report = inline.InlineReporter.report
 
         def report_then_die(self: Any, metrics: dict, folder: str, step: int) -> None:
-            report(self, metrics, folder, step)
             if step == 30 and not os.path.exists(marker):
                 open(marker, "w").close()
-                os._exit(1)  # the task's process dies (a lost node, an OOM kill)
+                write_report(folder, metrics)  # the checkpoint's report, never sent: the
+                os._exit(1)  # process dies (a lost node, an OOM kill) before it reaches MLflow
+            report(self, metrics, folder, step)
 
         inline.InlineReporter.report = report_then_die  # type: ignore[method-assign]
         try:
-            return real(*args)
+            yield from real(*args)
         finally:
             inline.InlineReporter.report = report  # type: ignore[method-assign]
 
@@ -202,7 +217,7 @@ def test_a_one_worker_training_outside_a_sweep_trains_in_a_ray_task(
     assert {k: result.metrics[k] for k in KEYS} == {k: on_ray_train.metrics[k] for k in KEYS}
     assert result.checkpoint.path == str(tmp_path / "task" / "step_00000060")
     steps = [m.step for m in client.get_metric_history(run_id, "step")]
-    assert sorted(steps) == [30, 60]  # the step-30 report logged once, before the process died
+    assert sorted(steps) == [30, 60]  # the step-30 report logged once: by the second attempt
     (val,) = client.get_metric_history(run_id, "val_auc")  # (evaluated at step 60)
     assert (val.step, val.value) == (60, result.metrics["val_auc"])
     tags = client.get_run(run_id).data.tags
@@ -224,6 +239,7 @@ def test_a_training_in_a_ray_task_is_not_tried_again_on_an_input_error(
             with open(attempts, "a") as f:
                 f.write("x")
             raise error("clicks.csv: column 'price': 'abc' is not a number")
+            yield  # (a generator, as the task is)
 
         return task
 
