@@ -27,7 +27,7 @@ from typing import Any
 
 from recsys.config import ExperimentConfig
 from recsys.runtime import storage
-from recsys.train.reporting import LocalReporter, reported, write_report
+from recsys.train.reporting import INLINE, RUN_KIND, LocalReporter, reported, write_report
 
 Send = Callable[[dict[str, Any], str], None]  # (a report, its checkpoint's folder or "")
 
@@ -43,8 +43,9 @@ def fits(num_workers: int, use_gpu: bool, storage_path: str) -> bool:
 class InlineReporter(LocalReporter):
     """The one rank of a run trained here: checkpoints in its folder ``root``, resumed from the
     newest with its report (``reported``), each report (with the node it ran on, as
-    ``RayReporter`` adds) written beside its checkpoint and sent to ``send``, the checkpoints
-    beyond the best ``keep`` by ``ckpt_score`` (``mode``) and the latest removed."""
+    ``RayReporter`` adds, and ``RUN_KIND``: ``INLINE``) written beside its checkpoint and sent to
+    ``send``, the checkpoints beyond the best ``keep`` by ``ckpt_score`` (``mode``) and the
+    latest removed."""
 
     def __init__(self, root: str, send: Send, mode: str, keep: int = KEEP) -> None:
         super().__init__(root, 0)
@@ -63,7 +64,7 @@ class InlineReporter(LocalReporter):
     def report(self, metrics: dict[str, Any], folder: str, step: int) -> None:
         from recsys.train.worker import hold
 
-        metrics = {**metrics, "worker_nodes": node_id()}
+        metrics = {**metrics, "worker_nodes": node_id(), RUN_KIND: INLINE}
         if folder:
             write_report(folder, metrics)
             self.prune()

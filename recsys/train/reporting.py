@@ -80,6 +80,14 @@ class LocalReporter:
 REPORT = "metrics.json"  # a checkpoint's report, beside its data
 
 
+RUN_KIND, INLINE = "run_kind", "inline"  # in the reports of a run trained without Ray Train
+
+
+def is_inline(report: dict[str, Any]) -> bool:
+    """Whether ``report`` is one of a run trained without Ray Train (``recsys.train.inline``)."""
+    return report.get(RUN_KIND) == INLINE
+
+
 def write_report(folder: str, metrics: dict[str, Any]) -> None:
     """``metrics`` as checkpoint ``folder``'s report, whole or not at all (a process killed
     while writing leaves no half of it)."""

@@ -25,7 +25,7 @@ from recsys.config import ExperimentConfig
 from recsys.data.prepared.remote import localised
 from recsys.distributed import collectives
 from recsys.distributed.env import check_placement, current
-from recsys.train.reporting import reported, write_report
+from recsys.train.reporting import is_inline, reported, write_report
 from recsys.train.system_metrics import node_monitor
 
 
@@ -57,15 +57,18 @@ class RayReporter:
 
     def checkpoints(self) -> list[Any]:
         """Every kept checkpoint of this run, newest (highest step) first. On a file system,
-        those its folder holds with their reports too: a run trained without Ray Train
-        (``recsys.train.inline``: one worker, a sweep or a run resumed on more) may have gone on
-        past Ray Train's last, and removed some of Ray Train's kept ones."""
+        those a run trained without Ray Train wrote in its folder too (``recsys.train.inline``:
+        one worker, a sweep or a run resumed on more), which may have gone on past Ray Train's
+        last and removed some of Ray Train's kept ones; a run with none of its own takes every
+        checkpoint there with its report. (Not one that Ray Train's own workers wrote but never
+        registered: its report never reached Ray Train's record, nor MLflow.)"""
         kept = []
         if ray.train.get_checkpoint() is not None:
             kept = [(r.metrics.get("step", 0), r.checkpoint)
                     for r in ray.train.get_all_reported_checkpoints()]  # fmt: skip
         if self.direct:
-            kept = [(s, c) for s, c in kept if os.path.isdir(c.path)] + self.written_inline()
+            kept = [(s, c) for s, c in kept if os.path.isdir(c.path)]
+            kept += [(s, c) for s, c, m in self.written() if not kept or is_inline(m)]
         newest: dict[str, tuple[int, Any]] = {}
         for step, checkpoint in kept:
             newest.setdefault(os.path.normpath(checkpoint.path), (int(step), checkpoint))
@@ -73,11 +76,11 @@ class RayReporter:
         order = sorted(newest.items(), key=lambda p: (p[1][0], len(p[0])), reverse=True)
         return [checkpoint for _, (_, checkpoint) in order]
 
-    def written_inline(self) -> list[tuple[int, Any]]:
-        """The checkpoints with their reports in this run's folder, with their steps."""
+    def written(self) -> list[tuple[int, Any, dict[str, Any]]]:
+        """The checkpoints with their reports in this run's folder: step, checkpoint, report."""
         run = self.storage.experiment_fs_path  # (where ``checkpoint_dir`` writes in place)
-        found = reported(run)
-        return [(int(m.get("step", 0)), ray.train.Checkpoint.from_directory(f)) for f, m in found]
+        return [(int(m.get("step", 0)), ray.train.Checkpoint.from_directory(f), m)
+                for f, m in reported(run)]  # fmt: skip
 
     @contextlib.contextmanager
     def open_checkpoint(self, handle: Any) -> Iterator[str]:
