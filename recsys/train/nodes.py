@@ -131,6 +131,36 @@ class QuietKnownFailures(logging.Filter):
         return not (record.name == FAILURE_LOGGER and self.watch.lost_error(error))
 
 
+TUNE_CONTROLLER_LOGGER = "ray.tune.execution.tune_controller"
+
+
+class LostTrialProcess(logging.Filter):
+    """Tune's record of a failed trial whose process was lost (a ``RayActorError``: its node
+    gone, the process killed; a trial of one CPU worker trains there, ``recsys.train.inline``)
+    in one line in place of the traceback: Tune tries the trial again from its last checkpoint
+    while its ``--max-failures`` allow. A trial's own error keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from ray.exceptions import RayActorError
+
+        error = exception_of(record)
+        if isinstance(error, RayActorError):
+            text = str(error).strip().splitlines()
+            first = text[0] if text else ""
+            record.msg = (f"{record.getMessage()}: its process was lost ({type(error).__name__}: "
+                          f"{first}); Tune tries it again from its last checkpoint while "
+                          "--max-failures allows")  # fmt: skip
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def quiet_lost_trial_processes() -> None:
+    """``LostTrialProcess`` on Tune's controller's logger in this process (once)."""
+    log = logging.getLogger(TUNE_CONTROLLER_LOGGER)
+    if not any(isinstance(f, LostTrialProcess) for f in log.filters):
+        log.addFilter(LostTrialProcess())
+
+
 class NodeWatch(ControllerCallback, WorkerGroupCallback):  # type: ignore[misc]
     """Names a lost node (its IP, id and the ranks it held) and the restart it causes; while the
     run cannot place its workers, a status line per placement attempt; after a lost node, the

@@ -445,7 +445,9 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Start or resume the sweep on the connected Ray; returns the trials' rows, best first."""
     from recsys.runtime.cluster import alive_nodes
+    from recsys.train.nodes import quiet_lost_trial_processes
 
+    quiet_lost_trial_processes()  # a lost trial's process in a line, not Tune's traceback
     experiment_id = tracker.experiment(opts.name)
     parent = tracker.parent_run(experiment_id, opts.name)
     tracker.set_tags(parent, {Tag.METRIC: space.metric, Tag.MODE: space.mode})

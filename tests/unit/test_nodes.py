@@ -35,3 +35,31 @@ def test_a_node_whose_raylet_does_not_answer_is_lost_before_ray_marks_it_dead(mo
     finally:
         listening.close()
         closed.close()
+
+
+def test_a_trials_lost_process_is_one_line_and_its_own_error_keeps_its_traceback(caplog):
+    """Tune's record of a trial whose process was lost (its node gone) becomes one line; a
+    trial's own error stays as Tune logs it, with its traceback."""
+    import logging
+
+    from ray.exceptions import ActorUnavailableError
+
+    from recsys.train.nodes import TUNE_CONTROLLER_LOGGER, quiet_lost_trial_processes
+
+    quiet_lost_trial_processes()
+    quiet_lost_trial_processes()  # (once, however often asked)
+    log = logging.getLogger(TUNE_CONTROLLER_LOGGER)
+    assert len(log.filters) == 1
+    lost = ActorUnavailableError("RpcError: Socket closed", None)
+    with caplog.at_level(logging.ERROR, logger=TUNE_CONTROLLER_LOGGER):
+        log.error("Trial task failed for trial t_00000", exc_info=lost)
+        log.error("Trial task failed for trial t_00001", exc_info=ValueError("a bad row"))
+    first, second = caplog.records
+    assert first.getMessage() == (
+        "Trial task failed for trial t_00000: its process was lost (ActorUnavailableError: The "
+        "actor None is unavailable: RpcError: Socket closed. The task may or may not have been "
+        "executed on the actor.); Tune tries it again from its last checkpoint while "
+        "--max-failures allows"
+    )
+    assert first.exc_info is None and "Traceback" not in caplog.text.split("t_00001")[0]
+    assert second.exc_info is not None and second.getMessage().endswith("t_00001")
