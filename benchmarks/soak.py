@@ -89,9 +89,10 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-# the titles of the processes that train: a Ray Train worker, a trial's own (Tune names its actor
-# after the trial function) where it trains inline
-TRAINING = (b"ray::RayTrainWorker", b"ray::run_trial")
+# the titles of the processes that train: a Ray Train worker, and a Tune trial's actor while it
+# runs its trial (``ImplicitFunc.train``; it trains there when the trial trains inline; an idle
+# actor, kept for the next trial, is ``ray::ImplicitFunc``)
+TRAINING = (b"ray::RayTrainWorker", b"ray::ImplicitFunc.train")
 
 
 def train_workers() -> list[int]:
