@@ -327,7 +327,7 @@ ROWS: list[Row] = [
     measured(
         "the tracking store's growth: metric rows per trial-step",
         "SQLite: **3.30** rows per trial-step, 32.5 per report (+10% with the cost metrics); "
-        "PostgreSQL (the soak's, 2026-11-30, c3a9a0b): 3.80 rows per trial-step, 435 B per row",
+        "PostgreSQL (the soak's, 2026-11-30, 05d128e): 3.81 rows per trial-step, 434 B per row",
         " ([store](#store))", EPYC, "2026-11-23", "651b2b6",
     ),
     Row(
@@ -338,7 +338,7 @@ ROWS: list[Row] = [
         goals.soak_scale,
         {"trials": 200, "driver_kills": 2, "outages": 1, "worker_kills": 1},
         " ([soak](#soak))",
-        EPYC, "2026-11-30", "c3a9a0b",
+        EPYC, "2026-11-30", "05d128e",
     ),
     Row(
         "soak: nothing lost (one run per trial, whole metric histories, a final status each, "
@@ -347,28 +347,28 @@ ROWS: list[Row] = [
         goals.soak_nothing_lost,
         {"trials": 200, "runs": 200, "finished": 200, "problems": 0},
         "",
-        EPYC, "2026-11-30", "c3a9a0b",
+        EPYC, "2026-11-30", "05d128e",
     ),
     Row(
         "soak: driver memory, 200 vs 50 trials ≤ 1.3x",
         "**{ratio:.2f}x** ({at_50} → {at_200} MB)",
         goals.soak_driver_memory,
-        {"at_50": 582, "at_200": 649},
+        {"at_50": 581, "at_200": 649},
         "",
-        EPYC, "2026-11-30", "c3a9a0b",
+        EPYC, "2026-11-30", "05d128e",
         derived=lambda at_50, at_200: {"ratio": at_200 / at_50},
     ),
     Row(
         "soak: overhead per trial ≤ 1.2x a 16-trial sweep's",
         "**{ratio:.2f}x** ({soak_s} vs {reference_s} slot-seconds), faults included",
         goals.soak_overhead,
-        {"soak_s": 18.3, "reference_s": 19.1},
+        {"soak_s": 1.6, "reference_s": 3.1},
         "",
-        EPYC, "2026-11-30", "c3a9a0b",
+        EPYC, "2026-11-30", "05d128e",
         derived=lambda soak_s, reference_s: {"ratio": soak_s / reference_s},
     ),
     measured(
-        "soak: MLflow write latency", "p50 16 ms, p99 315 ms", "", EPYC, "2026-11-30", "c3a9a0b"
+        "soak: MLflow write latency", "p50 17 ms, p99 188 ms", "", EPYC, "2026-11-30", "05d128e"
     ),
     Row(
         "export at scale: peak memory of an INT8 export ≤ 0.5x the FP32 tables' bytes + 1 GiB, "
