@@ -54,7 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--storage", default="runs", help="checkpoint storage (shared on a cluster)")
     p.add_argument("--name", help="run name (default: the experiment name)")
     p.add_argument(
-        "--max-failures", type=int, default=2, help="worker-group restarts from the last checkpoint"
+        "--max-failures",
+        type=int,
+        default=2,
+        help="restarts from the last checkpoint after a failure (a worker group's, or a "
+        "one-worker task's; negative: no limit)",
     )
     return p.parse_args(argv)
 

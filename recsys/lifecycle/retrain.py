@@ -191,6 +191,7 @@ def train_one(
         storage_path=folder,
         max_failures=2,
         report_to=(tracker.uri, run_id),
+        tracker=tracker,  # (its finish below flushes what MLflow did not take yet)
     )
     result = trainer.fit()
     if result.checkpoint is None:

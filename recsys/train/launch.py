@@ -47,13 +47,16 @@ def make_run(
     max_failures: int = 0,
     report_to: ReportTo | None = None,
     log: Any = print,
+    tracker: Any = None,
 ) -> Any:
     """The run of ``cfg`` named ``name`` under ``storage_path`` (re-running one resumes it): an
     ``InlineRun`` where ``inline.fits`` (one CPU worker, a file system), else Ray Train's
     ``TorchTrainer`` (``make_trainer``). Either has ``fit()``, which returns the run's
-    ``ray.train.Result``. ``report_to``: the MLflow run each report is logged to."""
+    ``ray.train.Result``. ``report_to``: the MLflow run each report is logged to (``tracker``:
+    the caller's open ``Tracker`` of that store, for a task's reports)."""
     if inline.fits(resources.num_workers, resources.use_gpu, storage_path):
-        return InlineRun(cfg, resources, name, storage_path, max_failures, report_to, log)
+        return InlineRun(cfg, resources, name, storage_path, max_failures, report_to, log,
+                         tracker)  # fmt: skip
     from recsys.tracking.report import report_callbacks
 
     callbacks = report_callbacks(*report_to) if report_to else None
@@ -74,6 +77,9 @@ class InlineRun:
             without limit).
         report_to: the MLflow run each report is logged to, or None.
         log: where a retried failure is said.
+        tracker: the caller's open ``Tracker`` of ``report_to``'s store, which logs the reports
+            (None: one opened here); a caller that ends the run with it flushes what MLflow
+            did not take yet.
     """
 
     cfg: ExperimentConfig
@@ -83,11 +89,12 @@ class InlineRun:
     max_failures: int = 0
     report_to: ReportTo | None = None
     log: Any = print
+    tracker: Any = None
 
     def fit(self) -> Any:
         """Train (resumed from the newest reported checkpoint); the run's ``ray.train.Result``."""
         root = storage.join(self.storage_path, self.name)
-        logger = ReportLogger(self.report_to) if self.report_to else None
+        logger = ReportLogger(self.report_to, self.tracker) if self.report_to else None
         failures = 0
         while True:
             if logger is not None:
@@ -122,8 +129,8 @@ class InlineRun:
                     return metrics  # type: ignore[no-any-return]
                 if logger is not None:
                     logger.log(metrics, folder)
-        except KeyboardInterrupt:
-            ray.cancel(stream, force=True)
+        except BaseException:  # an interrupt, MLflow's error, the task's: none trains on
+            ray.cancel(stream, force=True)  # (a task that ended already: nothing to cancel)
             raise
         raise RuntimeError(f"training {self.name}: its task ended without its last report")
 
@@ -140,10 +147,10 @@ class ReportLogger:
     """Logs a run's reports to its MLflow run (``recsys.tracking.report.log_report``) from the
     caller's process, the store opened once."""
 
-    def __init__(self, report_to: ReportTo) -> None:
+    def __init__(self, report_to: ReportTo, tracker: Any = None) -> None:
         from recsys.tracking.tracker import Tracker
 
-        self.tracker, self.run_id = Tracker(report_to[0]), report_to[1]
+        self.tracker, self.run_id = tracker or Tracker(report_to[0]), report_to[1]
 
     def log(self, metrics: dict[str, Any], folder: str) -> None:
         from recsys.tracking.report import log_report

@@ -138,20 +138,29 @@ class LostTrialProcess(logging.Filter):
     """Tune's record of a failed trial whose process was lost (a ``RayActorError``: its node
     gone, the process killed; a trial of one CPU worker trains there, ``recsys.train.inline``)
     in one line in place of the traceback: Tune tries the trial again from its last checkpoint
-    while its ``--max-failures`` allow. A trial's own error keeps its traceback."""
+    while its ``--max-failures`` allow. A trial's own error, an actor that failed in its
+    creation, and Tune's other records keep their tracebacks."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from ray.exceptions import RayActorError
 
         error = exception_of(record)
-        if isinstance(error, RayActorError):
-            text = str(error).strip().splitlines()
-            first = text[0] if text else ""
+        failed = str(record.msg).startswith("Trial task failed for trial")
+        if failed and isinstance(error, RayActorError) and not error.actor_init_failed:
             record.msg = (f"{record.getMessage()}: its process was lost ({type(error).__name__}: "
-                          f"{first}); Tune tries it again from its last checkpoint while "
-                          "--max-failures allows")  # fmt: skip
+                          f"{what_happened(error)}); Tune tries it again from its last "
+                          "checkpoint while --max-failures allows")  # fmt: skip
             record.args, record.exc_info, record.exc_text = (), None, None
         return True
+
+
+def what_happened(error: Exception) -> str:
+    """An actor's death in a line: its message's first line and, where Ray says more (a node
+    that died, a process killed for memory), its last."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
 
 
 def quiet_lost_trial_processes() -> None:

@@ -59,9 +59,10 @@ class RayReporter:
         """Every kept checkpoint of this run, newest (highest step) first. On a file system,
         those a run trained without Ray Train wrote in its folder too (``recsys.train.inline``:
         one worker, a sweep or a run resumed on more), which may have gone on past Ray Train's
-        last and removed some of Ray Train's kept ones; a run with none of its own takes every
-        checkpoint there with its report. (Not one that Ray Train's own workers wrote but never
-        registered: its report never reached Ray Train's record, nor MLflow.)"""
+        last and removed some of Ray Train's kept ones; a run with none of its own on disk takes
+        every checkpoint there with its report. Where it has some, not one that its own workers
+        wrote but never registered (its report never reached Ray Train's record). Every rank
+        takes rank 0's list (a shared disk's listing may lag on another host)."""
         kept = []
         if ray.train.get_checkpoint() is not None:
             kept = [(r.metrics.get("step", 0), r.checkpoint)
@@ -71,10 +72,12 @@ class RayReporter:
             kept += [(s, c) for s, c, m in self.written() if not kept or is_inline(m)]
         newest: dict[str, tuple[int, Any]] = {}
         for step, checkpoint in kept:
-            newest.setdefault(os.path.normpath(checkpoint.path), (int(step), checkpoint))
-        # by step, then by name's length (``LocalReporter.completed``), newest first
-        order = sorted(newest.items(), key=lambda p: (p[1][0], len(p[0])), reverse=True)
-        return [checkpoint for _, (_, checkpoint) in order]
+            newest.setdefault(os.path.realpath(checkpoint.path), (int(step), checkpoint))
+        order = [c for _, (_, c) in sorted(newest.items(), key=by_age, reverse=True)]
+        if not self.direct or ray.train.get_context().get_world_size() == 1:
+            return order
+        paths = collectives.all_gather_objects([c.path for c in order])[0]
+        return [ray.train.Checkpoint.from_directory(p) for p in paths]
 
     def written(self) -> list[tuple[int, Any, dict[str, Any]]]:
         """The checkpoints with their reports in this run's folder: step, checkpoint, report."""
@@ -120,6 +123,13 @@ class RayReporter:
             shutil.rmtree(folder, ignore_errors=True)
         if folder and self.seed is not None:
             hold(self.seed, step)
+
+
+def by_age(entry: tuple[str, tuple[int, Any]]) -> tuple[int, int]:
+    """A checkpoint's age (a path and its step, checkpoint): its step, then its name's length
+    (a folder written after a skipped one of its step is named after it)."""
+    path, (step, _) = entry
+    return step, len(os.path.basename(path))
 
 
 def check_space(folder: str, need: int) -> None:

@@ -42,7 +42,7 @@ def test_a_trials_lost_process_is_one_line_and_its_own_error_keeps_its_traceback
     trial's own error stays as Tune logs it, with its traceback."""
     import logging
 
-    from ray.exceptions import ActorUnavailableError
+    from ray.exceptions import ActorUnavailableError, RayActorError
 
     from recsys.train.nodes import TUNE_CONTROLLER_LOGGER, quiet_lost_trial_processes
 
@@ -63,3 +63,26 @@ def test_a_trials_lost_process_is_one_line_and_its_own_error_keeps_its_traceback
     )
     assert first.exc_info is None and "Traceback" not in caplog.text.split("t_00001")[0]
     assert second.exc_info is not None and second.getMessage().endswith("t_00001")
+    # an actor that failed in its creation, and Tune's other records, keep their tracebacks
+    failed_init = RayActorError(None, "its __init__ raised", actor_init_failed=True)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger=TUNE_CONTROLLER_LOGGER):
+        log.error("Trial task failed for trial t_00002", exc_info=failed_init)
+        log.error("Error stopping trial t_00003", exc_info=lost)
+    assert [r.exc_info is not None for r in caplog.records] == [True, True]
+    assert [r.getMessage() for r in caplog.records] == [
+        "Trial task failed for trial t_00002",
+        "Error stopping trial t_00003",
+    ]
+
+
+def test_an_actors_death_in_a_line_keeps_what_ray_says_last():
+    from recsys.train.nodes import what_happened
+
+    died = RuntimeError("The actor died unexpectedly before finishing this task.\n\tpid: 7\n"
+                        "\tThe actor is dead because its node has died. Node Id: 3e53")  # fmt: skip
+    assert what_happened(died) == (
+        "The actor died unexpectedly before finishing this task. ... The actor is dead because "
+        "its node has died. Node Id: 3e53"
+    )
+    assert what_happened(RuntimeError("one line")) == "one line"
