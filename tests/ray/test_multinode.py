@@ -186,23 +186,8 @@ def test_a_lost_node_is_named_and_its_sweep_trial_restarts_on_a_fresh_one(cluste
     """The node that holds a running sweep trial's 2 workers dies (killed, not drained); a fresh
     node joins: the trial restarts from its last checkpoint, the sweep finishes, and MLflow has
     one run for the trial with every step once."""
-    from mlflow import MlflowClient
-
-    from recsys.tracking.tracker import Tracker
-    from recsys.tune import space as spaces
-    from recsys.tune.sweep import SweepOptions, run_sweep
-
-    (tmp_path / "lost.yaml").write_text(LOST_SPACE)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    opts = SweepOptions(
-        name="lost", storage=str(tmp_path / "storage"), tracking_uri=uri, num_samples=1,
-        num_workers=2, cpus_per_worker=1.0, max_failures=1,
-    )  # fmt: skip
-    space = spaces.load(str(tmp_path / "lost.yaml"))
-    result: dict = {}
-    thread = threading.Thread(
-        target=lambda: result.update(t=run_sweep(space, opts, Tracker(uri), restore=False))
-    )
+    uri, result, sweep = lost_sweep(tmp_path, "lost", 2, LOST_SPACE)
+    thread = threading.Thread(target=sweep)
     thread.start()
     held = wait_for(lambda: worker_group_node(1.0, 2), 240, "the trial's workers placed")
     storage = tmp_path / "storage"
@@ -213,12 +198,7 @@ def test_a_lost_node_is_named_and_its_sweep_trial_restarts_on_a_fresh_one(cluste
     fresh = add_node(cluster, 2, "127.0.0.5")
     thread.join(timeout=500)
     assert not thread.is_alive(), "the sweep did not end after the fresh node joined"
-    (row,) = result["t"]
-    assert row["status"] == "finished", row
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("lost")
-    (run,) = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    steps = trial_steps(uri, "lost", result, "loss")
     assert steps == sorted(set(steps)) and steps[-1] == 120, steps  # every step once, in order
     console = capfd.readouterr()
     assert f"lost node {ip} ({held[:8]}), which held ranks [0, 1]" in console.out, console
@@ -238,34 +218,14 @@ def test_a_lost_node_under_a_one_worker_trial_restarts_it_elsewhere(
     process, ``recsys.train.inline``) dies: Tune starts the trial again on another node, which
     resumes from its last checkpoint; the sweep finishes, and MLflow has one run for the trial
     with every step once."""
-    from mlflow import MlflowClient
-
-    from recsys.tracking.tracker import Tracker
     from recsys.train.nodes import TUNE_CONTROLLER_LOGGER
-    from recsys.tune import space as spaces
-    from recsys.tune.sweep import SweepOptions, run_sweep
 
     longer = "".join(f"  {k}: {v}\n" for k, v in LONGER.items())
-    (tmp_path / "lost.yaml").write_text(LOST_SPACE.replace("space:\n", longer + "space:\n"))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    opts = SweepOptions(
-        name="lost1", storage=str(tmp_path / "storage"), tracking_uri=uri, num_samples=1,
-        num_workers=1, cpus_per_worker=1.0, max_failures=1,
-    )  # fmt: skip
-    space = spaces.load(str(tmp_path / "lost.yaml"))
-    result: dict = {}
-
-    def sweep() -> None:
-        result.update(t=run_sweep(space, opts, Tracker(uri), restore=False))
-
+    space = LOST_SPACE.replace("space:\n", longer + "space:\n")
+    uri, result, sweep = lost_sweep(tmp_path, "lost1", 1, space)
     run = tmp_path / "storage" / "lost1" / "train" / "*"
     held, done = lose_the_node_of(cluster, sweep, run, "127.0.0.10")
-    (row,) = result["t"]
-    assert row["status"] == "finished", row
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("lost1")
-    (run,) = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "step")]
+    steps = trial_steps(uri, "lost1", result, "step")
     assert steps == sorted(set(steps)) and steps[-1] == 3000, steps  # every report once
     assert done["step"] == 3000 and done["worker_nodes"] != held  # finished on another node
     assert "resumed from step" in capfd.readouterr().out
@@ -295,6 +255,42 @@ def test_a_lost_node_under_a_one_worker_training_task_runs_it_elsewhere(cluster,
     assert done["step"] == 3000 and done["worker_nodes"] != held  # finished on another node
     assert len(said) == 1 and "trying again from its last checkpoint (1 of 1)" in said[0], said
     assert "resumed from step" in capfd.readouterr().out
+
+
+def lost_sweep(tmp_path: Path, name: str, workers: int, space_text: str):
+    """A one-trial sweep ``name`` of ``space_text`` with ``workers`` workers of 1 CPU and one
+    retry: its SQLite store's URI, the dict its rows land in (``t``) and the function that runs
+    it."""
+    from recsys.tracking.tracker import Tracker
+    from recsys.tune import space as spaces
+    from recsys.tune.sweep import SweepOptions, run_sweep
+
+    (tmp_path / "lost.yaml").write_text(space_text)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    opts = SweepOptions(
+        name=name, storage=str(tmp_path / "storage"), tracking_uri=uri, num_samples=1,
+        num_workers=workers, cpus_per_worker=1.0, max_failures=1,
+    )  # fmt: skip
+    space = spaces.load(str(tmp_path / "lost.yaml"))
+    result: dict = {}
+
+    def sweep() -> None:
+        result.update(t=run_sweep(space, opts, Tracker(uri), restore=False))
+
+    return uri, result, sweep
+
+
+def trial_steps(uri: str, name: str, result: dict, metric: str) -> list[int]:
+    """The steps of ``metric`` in the MLflow run of sweep ``name``'s one trial, which finished
+    (its row in ``result``)."""
+    from mlflow import MlflowClient
+
+    (row,) = result["t"]
+    assert row["status"] == "finished", row
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    (run,) = client.search_runs([exp.experiment_id], "tags.`recsys.kind` = 'trial'")
+    return [m.step for m in client.get_metric_history(run.info.run_id, metric)]
 
 
 def lose_the_node_of(cluster, train, run: Path, fresh_ip: str) -> tuple[str, dict]:
