@@ -23,6 +23,7 @@ an error of the input (``ConfigError``, ``DataError``) or a cancelled task is ra
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Iterator
@@ -114,7 +115,8 @@ class InlineRun:
 
     def attempt(self, root: str, logger: ReportLogger | None) -> dict[str, Any] | None:
         """One attempt in a Ray task, each report it streams logged by ``logger``; its last
-        report (None: it reported nothing). Cancelled with the caller's interrupt."""
+        report (None: it reported nothing). The task is cancelled on any error here (the
+        caller's interrupt, MLflow's), so that no attempt trains on beside the next."""
         import ray
 
         cpus = self.resources.cpus_per_worker
@@ -130,7 +132,8 @@ class InlineRun:
                 if logger is not None:
                     logger.log(metrics, folder)
         except BaseException:  # an interrupt, MLflow's error, the task's: none trains on
-            ray.cancel(stream, force=True)  # (a task that ended already: nothing to cancel)
+            with contextlib.suppress(Exception):  # (a task that ended: nothing to cancel)
+                ray.cancel(stream, force=True)
             raise
         raise RuntimeError(f"training {self.name}: its task ended without its last report")
 
