@@ -114,6 +114,15 @@ def waited(uri: str, what: str, call: Callable[[], T]) -> T:
             delay = min(2 * delay, 10.0)
 
 
+def refused_credentials(message: str, uri: str) -> bool:
+    """Whether an error's ``message`` says the store ``uri`` refused the credentials: an HTTP
+    401 or 403, or MLflow's codes for it; the URI left out (its port may hold "401" or "403")."""
+    text = message.replace(uri.rstrip("/"), "")
+    if re.search(r"(?<![\w.:])(401|403)(?![\w.])", text):
+        return True
+    return any(code in text for code in ("UNAUTHENTICATED", "PERMISSION_DENIED"))
+
+
 def check_reachable(client: Any, uri: str) -> None:
     """Fail fast, naming the URI, when the store cannot be reached (credentials refused: named
     with the variables that give them)."""
@@ -123,7 +132,7 @@ def check_reachable(client: Any, uri: str) -> None:
         client.search_experiments(max_results=1)
     except Exception as e:
         raise_if_old_schema(uri, e)
-        if any(word in str(e) for word in ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")):
+        if refused_credentials(str(e), uri):
             raise ConnectionError(
                 f"MLflow tracking store {uri} refused the credentials (set "
                 f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "

@@ -436,3 +436,20 @@ def test_reading_a_finished_train_run_leaves_out_rays_snapshot_note(monkeypatch,
     messages = [r.getMessage() for r in caplog.records if r.name == results.RAY_SNAPSHOT_LOGGER]
     # (a handler another test left on Ray's loggers may show a record twice: kinds, not copies)
     assert set(messages) == {"a warning about /tmp/nowhere/trial_1"} and log.level == before
+
+
+def test_a_port_that_holds_401_or_403_is_not_a_refusal_of_credentials():
+    """An unreachable store whose port holds "403" (e.g. 40395) is unreachable, not a store that
+    refused the credentials; an HTTP 401 or 403 is."""
+    from recsys.tracking.store import refused_credentials
+
+    uri = "http://127.0.0.1:40395"
+    down = (f"API request to {uri}/api/2.0/mlflow/experiments/search failed with exception "
+            "HTTPConnectionPool(host='127.0.0.1', port=40395): Max retries exceeded (Caused by "
+            "NewConnectionError: [Errno 111] Connection refused)")  # fmt: skip
+    assert not refused_credentials(down, uri)
+    assert not refused_credentials("http://10.0.0.1:4013/x unreachable", "http://10.0.0.2:9")
+    said = "API request to endpoint /api/2.0/mlflow/experiments/search failed with error code "
+    assert refused_credentials(said + "403 != 200. Response body: 'Forbidden'", uri)
+    assert refused_credentials(said + "401 != 200", uri)
+    assert refused_credentials("RESOURCE: UNAUTHENTICATED", uri)
