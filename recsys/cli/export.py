@@ -160,9 +160,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     """``--refit``: on the Ray ``--address`` finds, with the workers asked for."""
-    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.runtime.cluster import connect, wait_for_fit
     from recsys.runtime.storage import check_storage, resolved
-    from recsys.train.inline import fits
     from recsys.train.ray_trainer import Resources
     from recsys.tune.refit import checked_refit, refit_best, saved_workers
     from recsys.tune.state import default_tracking_uri
@@ -182,8 +181,6 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     uri = args.tracking_uri or default_tracking_uri(os.getcwd())
     planned = checked_refit(uri, args.sweep, resources, args.max_emb_mb)  # before Ray starts
     connect(address)
-    if not fits(resources.num_workers, resources.use_gpu, storage):  # else a Ray task
-        start_train_coordinator()
     gpus = 1.0 if resources.use_gpu else 0.0
     wait = args.wait_for_nodes or 0.0
     wait_for_fit(resources.num_workers, resources.cpus_per_worker, gpus, 0.0, wait)

@@ -107,15 +107,12 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     """On the Ray ``address`` names: the retrain's trainings, scores and decision."""
     from recsys.data.dataset import run_paths
     from recsys.lifecycle.retrain import run_retrain
-    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.runtime.cluster import connect, wait_for_fit
     from recsys.runtime.shared_storage import check_nodes_see
     from recsys.runtime.storage import is_uri
-    from recsys.train.inline import fits
     from recsys.train.ray_trainer import Resources
 
     connect(address)
-    if not fits(args.num_workers, args.use_gpu, storage):  # else Ray tasks (recsys.train.launch)
-        start_train_coordinator()
     gpus = 1.0 if args.use_gpu else 0.0
     paths, files = run_paths(storage, plan.cfg.data)
     if not is_uri(plan.checkpoint):  # the workers warm-start from it

@@ -76,17 +76,14 @@ def main(argv: list[str] | None = None) -> None:
         address = ray_address(args.address)
     except (ConfigError, ConnectionError) as e:
         raise SystemExit(f"error: {e}") from None
-    from recsys.runtime.cluster import connect, start_train_coordinator, wait_for_fit
+    from recsys.runtime.cluster import connect, wait_for_fit
     from recsys.runtime.shared_storage import check_nodes_see
-    from recsys.train.inline import fits
     from recsys.train.launch import make_run
     from recsys.train.ray_trainer import Resources
 
     resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker)
     connect(address)
     storage = resolved(args.storage)
-    if not fits(args.num_workers, args.use_gpu, storage):  # else a Ray task (make_run)
-        start_train_coordinator()
     try:
         gpus = 1.0 if args.use_gpu else 0.0
         wait_for_fit(args.num_workers, args.cpus_per_worker, gpus, 0.0, args.wait_for_nodes)

@@ -54,12 +54,15 @@ def make_run(
     ``InlineRun`` where ``inline.fits`` (one CPU worker, a file system), else Ray Train's
     ``TorchTrainer`` (``make_trainer``). Either has ``fit()``, which returns the run's
     ``ray.train.Result``. ``report_to``: the MLflow run each report is logged to (``tracker``:
-    the caller's open ``Tracker`` of that store, for a task's reports)."""
+    the caller's open ``Tracker`` of that store, for a task's reports). Ray Train's coordinator
+    actor is started (and waited for) only for a Ray Train run (``start_train_coordinator``)."""
     if inline.fits(resources.num_workers, resources.use_gpu, storage_path):
         return InlineRun(cfg, resources, name, storage_path, max_failures, report_to, log,
                          tracker)  # fmt: skip
+    from recsys.runtime.cluster import start_train_coordinator
     from recsys.tracking.report import report_callbacks
 
+    start_train_coordinator()
     callbacks = report_callbacks(*report_to) if report_to else None
     return make_trainer(cfg, resources, name=name, storage_path=storage_path,
                         max_failures=max_failures, callbacks=callbacks)  # fmt: skip
