@@ -216,6 +216,11 @@ class TrainConfig:
             gets its saved rows and keeps its new rows' initial values. The run's step, data
             position and scores start afresh; a resumed run starts from its own checkpoint.
             Empty: from its initialisation.
+        pause_at: stop at the first report at or past this step, its checkpoint written, as a
+            run interrupted there (0: off). Started again without it (or with a later one), the
+            run resumes from that checkpoint and trains on to ``steps`` with the schedule it
+            would have had uninterrupted; started again at or past it, it has nothing to train.
+            A sweep's successive halving trains a reference's grid so, a rung at a time.
     """
 
     batch_size: int = 256
@@ -235,11 +240,13 @@ class TrainConfig:
     deterministic: bool = True
     solver: Solver = "sgd"
     init_from: str = ""
+    pause_at: int = 0
 
     def __post_init__(self) -> None:
         check_choices(self, "train")
         monitor_parts(self.monitor)
         check(self.patience >= 0, "train.patience", self.patience, "must be >= 0 (0: off)")
+        check(self.pause_at >= 0, "train.pause_at", self.pause_at, "must be >= 0 (0: off)")
         check(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
         check(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
         ok = math.isfinite(self.epochs) and self.epochs >= 0

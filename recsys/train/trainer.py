@@ -72,6 +72,11 @@ def sync_batch_norm(model: nn.Module) -> None:
     collectives.average_(batch_norm_stats(model))
 
 
+def paused(step: int, pause_at: int) -> bool:
+    """Whether a run with ``train.pause_at`` (0: off) stops at this step's report."""
+    return 0 < pause_at <= step
+
+
 def due(step: int, every: int, last: int) -> bool:
     """Whether something done every ``every`` steps (0: only at the end) is due at ``step``."""
     return step == last or (every > 0 and step % every == 0)
@@ -226,7 +231,7 @@ class Trainer:
 
     def _train(self) -> dict[str, Any]:
         tc = self.cfg.train
-        if self.state.step >= tc.steps:
+        if self.state.step >= tc.steps or paused(self.state.step, tc.pause_at):
             return self._nothing_left()
         loss_sum, loss_n = torch.zeros((), device=self.env.device), 0
         metrics: dict[str, Any] = {}
@@ -251,7 +256,7 @@ class Trainer:
             self.clock.tick(time.perf_counter() - t0)
             if due(self.state.step, tc.checkpoint_every, tc.steps) or self.converged:
                 metrics = self._report_point(lr_factor)
-                if self.stopped_early or self.converged:
+                if self.stopped_early or self.converged or paused(self.state.step, tc.pause_at):
                     break
         return metrics
 
@@ -374,8 +379,10 @@ class Trainer:
             **self.scorer.update(self.state, {}),
         }
         if self.env.is_main:
-            self.log(f"step {self.state.step}: already at train.steps={self.cfg.train.steps}; "
-                     "nothing left to train")  # fmt: skip
+            tc = self.cfg.train
+            at = (f"train.steps={tc.steps}" if self.state.step >= tc.steps
+                  else f"train.pause_at={tc.pause_at}")  # fmt: skip
+            self.log(f"step {self.state.step}: already at {at}; nothing left to train")
         self.reporter.report(metrics, "", self.state.step)
         return metrics
 

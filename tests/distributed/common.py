@@ -368,7 +368,7 @@ OPTIMIZERS = {
 
 def resume_rank(
     rank, world, root, steps, pipeline="off", use_gpu=False, dtype="fp32", optim="adagrad",
-    prefetch=2,
+    prefetch=2, extra=None,
 ):  # fmt: skip
     import torch.distributed.checkpoint as dcp
     from torch.distributed._shard.sharded_tensor import ShardedTensor
@@ -387,6 +387,7 @@ def resume_rank(
             "embeddings.dtype": dtype,
             **OPTIMIZERS[optim],
             "data.prefetch": prefetch,
+            **(extra or {}),
         }
     )
     reporter = LocalReporter(root, rank)

@@ -44,6 +44,34 @@ def test_resume_is_exact_with_every_optimizer(tmp_path, optim):
     check_resume_is_exact(tmp_path, "off", atol=0, optim=optim)
 
 
+def test_a_run_paused_and_started_again_trains_as_one_uninterrupted(tmp_path):
+    """``train.pause_at`` (successive halving's rounds): the run stops at its first report at
+    or past that step, checkpoint written, its schedule (here a decay over all ``steps``) that
+    of the whole run; started again without it, it ends bitwise where the uninterrupted run
+    does. Started again at or past it, it trains nothing."""
+    schedule = {"optim.decay_start_step": 2, "optim.decay_steps": 2 * RESUME_STEPS - 2,
+                "optim.end_lr_factor": 0.1}  # fmt: skip
+
+    def train(folder, pause_at):
+        extra = {**schedule, "train.pause_at": pause_at}
+        args = (str(tmp_path / folder), 2 * RESUME_STEPS, "off", False, "fp32", "adagrad", 2, extra)
+        return run_ranks(resume_rank, *args)
+
+    straight = train("a", 0)
+    paused = train("b", RESUME_STEPS - 1)  # (not a report's step: it stops at the next report)
+    assert [r["extra"]["step"] for r in paused] == [RESUME_STEPS] * 2
+    assert "test_auc" in straight[0]["metrics"] and "test_auc" not in paused[0]["metrics"]
+    again = train("b", RESUME_STEPS)
+    assert [r["extra"]["step"] for r in again] == [RESUME_STEPS] * 2  # nothing left to train
+    resumed = train("b", 0)
+    for s, r in zip(straight, resumed, strict=True):
+        assert s["extra"] == r["extra"] == {**s["extra"], "step": 2 * RESUME_STEPS}
+        assert s["metrics"]["val_auc"] == r["metrics"]["val_auc"]
+        for name, tensor in s["weights"].items():
+            torch.testing.assert_close(tensor, r["weights"][name], atol=0, rtol=0)
+    assert [step for step, _ in resumed[0]["history"]] == [8, 10, 12]
+
+
 def test_prefetching_batches_changes_nothing(tmp_path):
     """Batches made in a background thread (data.prefetch) train the same model, bitwise."""
     off, on = (
