@@ -26,7 +26,7 @@ changes: FILES)" next to the commit. Outside a git checkout it writes "commit un
     .venv/bin/python -m benchmarks quickstart          # the README's default sweep, timed
     .venv/bin/python -m benchmarks timewalk            # a drifting log over 6 periods: frozen
                                                        # champion, retrained, a new sweep each
-    .venv/bin/python -m benchmarks refcost             # the references under ASHA against
+    .venv/bin/python -m benchmarks refcost             # the references under halving against
                                                        # their full grids: score, trial-seconds
 
 They live outside the installed ``recsys`` package: the plain-PyTorch baseline model and the
@@ -140,7 +140,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     w.add_argument("--workers", type=int, default=1, help="Ray Train workers per training")
     w.add_argument("--concurrent", type=int, default=2, help="a sweep's trials at a time")
     w.add_argument("--seed", type=int, default=0, help="the log's seed")
-    r = sub.add_parser("refcost", help="the references under ASHA against their full grids")
+    r = sub.add_parser("refcost", help="the references under halving against their full grids")
     r.add_argument("--rows", type=int, default=75_000, help="planted log: rows (80%% training)")
     r.add_argument("--demo-rows", type=int, default=100_000, help="demo log: rows")
     r.add_argument("--logs", nargs="+", choices=["planted", "demo"], default=["planted", "demo"])

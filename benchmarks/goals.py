@@ -385,19 +385,19 @@ def quickstart(seconds: float) -> str:
 
 # --- references under successive halving (issue 59) ---------------------------------------------
 
-HALVING_GAP = 0.002  # a reference's chosen score under ASHA below the full grid's, at most
-HALVING_COST = 0.40  # a reference's trial-seconds under ASHA over the full grid's, at most
+HALVING_GAP = 0.002  # a reference's chosen score under halving below the full grid's, at most
+HALVING_COST = 0.40  # a reference's trial-seconds under halving over the full grid's, at most
 
 
 def halving_score(diffs: Mapping[str, float]) -> str:
-    """Each reference's chosen score (its best validation score) searched under ASHA minus the
-    same reference's with its full grid trained to the end, signed so that above 0 is ASHA's
-    better, keyed by the case (``the planted LR``): within 0.002 on either side, or better (at
-    least -0.002)."""
+    """Each reference's chosen score (its best validation score) searched under successive
+    halving minus the same reference's with its full grid trained to the end, signed so that
+    above 0 is halving's better, keyed by the case (``the planted LR``): within 0.002 on either
+    side, or better (at least -0.002)."""
     return cases([(k, at_least(d, -HALVING_GAP)) for k, d in diffs.items()], prefix="for ")
 
 
 def halving_cost(ratios: Mapping[str, float]) -> str:
-    """Each reference's trial-seconds (its trainings' wall seconds, summed) under ASHA over its
-    full grid's, keyed by the case: at most 0.40x."""
+    """Each reference's trial-seconds (its trainings' wall seconds, summed) under successive
+    halving over its full grid's, keyed by the case: at most 0.40x."""
     return cases([(k, at_most(r, HALVING_COST)) for k, r in ratios.items()], prefix="for ")

@@ -3,9 +3,10 @@ and FM) of the shipped own-data space (``search_spaces/clicklogs.yaml``, by its 
 on a log two ways, by the product's own code (``recsys.tune.baselines.search_reference``, its
 trials through ``recsys.tune.trial`` into MLflow, as ``recsys-sweep`` runs them):
 
-- **ASHA**: as a sweep with ``--scheduler asha`` runs it: its grid one Tune experiment under ASHA
-  (reduction factor 3, rungs on its own budget), the best point trained to its end kept, its
-  edges walked (each step FIFO, to its end);
+- **successive halving**: as a sweep with ``--scheduler asha`` runs it: its grid in rounds, every
+  point to the first rung, the best third on from their checkpoints to the next (reduction factor
+  3, rungs on its own budget), the best point trained to its end kept, its edges walked (each
+  step to its end);
 - **full grid**: as a sweep with ``--scheduler fifo`` (the default) runs it: every point of the
   grid trained to its end, the same rules otherwise (the same best-of, the same edges walked).
 
@@ -14,13 +15,14 @@ On two logs prepared as ``benchmarks.quality`` prepares them (the product's own 
 (``recsys.demo.clicklogs`` through the ``clicklogs`` schema, two tasks, ``val_auc/mean``).
 
 Reported per log and reference: the chosen score each way (the reference's best validation
-score, as the sweep reports it: ``done_line``), their difference (ASHA's minus the full grid's,
-signed so that above 0 is better), the trial-seconds each way (the wall seconds of the
-reference's trainings, each MLflow run's start to its end, summed: the trial's start, its
-training and its bookkeeping) and their ratio; also the trainings' own loop seconds (each
-trial's ``wall_s``, summed) and the reference's wall time.
+score, as the sweep reports it: ``done_line``), their difference (halving's minus the full
+grid's, signed so that above 0 is better), the trial-seconds each way (the wall seconds of the
+reference's Tune trials, from each one's function start to its training's end: its MLflow run,
+its data and model, its training and its checkpoints; ``trial_s``, one a round, summed) and
+their ratio; also the trainings' own loop seconds (each point's ``wall_s``, summed) and the
+reference's wall time.
 
-Goals (``benchmarks.goals``, issue 59): the reference's score under ASHA within 0.002 of the
+Goals (``benchmarks.goals``, issue 59): the reference's score under halving within 0.002 of the
 full grid's (``halving_score``; better is within), and its trial-seconds at most 0.40x the full
 grid's (``halving_cost``).
 
@@ -40,8 +42,8 @@ from benchmarks.common import table
 from benchmarks.goals import HALVING_COST, HALVING_GAP, halving_cost, halving_score, shown
 from benchmarks.logs import Log
 
-WAYS = ("asha", "fifo")  # the sweep's scheduler: ASHA, and FIFO (every point to its end)
-NAMES = {"asha": "ASHA", "fifo": "full grid"}
+WAYS = ("asha", "fifo")  # the sweep's scheduler: halving the references, and FIFO (to the end)
+NAMES = {"asha": "successive halving", "fifo": "full grid"}
 
 
 @dataclasses.dataclass
@@ -51,8 +53,8 @@ class Way:
     score: float  # the chosen point's best validation score (the sweep's objective)
     chosen: str  # its grid values (``Reference.describe``) and the walk's summary
     trials: int  # trainings: the grid's and the walk's
-    stopped: int  # stopped at a rung by ASHA
-    seconds: float  # trial-seconds: the MLflow runs' start to end, summed
+    stopped: int  # stopped at a rung
+    seconds: float  # trial-seconds: each round's ``trial_s`` of each run, summed
     loop_s: float  # the trainings' own loop seconds (``wall_s`` of their last report), summed
     wall: float  # the reference's search, first trial's start to last trial's end
 
@@ -107,6 +109,8 @@ def references(log: Log, tmp: str, scheduler: str, workers: int, concurrent: int
             if unended := [r.info.run_id for r in mine if not r.info.end_time]:
                 raise RuntimeError(f"{log.name} {arch}: MLflow runs with no end: {unended}")
             ends = [r.info.end_time for r in mine]
+            rounds = [m.value for r in mine
+                      for m in client.get_metric_history(r.info.run_id, "trial_s")]  # fmt: skip
             params = dict(best["params"]) if best is not None else {}
             chosen = ref.describe(params) if best is not None else "none trained to its end"
             if summary := walk.summary(params or None):
@@ -116,8 +120,7 @@ def references(log: Log, tmp: str, scheduler: str, workers: int, concurrent: int
                 chosen=chosen,
                 trials=len(frame),
                 stopped=int((frame["status"] == STOPPED).sum()),
-                seconds=sum((e - r.info.start_time) / 1000 for r, e in zip(mine, ends,
-                                                                           strict=True)),
+                seconds=sum(rounds),
                 loop_s=float(frame["wall_s"].sum()),
                 wall=(max(ends) - min(r.info.start_time for r in mine)) / 1000,
             )  # fmt: skip
@@ -126,7 +129,7 @@ def references(log: Log, tmp: str, scheduler: str, workers: int, concurrent: int
 
 
 def better(asha: float, full: float, mode: str) -> float:
-    """ASHA's score minus the full grid's, signed so that above 0 is ASHA's better."""
+    """Halving's score minus the full grid's, signed so that above 0 is halving's better."""
     return asha - full if mode == "max" else full - asha
 
 
@@ -146,9 +149,9 @@ def log_part(log: Log, found: dict[str, dict[str, Way]], mode: str
             f"{a.loop_s:.0f} / {f.loop_s:.0f}", f"{a.wall:.0f} / {f.wall:.0f}",
             a.chosen, f.chosen,
         ])  # fmt: skip
-    header = ["reference", "trainings, ASHA", "full grid", f"chosen {log.metric}, ASHA",
-              "full grid", "difference", "trial-s, ASHA", "full grid", "ratio",
-              "loop s, ASHA / full", "wall s, ASHA / full", "chosen, ASHA",
+    header = ["reference", "trainings, halving", "full grid", f"chosen {log.metric}, halving",
+              "full grid", "difference", "trial-s, halving", "full grid", "ratio",
+              "loop s, halving / full", "wall s, halving / full", "chosen, halving",
               "chosen, full grid"]  # fmt: skip
     return table(header, rows), diffs, ratios
 
@@ -191,16 +194,16 @@ def run(rows: int, demo_rows: int, logs: list[str], workers: int = 1, concurrent
             ray.shutdown()
     minutes = (time.perf_counter() - t0) / 60
     verdicts = table(["goal", "figure", "verdict"], [
-        [f"score under ASHA within {HALVING_GAP} of the full grid's (better is within)",
+        [f"score under halving within {HALVING_GAP} of the full grid's (better is within)",
          ", ".join(f"{k} {shown(v, halving_score_of)}" for k, v in diffs.items()),
          halving_score(diffs)],
-        [f"trial-seconds under ASHA at most {HALVING_COST:.2f}x the full grid's",
+        [f"trial-seconds under halving at most {HALVING_COST:.2f}x the full grid's",
          ", ".join(f"{k} {shown(v, halving_cost_of, 2, sign=False)}x" for k, v in ratios.items()),
          halving_cost(ratios)],
     ])  # fmt: skip
     head = (f"Each reference of the shipped `clicklogs` space (its rules: LR solved over decades "
             f"of L2, FM by Adam for at most 6 epochs; edges walked), {workers} worker(s) per "
-            f"trial, {concurrent} trials at a time, under ASHA and as the full grid; "
+            f"trial, {concurrent} trials at a time, under successive halving and as the full grid; "
             f"{minutes:.1f} min in all.\n\n")  # fmt: skip
     return head + "\n\n".join(parts) + "\n\n" + verdicts
 

@@ -12,11 +12,16 @@
   instead of LR's grid two at a time and then FM's: a grid's odd last trial or an edge's single
   step no longer runs beside an empty slot (BENCHMARKS.md, quickstart); once one reference has
   ended, its slot waits for the other's end. The trials at once stay ``--max-concurrent``.
-- **Successive halving**: each reference's grid is one Tune experiment (``baselines-<arch>``)
-  under ASHA on the same kind of budget as its trials (the rungs in the reports' epochs, or in
-  steps for a budget in steps: the solver's iterations) unless the sweep's scheduler is FIFO:
-  points that trail the others at a rung stop there. The reference is the best point trained to
-  its end (finished, converged or stopped by patience; never one ASHA stopped).
+- **Successive halving**: unless the sweep's scheduler is FIFO, each reference's grid trains in
+  rounds (``halving``), each a Tune experiment of its own (``baselines-<arch>``, then
+  ``-rung-<k>``): every point to the first rung (one epoch with a budget in epochs, else two
+  reports; ``rungs``), where it pauses with its checkpoint (``train.pause_at``); the best third
+  go on from there to the next rung (``REDUCTION`` times further), and so on, the last round to
+  the budget's end. A point keeps its MLflow run and its training across the rounds (its id:
+  ``POINT``), so it trains on as one uninterrupted run would. The reference is the best point
+  trained to its end (finished, converged or stopped by patience; never one paused at a rung).
+  Unlike ASHA's asynchronous rungs, where the first trials to reach a rung always go on, every
+  point is compared with all the others at the same rung.
 - **Edges**: where that best sits on an edge of a numeric grid key, one point a step beyond it
   runs (``baselines-<arch>-edge-<k>``, FIFO, to its end), and so on until the best is inside or
   the walk reached its bound (``Walk``). Under the smoke variant no edge is walked.
@@ -29,7 +34,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,17 +47,46 @@ from recsys.runtime import storage
 from recsys.runtime.storage import ray_storage
 from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
-from recsys.tune.results import STOPPED, TRAINED_TO_END, trial_frame
+from recsys.tune.results import PAUSE, POINT, STOPPED, TRAINED_TO_END, trial_frame
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
-from recsys.tune.trial import TrialSpec, asha, reuse_actors, trial_failures
+from recsys.tune.trial import TrialSpec, reuse_actors, trial_config, trial_failures
 
-REDUCTION = 3  # ASHA's reduction factor for a reference's grid: a third go on at each rung
+REDUCTION = 3  # successive halving over a reference's grid: a third go on at each rung
 
 
 def folder_of(arch: str, edge: int = 0) -> str:
     """The Tune experiment of ``arch``'s grid (``edge`` 0) or of its ``edge``-th walk step."""
     return f"baselines-{arch}" + (f"-edge-{edge}" if edge else "")
+
+
+def round_folder(folder: str, k: int) -> str:
+    """The Tune experiment of round ``k`` of a grid's successive halving (0: ``folder``)."""
+    return folder + (f"-rung-{k}" if k else "")
+
+
+def rungs(cfg: ExperimentConfig) -> list[int]:
+    """The steps where successive halving pauses a reference's points (``cfg``: a point's
+    trial config, ``trial_config``: its budget in steps): from one epoch with a budget in epochs
+    (else two reports), ``REDUCTION`` times further each, before the budget's last step; each
+    the first report at or past it (a multiple of ``checkpoint_every``). As ASHA's rungs."""
+    tc = cfg.train
+    every = tc.checkpoint_every or tc.steps
+    at = tc.steps / tc.epochs if tc.epochs > 0 else 2.0 * every
+    out: list[int] = []
+    while (step := math.ceil(at / every - 1e-9) * every) < tc.steps:
+        if not out or step > out[-1]:
+            out.append(step)
+        at *= REDUCTION
+    return out
+
+
+def survivors(frame: pd.DataFrame) -> list[str]:
+    """The points (their ``trial`` ids) of a round's ``frame`` (ranked, best first) that go on
+    to the next rung: among its best ``max(1, len // REDUCTION)``, those paused at the rung (the
+    others have ended: finished, converged or stopped early)."""
+    best = frame.head(max(1, len(frame) // REDUCTION))
+    return [str(t) for t in best.loc[best["status"] == STOPPED, "trial"]]
 
 
 def room_beside(opts: SweepOptions, nodes: list[dict[str, float]]) -> bool:
@@ -86,10 +122,11 @@ def header(space: SearchSpace, scheduler: str, beside: bool = True, slots: int =
     together, each = lanes(slots, len(refs))
     if together > 1:
         when += f"; {together} side by side, {each} trial{'s' if each > 1 else ''} at a time each"
-    halving = "" if scheduler == "fifo" else ", under successive halving (ASHA)"
+    rule = f"the best 1/{REDUCTION} go on at each rung"
+    halved = "" if scheduler == "fifo" else f", under successive halving ({rule})"
     walked = any(r.edges for r in refs)
     walks = f" its grid's edges walked (at most {MAX_EDGE_STEPS} steps a side)," if walked else ""
-    return (f"baselines: {parts}; {when}{halving}; each the best of its trials "
+    return (f"baselines: {parts}; {when}{halved}; each the best of its trials "
             f"trained to their end,{walks} by {space.metric}")  # fmt: skip
 
 
@@ -100,17 +137,6 @@ def best_trained(frame: pd.DataFrame, space: SearchSpace) -> pd.Series | None:
     key = space.objectives[0].key
     done = frame[frame["status"].isin(TRAINED_TO_END) & frame[key].notna()]
     return done.iloc[0] if not done.empty else None
-
-
-def scheduler_of(cfg: ExperimentConfig, scheduler: str, edge: bool) -> Any:
-    """ASHA over one reference's trials (``cfg``: a trial's config; its time: ``epochs_done``
-    with a budget in epochs, else ``step``), FIFO for a walk's points or a FIFO sweep."""
-    from ray.tune.schedulers import FIFOScheduler
-
-    if scheduler == "fifo" or edge:
-        return FIFOScheduler()
-    every = cfg.train.checkpoint_every or cfg.train.steps
-    return asha(cfg.train, 2 * every, reduction_factor=REDUCTION)
 
 
 @dataclasses.dataclass
@@ -146,36 +172,33 @@ class Run:
             register_trainable(self.trainable(ref), trainable(self.opts, self.spec_of(ref)))
 
 
-def tuner_of(run: Run, ref: Reference, points: list[dict[str, Any]], edge: int) -> Any:
-    """The Tune experiment of ``ref``'s ``points`` (its grid values, or a walk's step
-    ``edge``): restored from its folder where it has state, else new (``None`` when only read
-    and absent). Its trials' params are the arch and the grid's values (the console line, the
-    ``recsys.searched`` tag); the keys they all set are in their spec's base (``Run.spec_of``)."""
+def tuner_of(
+    run: Run, ref: Reference, points: list[dict[str, Any]], folder: str, t0: float = 0.0
+) -> Any:
+    """The Tune experiment ``folder`` of ``ref``'s ``points`` (its grid values, or a walk's
+    step; each trained to its end or to its ``PAUSE``): restored from its folder where it has
+    state, else new (``None`` when only read and absent). Its trials' params are the arch and the
+    grid's values (the console line, the ``recsys.searched`` tag); the keys they all set are in
+    their spec's base (``Run.spec_of``). FIFO, its trials' actors reused; its console lines
+    timed from ``t0`` (0: now)."""
     from ray import tune
+    from ray.tune.schedulers import FIFOScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from recsys.tune.progress import Progress
 
     spec = run.spec_of(ref)
-    folder = folder_of(ref.arch, edge)
     path, fs = ray_storage(storage.join(sweep_dir(run.opts), folder))
     if run.restore and tune.Tuner.can_restore(path, storage_filesystem=fs):
         return tune.Tuner.restore(path, trainable=run.trainable(ref), resume_unfinished=True,
                                   resume_errored=True, storage_filesystem=fs)  # fmt: skip
     if run.finished:
         return None
-    points = [{"model.arch": ref.arch, **p} for p in points]
-    cfg = ExperimentConfig.from_dict(spec.base).with_overrides(points[0])
-    steps = cfg.train.steps
-    if cfg.train.epochs > 0:
-        from recsys.data.dataset import train_rows, with_budget
-
-        cfg = with_budget(cfg, train_rows(cfg), run.opts.num_workers)
-        steps = cfg.train.steps
+    steps = trial_config(spec, points[0]).train.steps
     score = run.space.objectives[0]
     progress = Progress(run.space.metric, steps, mode=score.mode, total=len(points),
-                        label="baseline", table=False)  # fmt: skip
-    scheduler = scheduler_of(cfg, run.opts.scheduler, bool(edge))
+                        label="baseline", table=False, t0=t0)  # fmt: skip
+    scheduler = FIFOScheduler()
     return tune.Tuner(
         run.trainable(ref),
         param_space={"params": tune.grid_search(points)},
@@ -193,6 +216,32 @@ def tuner_of(run: Run, ref: Reference, points: list[dict[str, Any]], edge: int) 
     )  # fmt: skip
 
 
+def halving(
+    run: Run, ref: Reference, points: list[dict[str, Any]], folder: str, halve: bool
+) -> pd.DataFrame:
+    """``ref``'s ``points`` trained in the rounds of successive halving (``rungs``; where not
+    ``halve``, one round to the end): each round a Tune experiment (``round_folder``), its points
+    paused at its rung, the ``survivors`` trained on in the next. Each point's row of its latest
+    round (its ``trial``: its ``POINT``, unique in the sweep), ranked."""
+    named = [{"model.arch": ref.arch, **p, POINT: f"{run.spec.sweep}-{folder}-{i}"}
+             for i, p in enumerate(points)]  # fmt: skip
+    pauses = rungs(trial_config(run.spec_of(ref), named[0])) if halve else []
+    frames, going, t0 = [], named, time.time()
+    for k, pause in enumerate([*pauses, 0]):
+        todo = [{**p, PAUSE: pause} for p in going]
+        tuner = tuner_of(run, ref, todo, round_folder(folder, k), t0)
+        if tuner is None:
+            break
+        results = tuner.get_results() if run.finished else tuner.fit()
+        frames.append(frame := trial_frame(results, run.space, role="baseline"))
+        on = set(survivors(frame)) if pause else set()
+        if not (going := [p for p in going if p[POINT] in on]):
+            break
+    frames = [f for f in frames[::-1] if not f.empty]  # (the latest round's rows first)
+    latest = pd.concat(frames, ignore_index=True).drop_duplicates("trial") if frames else None
+    return ranked_refs([latest] if latest is not None else [], run.space)
+
+
 def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
     """``ref``'s trials (its grid, then its walk's steps; ranked) and the walk."""
     walk = Walk({k: list(v) for k, v in ref.grid.items()})
@@ -200,11 +249,8 @@ def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
     keys = list(ref.grid)
     points = [dict(zip(keys, c, strict=True)) for c in itertools.product(*ref.grid.values())]
     while points:
-        tuner = tuner_of(run, ref, points, edge)
-        if tuner is None:
-            break
-        results = tuner.get_results() if run.finished else tuner.fit()
-        frames.append(trial_frame(results, run.space, role="baseline"))
+        halve = run.opts.scheduler != "fifo" and not edge  # (a walk's step: to its end)
+        frames.append(halving(run, ref, points, folder_of(ref.arch, edge), halve))
         frame = ranked_refs(frames, run.space)
         best = best_trained(frame, run.space)
         if not ref.edges or best is None:

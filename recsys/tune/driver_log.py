@@ -32,7 +32,7 @@ from recsys.tracking.tune_reports import tune_report
 from recsys.tracking.writer import Writer
 from recsys.train.results import train_result
 from recsys.tune import trial
-from recsys.tune.results import STOPPED
+from recsys.tune.results import STOPPED, point_of
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
 from recsys.tune.trial import TrialSpec, finish_trial, log_missing
@@ -84,7 +84,7 @@ class TrialLog(Callback):  # type: ignore[misc]
         the trials an earlier driver saw end (``TERMINATED``; an errored one is run again, and
         backfills itself) checked for what that driver, killed, may not have written."""
         self._checked = True
-        ended = {t.trial_id: (t.last_result or {}).get("step", 0) for t in trials
+        ended = {run_key(t): (t.last_result or {}).get("step", 0) for t in trials
                  if t.status == "TERMINATED"}  # fmt: skip
         if ended and (self.reports or self.stopped):
             name = f"the check of {len(ended)} trial(s) ended before this resume"
@@ -95,14 +95,14 @@ class TrialLog(Callback):  # type: ignore[misc]
     ) -> None:
         report = tune_report(result) if self.reports else None
         if report is not None:
-            name = f"a report of trial {trial.trial_id}"
-            self.writer.add(name, lambda: self._report(trial.trial_id, *report))
+            key = run_key(trial)
+            self.writer.add(f"a report of trial {key}", lambda: self._report(key, *report))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._ended(trial.trial_id, stopped=self.stopped)
+        self._ended(run_key(trial), stopped=self.stopped)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._ended(trial.trial_id, stopped=False)
+        self._ended(run_key(trial), stopped=False)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         if not self._checked:  # (restored finished: no step ran)
@@ -194,6 +194,12 @@ class TrialLog(Callback):  # type: ignore[misc]
             log.warning("MLflow %s refused %d metric(s) of trial %s (%s): dropped", self.uri,
                         self.tracker().discard(run), trial_id, short(e))  # fmt: skip
         del self._runs[trial_id]
+
+
+def run_key(trial: Any) -> str:
+    """The id of a Tune trial's MLflow run and training: its grid point's over successive
+    halving's rounds, else its own (``point_of``)."""
+    return point_of((trial.config or {}).get("params", {}), trial.trial_id)
 
 
 def record_stopped(

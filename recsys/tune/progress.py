@@ -18,7 +18,7 @@ from typing import IO, Any
 import pandas as pd
 from ray.tune import Callback
 
-from recsys.tune.results import short, trial_status
+from recsys.tune.results import PAUSE, POINT, short, trial_status
 
 
 def fmt(value: Any) -> str:
@@ -93,12 +93,13 @@ class Progress(Callback):  # type: ignore[misc]
         top: int = 10,
         label: str = "trial",
         table: bool = True,
+        t0: float = 0.0,
     ) -> None:
         self.metric, self.steps, self.every_s = metric, steps, every_s  # (pickled by Tune)
         self.mode, self.total, self.top = mode, total, top
         self.label = label  # "trial", "baseline", "confirm": the phase's trials
         self.draws = table  # False: its lines only (a phase beside another that draws its table)
-        self.t0 = time.time()
+        self.t0 = t0 or time.time()  # (a phase's start: its clock's 00:00)
         self.rows: dict[str, dict[str, Any]] = {}
         self.started: dict[str, float] = {}  # trial id -> when it started
         self.durations: list[float] = []  # of the trials that ended
@@ -120,8 +121,11 @@ class Progress(Callback):  # type: ignore[misc]
     def _row(self, trial: Any) -> dict[str, Any]:
         if trial.trial_id not in self.rows:
             params = (trial.config or {}).get("params", {})
-            row = {"trial": trial.trial_id.split("_")[-1], "status": "running"}
-            shown = {short(k.lstrip("_")): v for k, v in params.items()}  # (_confirms: a phase's)
+            point = str(params.get(POINT, ""))  # (a point of successive halving: fm-3)
+            name = point.rsplit("baselines-", 1)[-1] if point else trial.trial_id.split("_")[-1]
+            row = {"trial": name, "status": "running"}
+            shown = {short(k.lstrip("_")): v for k, v in params.items()  # (_confirms: a phase's)
+                     if k != POINT and not (k == PAUSE and not v)}  # fmt: skip
             self.rows[trial.trial_id] = {**row, **shown}
         return self.rows[trial.trial_id]
 

@@ -89,12 +89,25 @@ def front_objectives(space: SearchSpace) -> list[Objective]:
     return [space.objectives[0], Objective("emb_bytes", "min")]
 
 
+# In a reference trial's params: the name of its grid point, which successive halving trains over
+# several rounds (one Tune trial each): its id in the results, its MLflow run's and its training's
+# (``recsys.tune.trial``), instead of each round's Tune trial id.
+POINT = "_point"
+PAUSE = "_pause_at"  # in a round's trial params: the step it pauses at (``train.pause_at``)
+
+
+def point_of(params: dict[str, Any], trial_id: str) -> str:
+    """The id of a trial's results, MLflow run and training: its point's (``POINT``) or Tune's."""
+    return str(params.get(POINT) or trial_id)
+
+
 def _row(result: Any, space: SearchSpace, role: str) -> dict[str, Any]:
     last = result.metrics or {}
     best = best_report(result, space.objectives[0])
-    params = dict((result.config or {}).get("params", {}))
+    given = dict((result.config or {}).get("params", {}))
+    params = {k: v for k, v in given.items() if not k.startswith("_")}  # (a phase's own keys)
     row: dict[str, Any] = {
-        "trial": last.get("trial_id", ""),
+        "trial": point_of(given, last.get("trial_id", "")),
         "role": role,
         "arch": params.get("model.arch", space.base.model.arch),
         "status": status(result, last, space.base.train.steps),

@@ -42,7 +42,7 @@ from recsys.train import inline
 from recsys.train.ray_trainer import Resources, make_trainer
 from recsys.train.results import sharding_plan, train_result
 from recsys.tune import feasibility
-from recsys.tune.results import trial_status
+from recsys.tune.results import PAUSE, point_of, trial_status
 from recsys.tune.search import INFEASIBLE
 from recsys.tune.state import unlogged_dir
 
@@ -149,6 +149,7 @@ def trial_config(spec: TrialSpec, params: dict[str, Any]) -> ExperimentConfig:
             "train.monitor": spec.metric,
             "train.monitor_mode": spec.mode,
             "train.quiet": True,
+            "train.pause_at": int(params.get(PAUSE, 0)),
         }
     )
 
@@ -167,9 +168,10 @@ def open_run(
         parent = found.info.run_id if found is not None else parent
         tags = {Tag.CONFIRMS: origin}
         name = f"{origin} seed {cfg.train.seed}"
+    logged = flat_params(cfg.with_overrides({"train.pause_at": 0}).to_dict())  # (a round's)
     run_id = tracker.trial_run(
-        spec.experiment_id, parent, spec.sweep, trial_id, flat_params(cfg.to_dict()),
-        kind=spec.role, name=name, tags=tags,
+        spec.experiment_id, parent, spec.sweep, trial_id, logged, kind=spec.role, name=name,
+        tags=tags,
     )  # fmt: skip
     tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched(params), default=str)})
     tracker.log_dataset(run_id, lambda: inputs.describe(cfg.data))
@@ -208,8 +210,9 @@ def run_trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
 
 
 def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
+    opened = time.time()
     cfg = trial_config(spec, params)
-    trial_id = tune.get_context().get_trial_id()
+    trial_id = point_of(params, tune.get_context().get_trial_id())
     tracker = Tracker(spec.tracking_uri, keep=unlogged_dir(spec.storage, spec.sweep))
     run_id = open_run(tracker, spec, trial_id, cfg, params)
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
@@ -224,7 +227,9 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     except Exception:
         tracker.finish(run_id, "FAILED")
         raise
-    tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
+    end = time.time()  # (trial_s: this attempt's, from its function's start; one a round)
+    tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": end,
+                                "trial_s": end - opened})  # fmt: skip
     finish_trial(tracker, run_id, result, cfg.train.monitor_mode, cfg.train.steps)
 
 
