@@ -49,18 +49,28 @@ def old_schema_error(uri: str, error: Exception) -> ConnectionError:
     )
 
 
+OPENED: set[str] = set()  # the SQLite stores this process has opened: each once
+
+
 def open_store(uri: str, attempts: int = 8) -> None:
-    """Create (or check) the store behind a ``sqlite:`` URI before anything writes to it. A
-    store whose schema is older than this MLflow's (and stays so: not a migration in flight in
-    another process) is an error naming ``mlflow db upgrade``."""
+    """Create (or check) the store behind a ``sqlite:`` URI before anything writes to it, once a
+    process. A store whose schema is older than this MLflow's (and stays so: not a migration in
+    flight in another process) is an error naming ``mlflow db upgrade``."""
     if not uri.startswith("sqlite:"):
         return
     path = os.path.abspath(uri.split(":///", 1)[1])
+    if path in OPENED:
+        return
+    # MLflow's SQL store's imports (about a second) outside the lock: two trials starting at once
+    # each waited for the other's imports
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
     seen: dict[str, float] = {}  # an error's message -> when first seen
     with FileLock(path + ".init-lock"):
         for attempt in range(attempts):
             try:
                 MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+                OPENED.add(path)
                 return
             except Exception as e:
                 since = seen.setdefault(str(e), time.monotonic())  # (names an old revision)

@@ -23,8 +23,11 @@
   Unlike ASHA's asynchronous rungs, where the first trials to reach a rung always go on, every
   point is compared with all the others at the same rung.
 - **Edges**: where that best sits on an edge of a numeric grid key, one point a step beyond it
-  runs (``baselines-<arch>-edge-<k>``, FIFO, to its end), and so on until the best is inside or
-  the walk reached its bound (``Walk``). Under the smoke variant no edge is walked.
+  runs (``baselines-<arch>-edge-<k>``), and so on until the best is inside or the walk reached
+  its bound (``Walk``). Under halving, a step's point pauses at each rung too, and goes on only
+  where it ranks among the best third of every point at that rung (as though it had been in the
+  grid); one that does not leaves the best where it was, now inside. Under the smoke variant no
+  edge is walked.
 
 A resumed sweep restores each experiment from its folder and walks the same edges again from
 the same results; a grown sweep (``--more``) reads them without training.
@@ -81,12 +84,16 @@ def rungs(cfg: ExperimentConfig) -> list[int]:
     return out
 
 
-def survivors(frame: pd.DataFrame) -> list[str]:
-    """The points (their ``trial`` ids) of a round's ``frame`` (ranked, best first) that go on
-    to the next rung: among its best ``max(1, len // REDUCTION)``, those paused at the rung (the
-    others have ended: finished, converged or stopped early)."""
-    best = frame.head(max(1, len(frame) // REDUCTION))
-    return [str(t) for t in best.loc[best["status"] == STOPPED, "trial"]]
+def survivors(frame: pd.DataFrame, earlier: pd.DataFrame, space: SearchSpace) -> list[str]:
+    """The points (their ``trial`` ids) of a round's ``frame`` that go on to the next rung:
+    ranked with the ``earlier`` points' rows of the same round (a walk's step against its grid,
+    as though it had been in it), among the best ``max(1, len // REDUCTION)``, those paused at
+    the rung (the others have ended: finished, converged or stopped early)."""
+    pool = ranked_refs([earlier, frame], space)
+    best = pool.head(max(1, len(pool) // REDUCTION))
+    mine = set(frame["trial"])
+    return [str(t) for t, s in zip(best["trial"], best["status"], strict=True)
+            if t in mine and s == STOPPED]  # fmt: skip
 
 
 def room_beside(opts: SweepOptions, nodes: list[dict[str, float]]) -> bool:
@@ -217,11 +224,17 @@ def tuner_of(
 
 
 def halving(
-    run: Run, ref: Reference, points: list[dict[str, Any]], folder: str, halve: bool
+    run: Run,
+    ref: Reference,
+    points: list[dict[str, Any]],
+    folder: str,
+    halve: bool,
+    rounds: dict[int, pd.DataFrame],
 ) -> pd.DataFrame:
     """``ref``'s ``points`` trained in the rounds of successive halving (``rungs``; where not
     ``halve``, one round to the end): each round a Tune experiment (``round_folder``), its points
-    paused at its rung, the ``survivors`` trained on in the next. Each point's row of its latest
+    paused at its rung, the ``survivors`` (against the earlier points' rows of each round,
+    ``rounds``, which takes this one's) trained on in the next. Each point's row of its latest
     round (its ``trial``: its ``POINT``, unique in the sweep), ranked."""
     named = [{"model.arch": ref.arch, **p, POINT: f"{run.spec.sweep}-{folder}-{i}"}
              for i, p in enumerate(points)]  # fmt: skip
@@ -234,7 +247,9 @@ def halving(
             break
         results = tuner.get_results() if run.finished else tuner.fit()
         frames.append(frame := trial_frame(results, run.space, role="baseline"))
-        on = set(survivors(frame)) if pause else set()
+        earlier = rounds.get(k, pd.DataFrame())
+        on = set(survivors(frame, earlier, run.space)) if pause else set()
+        rounds[k] = ranked_refs([earlier, frame], run.space)
         if not (going := [p for p in going if p[POINT] in on]):
             break
     frames = [f for f in frames[::-1] if not f.empty]  # (the latest round's rows first)
@@ -243,14 +258,17 @@ def halving(
 
 
 def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
-    """``ref``'s trials (its grid, then its walk's steps; ranked) and the walk."""
+    """``ref``'s trials (its grid, then its walk's steps; ranked) and the walk. Under halving a
+    walk's step is halved too, each of its points against the grid's and earlier steps' points
+    at each rung: it goes on only where it would have gone on in the grid."""
     walk = Walk({k: list(v) for k, v in ref.grid.items()})
     frames, edge = [], 0
+    rounds: dict[int, pd.DataFrame] = {}  # round -> every point's row at its end, so far
     keys = list(ref.grid)
     points = [dict(zip(keys, c, strict=True)) for c in itertools.product(*ref.grid.values())]
+    halve = run.opts.scheduler != "fifo"
     while points:
-        halve = run.opts.scheduler != "fifo" and not edge  # (a walk's step: to its end)
-        frames.append(halving(run, ref, points, folder_of(ref.arch, edge), halve))
+        frames.append(halving(run, ref, points, folder_of(ref.arch, edge), halve, rounds))
         frame = ranked_refs(frames, run.space)
         best = best_trained(frame, run.space)
         if not ref.edges or best is None:

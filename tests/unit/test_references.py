@@ -79,7 +79,7 @@ def test_logistic_regression_is_solved_over_decades_of_l2(tmp_path):
     line = header(space, "asha")
     assert line.startswith(
         "baselines: lr (4 trials, dense: L-BFGS to its optimum), fm (6 trials, dense); beside "
-        "the search, under successive halving (ASHA)"
+        "the search, under successive halving (the best 1/3 go on at each rung)"
     )
     assert "edges walked" in line and "edges walked" not in header(
         load(space_file(tmp_path, body), smoke=True), "fifo")  # fmt: skip
@@ -96,7 +96,7 @@ def test_the_reference_is_the_best_trained_to_its_end(tmp_path):
                                                          "optim.weight_decay": wd}}
                           for t, s, v, wd in rows])  # fmt: skip
     best = best_trained(frame, space)
-    assert best is not None and best["trial"] == "b"  # a: stopped at a rung by ASHA
+    assert best is not None and best["trial"] == "b"  # a: stopped at a rung
     walk = Walk(dict(space.references["lr"].grid))
     line = done_line("lr", frame, walk, space)
     assert line == ("reference lr: val_auc 0.8000, best of 2 trained to their end (1 stopped at "
@@ -159,3 +159,38 @@ def test_trial_actors_are_reused_only_where_nothing_ends_a_running_trial():
     assert reuse_actors() and reuse_actors(FIFOScheduler())
     assert not reuse_actors(ASHAScheduler(time_attr="step", max_t=10, grace_period=1))
     assert not reuse_actors(FIFOScheduler(), stop=MaximumIterationStopper(3))
+
+
+def test_the_rungs_of_successive_halving_are_reports_a_third_of_the_way_apart():
+    from recsys.config import ExperimentConfig
+
+    def cfg(**train):
+        return ExperimentConfig.from_dict({"train": train})
+
+    # a budget in epochs (its steps derived): one epoch, three, nine... before the last step
+    epochs = cfg(epochs=6.0, steps=120, checkpoint_every=10, eval_every=10)
+    assert baselines.rungs(epochs) == [20, 60]
+    odd = cfg(epochs=6.0, steps=114, checkpoint_every=9, eval_every=9)  # 19 steps an epoch
+    assert baselines.rungs(odd) == [27, 63]  # the first report at or past 19 and 57
+    # a budget in steps (the solver's iterations): from two reports
+    assert baselines.rungs(cfg(steps=100, checkpoint_every=5, eval_every=5)) == [10, 30, 90]
+    assert baselines.rungs(cfg(epochs=1.0, steps=30, checkpoint_every=10)) == []  # one epoch
+
+
+def test_a_round_keeps_the_best_third_that_paused_and_a_walks_point_meets_the_grid(tmp_path):
+    body = "overrides: {train.steps: 40}\nspace:\n  optim.lr: {choice: [0.1]}\nbaselines: [lr]\n"
+    space = load(space_file(tmp_path, body))
+    key = space.objectives[0].key
+
+    def frame(rows):
+        return pd.DataFrame([{"trial": t, "status": s, key: v} for t, s, v in rows])
+
+    grid = frame([
+        ("a", "stopped", 0.70), ("b", "stopped", 0.72), ("c", "finished", 0.74),
+        ("d", "stopped", 0.60), ("e", "stopped", 0.65), ("f", "stopped", 0.71),
+    ])  # fmt: skip
+    # the best 6 // 3 = 2: c (ended: nothing to go on with) and b
+    assert baselines.survivors(grid, pd.DataFrame(), space) == ["b"]
+    # a walk's point at the same rung: the best 7 // 3 = 2 of all seven
+    assert baselines.survivors(frame([("w", "stopped", 0.73)]), grid, space) == ["w"]
+    assert baselines.survivors(frame([("w", "stopped", 0.715)]), grid, space) == []
