@@ -12,16 +12,17 @@
   instead of LR's grid two at a time and then FM's: a grid's odd last trial or an edge's single
   step no longer runs beside an empty slot (BENCHMARKS.md, quickstart); once one reference has
   ended, its slot waits for the other's end. The trials at once stay ``--max-concurrent``.
-- **Successive halving**: unless the sweep's scheduler is FIFO, each reference's grid trains in
-  rounds (``halving``), each a Tune experiment of its own (``baselines-<arch>``, then
-  ``-rung-<k>``): every point to the first rung (one epoch with a budget in epochs, else two
-  reports; ``rungs``), where it pauses with its checkpoint (``train.pause_at``); the best third
-  go on from there to the next rung (``REDUCTION`` times further), and so on, the last round to
-  the budget's end. A point keeps its MLflow run and its training across the rounds (its id:
-  ``POINT``), so it trains on as one uninterrupted run would. The reference is the best point
-  trained to its end (finished, converged or stopped by patience; never one paused at a rung).
-  Unlike ASHA's asynchronous rungs, where the first trials to reach a rung always go on, every
-  point is compared with all the others at the same rung.
+- **Successive halving**: unless the sweep's scheduler is FIFO, each reference's grid but a
+  solved one's (``halves``) trains in rounds (``halving``), each a Tune experiment of its own
+  (``baselines-<arch>``, then ``-rung-<k>``): every point to the first rung (one epoch with a
+  budget in epochs, else two reports; ``rungs``), where it pauses with its checkpoint
+  (``train.pause_at``); the best third go on from there to the next rung (``REDUCTION`` times
+  further), and so on, the last round to the budget's end. A point keeps its MLflow run and its
+  training across the rounds (its id: ``POINT``), so it trains on as one uninterrupted run
+  would. The reference is the best point trained to its end (finished, converged or stopped by
+  patience; never one paused at a rung). Unlike ASHA's asynchronous rungs, where the first
+  trials to reach a rung always go on, every point is compared with all the others at the same
+  rung.
 - **Edges**: where that best sits on an edge of a numeric grid key, one point a step beyond it
   runs (``baselines-<arch>-edge-<k>``), and so on until the best is inside or the walk reached
   its bound (``Walk``). Under halving, a step's point pauses at each rung too, and goes on only
@@ -84,6 +85,14 @@ def rungs(cfg: ExperimentConfig) -> list[int]:
     return out
 
 
+def halves(ref: Reference, scheduler: str) -> bool:
+    """Whether ``ref``'s grid trains under successive halving: where the sweep's scheduler is
+    not FIFO, but for a solved reference (LR by L-BFGS). Its early iterations rank its L2
+    strengths by how soon each converges, not by where: on the demo log of 80k rows halving
+    chose an L2 ten times too strong, 0.008 below the full grid."""
+    return scheduler != "fifo" and not ref.solved
+
+
 def survivors(frame: pd.DataFrame, earlier: pd.DataFrame, space: SearchSpace) -> list[str]:
     """The points (their ``trial`` ids) of a round's ``frame`` that go on to the next rung:
     ranked with the ``earlier`` points' rows of the same round (a walk's step against its grid,
@@ -129,8 +138,10 @@ def header(space: SearchSpace, scheduler: str, beside: bool = True, slots: int =
     together, each = lanes(slots, len(refs))
     if together > 1:
         when += f"; {together} side by side, {each} trial{'s' if each > 1 else ''} at a time each"
+    halving = [r.arch for r in refs if not r.solved]  # (``halves``)
     rule = f"the best 1/{REDUCTION} go on at each rung"
-    halved = "" if scheduler == "fifo" else f", under successive halving ({rule})"
+    halved = ("" if scheduler == "fifo" or not halving else
+              f", {', '.join(halving)} under successive halving ({rule})")  # fmt: skip
     walked = any(r.edges for r in refs)
     walks = f" its grid's edges walked (at most {MAX_EDGE_STEPS} steps a side)," if walked else ""
     return (f"baselines: {parts}; {when}{halved}; each the best of its trials "
@@ -223,6 +234,11 @@ def tuner_of(
     )  # fmt: skip
 
 
+def at(pauses: list[int], k: int) -> int:
+    """A point's pause in round ``k``: its ``k``-th rung (0 past its last: to its end)."""
+    return pauses[k] if k < len(pauses) else 0
+
+
 def halving(
     run: Run,
     ref: Reference,
@@ -238,17 +254,18 @@ def halving(
     round (its ``trial``: its ``POINT``, unique in the sweep), ranked."""
     named = [{"model.arch": ref.arch, **p, POINT: f"{run.spec.sweep}-{folder}-{i}"}
              for i, p in enumerate(points)]  # fmt: skip
-    pauses = rungs(trial_config(run.spec_of(ref), named[0])) if halve else []
+    spec = run.spec_of(ref)
+    pauses = {p[POINT]: rungs(trial_config(spec, p)) if halve else [] for p in named}
     frames, going, t0 = [], named, time.time()
-    for k, pause in enumerate([*pauses, 0]):
-        todo = [{**p, PAUSE: pause} for p in going]
+    for k in range(1 + max(map(len, pauses.values()))):
+        todo = [{**p, PAUSE: at(pauses[p[POINT]], k)} for p in going]
         tuner = tuner_of(run, ref, todo, round_folder(folder, k), t0)
         if tuner is None:
             break
         results = tuner.get_results() if run.finished else tuner.fit()
         frames.append(frame := trial_frame(results, run.space, role="baseline"))
         earlier = rounds.get(k, pd.DataFrame())
-        on = set(survivors(frame, earlier, run.space)) if pause else set()
+        on = set(survivors(frame, earlier, run.space))
         rounds[k] = ranked_refs([earlier, frame], run.space)
         if not (going := [p for p in going if p[POINT] in on]):
             break
@@ -266,7 +283,7 @@ def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
     rounds: dict[int, pd.DataFrame] = {}  # round -> every point's row at its end, so far
     keys = list(ref.grid)
     points = [dict(zip(keys, c, strict=True)) for c in itertools.product(*ref.grid.values())]
-    halve = run.opts.scheduler != "fifo"
+    halve = halves(ref, run.opts.scheduler)
     while points:
         frames.append(halving(run, ref, points, folder_of(ref.arch, edge), halve, rounds))
         frame = ranked_refs(frames, run.space)

@@ -79,8 +79,8 @@ def test_logistic_regression_is_solved_over_decades_of_l2(tmp_path):
     line = header(space, "asha")
     assert line.startswith(
         "baselines: lr (4 trials, dense: L-BFGS to its optimum), fm (6 trials, dense); beside "
-        "the search, under successive halving (the best 1/3 go on at each rung)"
-    )
+        "the search, fm under successive halving (the best 1/3 go on at each rung)"
+    )  # (not the solved LR: ``halves``)
     assert "edges walked" in line and "edges walked" not in header(
         load(space_file(tmp_path, body), smoke=True), "fifo")  # fmt: skip
     assert refs.references() == ("lr", "fm")
