@@ -41,7 +41,7 @@ def result(run: str, step: int, auc: float) -> dict:
     return {**report(step, auc), RUN_ID: run, REPORT_KEYS: keys, CHECKPOINT_URI: f"c{step}"}
 
 
-TRIAL = SimpleNamespace(trial_id="trial_1")
+TRIAL = SimpleNamespace(trial_id="trial_1", config={"params": {}})  # (as a Tune trial)
 
 
 def history(uri: str, run: str, key: str = "val_auc") -> list[tuple[int, float]]:
@@ -191,7 +191,7 @@ def test_a_report_mlflow_refuses_is_dropped_with_a_warning_and_the_next_logged(t
     gone = Tracker(uri).trial_run(exp, "", "s", "trial_2", {})
     MlflowClient(uri).delete_run(gone)
     driver = a_log(tmp_path, uri, exp)
-    other = SimpleNamespace(trial_id="trial_2")
+    other = SimpleNamespace(trial_id="trial_2", config={"params": {}})
     driver.on_trial_result(0, [], other, result(gone, 10, 0.5))
     driver.on_trial_complete(0, [], other)
     driver.on_trial_result(0, [], TRIAL, result(run, 10, 0.6))
@@ -281,13 +281,17 @@ def test_a_resume_writes_what_a_driver_killed_with_writes_queued_left_out(
     t.log_report(complete, report(20, 0.65))
     t.set_tags(complete, {"recsys.status": "finished"})
     t.finish(complete)
+
+    def trial(name, status, step):  # (as a Tune trial)
+        return SimpleNamespace(trial_id=name, config={}, status=status, last_result=step)
+
     trials = [
-        SimpleNamespace(trial_id="trial_1", status="TERMINATED", last_result={"step": 20}),
-        SimpleNamespace(trial_id="trial_2", status="TERMINATED", last_result={"step": 10}),
-        SimpleNamespace(trial_id="trial_4", status="TERMINATED", last_result={"step": 20}),
+        trial("trial_1", "TERMINATED", {"step": 20}),
+        trial("trial_2", "TERMINATED", {"step": 10}),
+        trial("trial_4", "TERMINATED", {"step": 20}),
     ]
     if not finished:
-        trials.append(SimpleNamespace(trial_id="trial_3", status="PENDING", last_result={}))
+        trials.append(trial("trial_3", "PENDING", {}))
         driver.on_step_begin(0, trials)
     driver.on_experiment_end(trials)
     assert sorted(reads) == ["trial_1", "trial_2"] and found_again == []
