@@ -5,7 +5,7 @@ class Tag:
     """Every MLflow tag name this project writes or searches by, in one place."""
 
     SWEEP = "recsys.sweep"  # the sweep a run belongs to
-    TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id
+    TRIAL = "recsys.trial_id"  # a trial run: the Tune trial id (a halved reference's: its point's)
     KIND = "recsys.kind"  # trial, baseline, confirm, refit; "sweep:<name>" on a sweep's parent
     CONFIRMS = "recsys.confirms"  # a seed-check run: the trial whose configuration it re-trains
     CONFIRMED_ORDER = "recsys.confirmed_order"  # on the parent: trial ids by confirmed mean, JSON

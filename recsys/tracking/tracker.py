@@ -195,7 +195,8 @@ class Tracker:
                 return runs
 
     def find_trial_run(self, experiment_id: str, trial_id: str) -> Any:
-        """The MLflow run of Tune trial ``trial_id`` (None if it has none)."""
+        """The MLflow run of trial ``trial_id`` (Tune's id, or a halved reference point's; None if
+        it has none)."""
         return self._find(experiment_id, Tag.TRIAL, trial_id)
 
     def parent_run(self, experiment_id: str, sweep: str, kind: str = "sweep") -> str:

@@ -51,7 +51,14 @@ from recsys.runtime import storage
 from recsys.runtime.storage import ray_storage
 from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
-from recsys.tune.results import PAUSE, POINT, STOPPED, TRAINED_TO_END, trial_frame
+from recsys.tune.results import (
+    PAUSE,
+    POINT,
+    STOPPED,
+    TRAINED_TO_END,
+    best_columns,
+    trial_frame,
+)
 from recsys.tune.space import SearchSpace
 from recsys.tune.state import SweepOptions, sweep_dir
 from recsys.tune.trial import TrialSpec, reuse_actors, trial_config, trial_failures
@@ -269,9 +276,28 @@ def halving(
         rounds[k] = ranked_refs([earlier, frame], run.space)
         if not (going := [p for p in going if p[POINT] in on]):
             break
-    frames = [f for f in frames[::-1] if not f.empty]  # (the latest round's rows first)
-    latest = pd.concat(frames, ignore_index=True).drop_duplicates("trial") if frames else None
-    return ranked_refs([latest] if latest is not None else [], run.space)
+    return ranked_refs([across_rounds(frames, run.space)], run.space)
+
+
+def across_rounds(frames: list[pd.DataFrame], space: SearchSpace) -> pd.DataFrame:
+    """One row a point from its rounds' ``frames`` (in round order): its latest round's (its
+    status, score, last step, cost), with the columns of its best report (``best_columns``: its
+    step, metrics and checkpoint) from the round that holds it: the first whose score (the
+    run's best so far, ``best_<metric>``, which each round's last report carries on) is the
+    point's final one. Each round's Tune trial knows its own reports only."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    rounds = pd.concat(frames, ignore_index=True)
+    key = space.objectives[0].key
+    latest = rounds.iloc[::-1].drop_duplicates("trial").reset_index(drop=True)
+    final = dict(zip(latest["trial"], latest[key], strict=True))
+    holds = rounds[[final[t] == v for t, v in zip(rounds["trial"], rounds[key], strict=True)]]
+    holds = holds.drop_duplicates("trial").set_index("trial")  # (a NaN score: none)
+    found = latest["trial"].isin(holds.index)
+    for c in (c for c in best_columns(space) if c in rounds):
+        latest.loc[found, c] = latest.loc[found, "trial"].map(holds[c])
+    return latest
 
 
 def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:

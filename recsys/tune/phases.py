@@ -266,7 +266,7 @@ def chosen_references(
     frame: pd.DataFrame, space: SearchSpace, walks: dict[str, Walk] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``frame`` (ranked) with each reference arch's trials reduced to its best trained to its
-    end (``TRAINED_TO_END``: never one ASHA stopped at a rung; its ``reference`` column says of
+    end (``TRAINED_TO_END``: never one stopped at a rung; its ``reference`` column says of
     how many, with what, and how far its grid's edges were walked: ``walks``), and every
     reference trial (``chosen`` marks the kept ones)."""
     if frame.empty or "role" not in frame or not (frame["role"] == "baseline").any():

@@ -25,7 +25,7 @@ METRICS = ["val_auc", "val_log_loss", "val_ne"]  # shown from the best report
 COST = ["wall_s", "worker_s", "samples_seen"]  # what the trial cost, from its last report
 
 
-STOPPED = "stopped"  # by the scheduler (ASHA) before its last step
+STOPPED = "stopped"  # by the scheduler (ASHA), or paused at a rung of halving, before its end
 SCORED = ("finished", "early_stopped", STOPPED)  # a trial with a score to stand on
 TRAINED_TO_END = ("finished", "early_stopped")  # not cut short by the scheduler (a reference's)
 
@@ -99,6 +99,11 @@ PAUSE = "_pause_at"  # in a round's trial params: the step it pauses at (``train
 def point_of(params: dict[str, Any], trial_id: str) -> str:
     """The id of a trial's results, MLflow run and training: its point's (``POINT``) or Tune's."""
     return str(params.get(POINT) or trial_id)
+
+
+def best_columns(space: SearchSpace) -> list[str]:
+    """The columns of a row taken from its trial's best report (``_row``)."""
+    return ["best_step", *METRICS, *task_aucs(space), "checkpoint"]
 
 
 def _row(result: Any, space: SearchSpace, role: str) -> dict[str, Any]:

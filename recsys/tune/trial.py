@@ -5,7 +5,8 @@
 Before any worker starts, the configuration must fit: the space's budget (``constraints``) and a
 sharding plan for the trial's workers and their device memory (``recsys.tune.feasibility``); if
 not, the trial reports ``infeasible`` with the numbers and ends. The Train run is named after the
-trial id, so a restored trial finds its own checkpoints and continues from the latest. Rank 0's
+trial id (a reference's grid point's id over halving's rounds: ``POINT``), so a restored trial, or
+a point's next round, finds its own checkpoints and continues from the latest. Rank 0's
 reports reach Tune as each checkpoint is registered (``ReportToTune``), and MLflow from the
 sweep's driver as Tune gets them (``recsys.tune.driver_log``): Train's controller never imports
 MLflow.
@@ -168,10 +169,9 @@ def open_run(
         parent = found.info.run_id if found is not None else parent
         tags = {Tag.CONFIRMS: origin}
         name = f"{origin} seed {cfg.train.seed}"
-    logged = flat_params(cfg.with_overrides({"train.pause_at": 0}).to_dict())  # (a round's)
     run_id = tracker.trial_run(
-        spec.experiment_id, parent, spec.sweep, trial_id, logged, kind=spec.role, name=name,
-        tags=tags,
+        spec.experiment_id, parent, spec.sweep, trial_id, flat_params(cfg.to_dict()),
+        kind=spec.role, name=name, tags=tags,
     )  # fmt: skip
     tracker.set_tags(run_id, {Tag.SEARCHED: json.dumps(searched(params), default=str)})
     tracker.log_dataset(run_id, lambda: inputs.describe(cfg.data))
@@ -212,10 +212,11 @@ def run_trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
 def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     opened = time.time()
     cfg = trial_config(spec, params)
+    whole = cfg.with_overrides({"train.pause_at": 0})  # the run's config, not this round's
     trial_id = point_of(params, tune.get_context().get_trial_id())
     tracker = Tracker(spec.tracking_uri, keep=unlogged_dir(spec.storage, spec.sweep))
-    run_id = open_run(tracker, spec, trial_id, cfg, params)
-    tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
+    run_id = open_run(tracker, spec, trial_id, whole, params)
+    tracker.log_text(run_id, yaml.safe_dump(whole.to_dict()), "config.yaml")
     verdict = check_feasible(cfg, spec)
     if not verdict.ok:
         return refuse(tracker, run_id, verdict, spec.metric)
@@ -227,10 +228,8 @@ def _run(spec: TrialSpec, params: dict[str, Any]) -> None:
     except Exception:
         tracker.finish(run_id, "FAILED")
         raise
-    end = time.time()  # (trial_s: this attempt's, from its function's start; one a round)
-    tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": end,
-                                "trial_s": end - opened})  # fmt: skip
-    finish_trial(tracker, run_id, result, cfg.train.monitor_mode, cfg.train.steps)
+    tracker.log_values(run_id, {"trial_fit_start": fit_start, "trial_fit_end": time.time()})
+    finish_trial(tracker, run_id, result, cfg.train.monitor_mode, cfg.train.steps, opened)
 
 
 def trains_inline(spec: TrialSpec) -> bool:
@@ -306,10 +305,13 @@ def log_missing(tracker: Tracker, run_id: str, result: Any) -> int:
     return len(missing)
 
 
-def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: int) -> None:
+def finish_trial(
+    tracker: Tracker, run_id: str, result: Any, mode: str, steps: int, opened: float = 0.0
+) -> None:
     """Artifacts and status at the end of a trial: the sharding plan, pointers to the best (by the
     sweep's metric and mode) and last checkpoints (and the best itself when small), the status
-    (``trial_status``)."""
+    (``trial_status``); where the trial's function started at ``opened``, its seconds to here
+    (``trial_s``: one a round of halving)."""
     metrics = result.metrics or {}
     tags = {}
     if (last := result.checkpoint) is not None:
@@ -323,6 +325,8 @@ def finish_trial(tracker: Tracker, run_id: str, result: Any, mode: str, steps: i
             tracker.log_folder(run_id, best.path, artifact_path="checkpoint_best")
     tags[Tag.STATUS] = trial_status(metrics, steps)
     tracker.set_tags(run_id, tags)
+    if opened:
+        tracker.log_values(run_id, {"trial_s": time.time() - opened})
     tracker.finish(run_id, "FAILED" if tags[Tag.STATUS] == "diverged" else "FINISHED")
 
 

@@ -153,6 +153,9 @@ def test_a_references_grid_is_halved_in_rounds_that_train_its_points_on(
         history = [m.step for m in client.get_metric_history(r.info.run_id, "val_auc")]
         assert history == sorted(set(history)), history  # no step twice, in order
         rounds = client.get_metric_history(r.info.run_id, "trial_s")
+        config = client.download_artifacts(r.info.run_id, "config.yaml", str(tmp_path))
+        with open(config) as f:
+            assert "pause_at: 0\n" in f.read()  # the run's, not a round's
         if r.data.tags["recsys.status"] == "stopped":  # paused at the rung, never went on
             assert history[-1] == rung and len(rounds) == 1
         else:  # trained on from the rung: its steps go on in the same run

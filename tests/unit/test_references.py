@@ -194,3 +194,27 @@ def test_a_round_keeps_the_best_third_that_paused_and_a_walks_point_meets_the_gr
     # a walk's point at the same rung: the best 7 // 3 = 2 of all seven
     assert baselines.survivors(frame([("w", "stopped", 0.73)]), grid, space) == ["w"]
     assert baselines.survivors(frame([("w", "stopped", 0.715)]), grid, space) == []
+
+
+def test_a_points_row_is_its_latest_rounds_with_its_best_report_from_the_round_that_holds_it(
+    tmp_path,
+):
+    body = "overrides: {train.steps: 40}\nspace:\n  optim.lr: {choice: [0.1]}\nbaselines: [lr]\n"
+    space = load(space_file(tmp_path, body))
+    key = space.objectives[0].key  # the run's best so far, carried on by each round's reports
+
+    def row(trial, status, score, best_step, val_auc, last_step):
+        return {"trial": trial, "status": status, key: score, "best_step": best_step,
+                "val_auc": val_auc, "checkpoint": f"c{best_step}",
+                "last_step": last_step}  # fmt: skip
+
+    first = pd.DataFrame(
+        [row("p", "stopped", 0.75, 6, 0.75, 6), row("q", "stopped", 0.7, 6, 0.7, 6)]
+    )
+    # p went on, and never beat its step-6 report: its round's best report is step 9's (0.74)
+    second = pd.DataFrame([row("p", "finished", 0.75, 9, 0.74, 15)])
+    merged = baselines.across_rounds([first, second], space).set_index("trial")
+    p, q = merged.loc["p"], merged.loc["q"]
+    assert (p["status"], p["last_step"]) == ("finished", 15)  # its latest round's
+    assert (p["best_step"], p["val_auc"], p["checkpoint"]) == (6, 0.75, "c6")  # its best report's
+    assert (q["status"], q["best_step"]) == ("stopped", 6)
