@@ -245,6 +245,8 @@ class Tracker:
         found = self._find(experiment_id, Tag.TRIAL, trial_id)
         if found is not None:
             self.client.update_run(found.info.run_id, status="RUNNING")
+            if Tag.STATUS in found.data.tags:  # trained again (a halved point's next round)
+                self.client.delete_tag(found.info.run_id, Tag.STATUS)
             if len(found.data.params) < len(params):  # made, then the store went away
                 self._log_params(found.info.run_id, params)
             self._attach(found.info.run_id, found.data.metrics)

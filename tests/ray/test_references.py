@@ -20,7 +20,7 @@ from recsys.tune.sweep import SweepOptions, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SPACE = """
+SEARCH = """
 base: debug
 num_samples: 1
 overrides:
@@ -35,11 +35,15 @@ overrides:
   train.log_every: 10
 space:
   optim.lr: {choice: [0.05]}
-baselines:
+"""
+SPACE = (
+    SEARCH
+    + """baselines:
   lr:                            # the dense rule: solved; strengths too strong
     grid: {optim.weight_decay: [0.1, 1.0]}
     overrides: {train.steps: 60}
 """
+)
 
 
 def test_a_solved_reference_walks_its_edge_beside_the_search_and_a_resume_keeps_it(
@@ -91,26 +95,14 @@ def test_a_solved_reference_walks_its_edge_beside_the_search_and_a_resume_keeps_
         assert len({m.step for m in history}) == len(history)  # no step reported twice
 
 
-HALVING = """
-base: debug
-num_samples: 1
-overrides:
-  data.synthetic.num_samples: 3000
-  embeddings.num_embeddings: [50, 200, 1000, 3000]
-  embeddings.dim: 8
-  model.bottom_mlp: [16]
-  model.top_mlp: [16]
-  train.steps: 20
-  train.batch_size: 64
-  train.checkpoint_every: 10
-  train.log_every: 10
-space:
-  optim.lr: {choice: [0.05]}
-baselines:
+HALVING = (
+    SEARCH
+    + """baselines:
   fm:                            # 6 points; 3 epochs, 2 reports an epoch: a rung at 1 epoch
     grid: {optim.lr: [0.3, 0.1, 0.03, 0.01, 0.003, 0.001]}
     overrides: {train.epochs: 3, train.patience: 0}
 """
+)
 
 
 def test_a_references_grid_is_halved_in_rounds_that_train_its_points_on(

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from mlflow.tracking import MlflowClient
 
-from recsys.tracking.tracker import Tracker
+from recsys.tracking.tracker import Tag, Tracker
 from tests.distributed.harness import free_port
 from tests.servers import MlflowServer
 
@@ -52,6 +52,20 @@ def test_a_run_made_without_its_params_gets_them_when_found_again(tmp_path):
     assert Tracker(uri).trial_run(exp, parent, "s", "trial_1", {"a": "1", "b": "2"}) == run
     assert MlflowClient(uri).get_run(run).data.params == {"a": "1", "b": "2"}
     assert len(MlflowClient(uri).search_runs([exp])) == 2
+
+
+def test_a_run_trained_again_has_no_status_until_it_ends_again(tmp_path):
+    """A halved reference's point paused at a rung (status ``stopped``), then trained on in the
+    next round: its run, reopened, shows no outcome while it trains."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    t = Tracker(uri)
+    exp = t.experiment("s", None)
+    run = t.trial_run(exp, "p", "s", "s-baselines-fm-0", {})
+    t.set_tags(run, {Tag.STATUS: "stopped"})
+    t.finish(run)
+    assert Tracker(uri).trial_run(exp, "p", "s", "s-baselines-fm-0", {}) == run
+    found = MlflowClient(uri).get_run(run)
+    assert found.info.status == "RUNNING" and Tag.STATUS not in found.data.tags
 
 
 def test_a_resume_note_becomes_a_tag_of_the_trial_run(tmp_path):
