@@ -272,7 +272,7 @@ def halving(
         results = tuner.get_results() if run.finished else tuner.fit()
         frames.append(frame := trial_frame(results, run.space, role="baseline"))
         earlier = rounds.get(k, pd.DataFrame())
-        on = set(survivors(frame, earlier, run.space))
+        on = set(survivors(frame, earlier, run.space)) if not frame.empty else set()
         rounds[k] = ranked_refs([earlier, frame], run.space)
         if not (going := [p for p in going if p[POINT] in on]):
             break
