@@ -100,14 +100,12 @@ def halves(ref: Reference, scheduler: str) -> bool:
     return scheduler != "fifo" and not ref.solved
 
 
-def survivors(frame: pd.DataFrame, earlier: pd.DataFrame, space: SearchSpace) -> list[str]:
-    """The points (their ``trial`` ids) of a round's ``frame`` that go on to the next rung:
-    ranked with the ``earlier`` points' rows of the same round (a walk's step against its grid,
-    as though it had been in it), among the best ``max(1, len // REDUCTION)``, those paused at
-    the rung (the others have ended: finished, converged or stopped early)."""
-    pool = ranked_refs([earlier, frame], space)
+def survivors(pool: pd.DataFrame, mine: set[str]) -> list[str]:
+    """The points ``mine`` (their ``trial`` ids: a round's) that go on to the next rung: in
+    ``pool``, every point's row of that round ranked (a walk's step with its grid's, as though
+    it had been in it), among the best ``max(1, len // REDUCTION)``, those paused at the rung
+    (the others have ended: finished, converged or stopped early)."""
     best = pool.head(max(1, len(pool) // REDUCTION))
-    mine = set(frame["trial"])
     return [str(t) for t, s in zip(best["trial"], best["status"], strict=True)
             if t in mine and s == STOPPED]  # fmt: skip
 
@@ -145,10 +143,9 @@ def header(space: SearchSpace, scheduler: str, beside: bool = True, slots: int =
     together, each = lanes(slots, len(refs))
     if together > 1:
         when += f"; {together} side by side, {each} trial{'s' if each > 1 else ''} at a time each"
-    halving = [r.arch for r in refs if not r.solved]  # (``halves``)
+    halving = [r.arch for r in refs if halves(r, scheduler)]
     rule = f"the best 1/{REDUCTION} go on at each rung"
-    halved = ("" if scheduler == "fifo" or not halving else
-              f", {', '.join(halving)} under successive halving ({rule})")  # fmt: skip
+    halved = f", {', '.join(halving)} under successive halving ({rule})" if halving else ""
     walked = any(r.edges for r in refs)
     walks = f" its grid's edges walked (at most {MAX_EDGE_STEPS} steps a side)," if walked else ""
     return (f"baselines: {parts}; {when}{halved}; each the best of its trials "
@@ -271,9 +268,8 @@ def halving(
             break
         results = tuner.get_results() if run.finished else tuner.fit()
         frames.append(frame := trial_frame(results, run.space, role="baseline"))
-        earlier = rounds.get(k, pd.DataFrame())
-        on = set(survivors(frame, earlier, run.space)) if not frame.empty else set()
-        rounds[k] = ranked_refs([earlier, frame], run.space)
+        rounds[k] = pool = ranked_refs([rounds.get(k, pd.DataFrame()), frame], run.space)
+        on = set(survivors(pool, set(frame["trial"]))) if not frame.empty else set()
         if not (going := [p for p in going if p[POINT] in on]):
             break
     return ranked_refs([across_rounds(frames, run.space)], run.space)

@@ -189,11 +189,16 @@ def test_a_round_keeps_the_best_third_that_paused_and_a_walks_point_meets_the_gr
         ("a", "stopped", 0.70), ("b", "stopped", 0.72), ("c", "finished", 0.74),
         ("d", "stopped", 0.60), ("e", "stopped", 0.65), ("f", "stopped", 0.71),
     ])  # fmt: skip
+
     # the best 6 // 3 = 2: c (ended: nothing to go on with) and b
-    assert baselines.survivors(grid, pd.DataFrame(), space) == ["b"]
+    def survivors(mine, earlier):  # (a round's rows ranked with the earlier points' of it)
+        pool = baselines.ranked_refs([earlier, mine], space)
+        return baselines.survivors(pool, set(mine["trial"]))
+
+    assert survivors(grid, pd.DataFrame()) == ["b"]
     # a walk's point at the same rung: the best 7 // 3 = 2 of all seven
-    assert baselines.survivors(frame([("w", "stopped", 0.73)]), grid, space) == ["w"]
-    assert baselines.survivors(frame([("w", "stopped", 0.715)]), grid, space) == []
+    assert survivors(frame([("w", "stopped", 0.73)]), grid) == ["w"]
+    assert survivors(frame([("w", "stopped", 0.715)]), grid) == []
 
 
 def test_a_points_row_is_its_latest_rounds_with_its_best_report_from_the_round_that_holds_it(
