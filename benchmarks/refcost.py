@@ -17,10 +17,10 @@ On two logs prepared as ``benchmarks.quality`` prepares them (the product's own 
 Reported per log and reference: the chosen score each way (the reference's best validation
 score, as the sweep reports it: ``done_line``), their difference (halving's minus the full
 grid's, signed so that above 0 is better), the trial-seconds each way (the wall seconds of the
-reference's Tune trials, from each one's function start to its training's end: its MLflow run,
-its data and model, its training and its checkpoints; ``trial_s``, one a round, summed) and
-their ratio; also the trainings' own loop seconds (each point's ``wall_s``, summed) and the
-reference's wall time.
+reference's Tune trials, from each one's function start to its end: its MLflow run, its data
+and model, its training, its checkpoints and the best one's upload; ``trial_s``, one a round,
+summed; not the start of its process) and their ratio; also the trainings' own loop seconds
+(each point's ``wall_s``, summed) and the reference's wall time.
 
 Goals (``benchmarks.goals``, issue 59): the reference's score under halving within 0.002 of the
 full grid's (``halving_score``; better is within), and its trial-seconds at most 0.40x the full
