@@ -78,3 +78,9 @@ def test_dot_over_a_single_vector_is_refused_with_the_config():
         ExperimentConfig.from_dict(one)
     ExperimentConfig.from_dict({**one, "model": {"num_dense": 0, "interaction": "cat"}})
     ExperimentConfig.from_dict({**one, "model": {"num_dense": 1, "interaction": "dot"}})
+
+
+def test_a_negative_pause_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"train.pause_at=-1.*must be >= 0 \(0: off\)"):
+        ExperimentConfig.from_dict({"train": {"pause_at": -1}})
+    assert ExperimentConfig.from_dict({"train": {"pause_at": 6}}).train.pause_at == 6
