@@ -7,11 +7,11 @@ champion's tables learnt: its vocabularies start with the champion's, row for ro
 out alike; it must hold test rows (they decide), and groups for ``--metric gauc``; and it must
 not be the data the version was trained on (after a promotion, ``@champion`` names the retrained
 version: its data is done). The configuration on the new period: the champion's own (its tables
-grown where the vocabularies grew, its shared tables as they were), trained for the epochs its
-trial peaked at (a refit's or a retrain's own epochs; ``--epochs`` to choose) to the end, every
-split evaluated whole (``train.eval_batches: 0``: the frozen champion is scored on the same
-rows), the from-scratch model never warm-started. The learning-rate schedule starts again, its
-warmup and decay steps as the champion's.
+grown where the vocabularies grew, its shared tables, dims and QR split as they were), trained
+for the epochs its trial peaked at (a refit's or a retrain's own epochs; ``--epochs`` to choose)
+to the end, every split evaluated whole (``train.eval_batches: 0``: the frozen champion is
+scored on the same rows), the from-scratch model never warm-started. The learning-rate
+schedule starts again, its warmup and decay steps as the champion's.
 """
 
 from __future__ import annotations
@@ -103,20 +103,48 @@ def check_local(data: str) -> None:
 
 def on_period(frozen: ExperimentConfig, data: str) -> ExperimentConfig:
     """The champion's configuration on ``data``: its features and tasks from the folder, its own
-    shared tables kept (a reference's were cleared: a table per feature), each table the
-    champion's or, where the vocabulary grew past it, the folder's; every split evaluated whole,
-    no warm start yet."""
+    shared tables kept (a reference's were cleared: a table per feature), each table's rows the
+    champion's or, where the vocabulary grew past it, the folder's, its dims and QR split the
+    champion's (``same_tables``); every split evaluated whole, no warm start yet."""
     from recsys.data.dataset import with_data
 
     cfg = with_data(frozen, {"data.source": "prepared", "data.paths": [data], "data.refit": False})
     emb = frozen.embeddings
     if [*cfg.embeddings.names()] != [*emb.names()]:
         return cfg  # (refused by check_period, naming both)
+    rows = grown_rows(frozen, data)
     return cfg.with_overrides({
         "embeddings.shared": dict(emb.shared), "embeddings.sequence_targets":
-        dict(emb.sequence_targets), "embeddings.num_embeddings": grown_rows(frozen, data),
-        "train.eval_batches": 0, "train.init_from": "",
+        dict(emb.sequence_targets), "embeddings.num_embeddings": rows,
+        "train.eval_batches": 0, "train.init_from": "", **same_tables(frozen, rows),
     })  # fmt: skip
+
+
+def same_tables(frozen: ExperimentConfig, rows: list[int]) -> dict[str, Any]:
+    """Overrides that keep each of the champion's tables as it was built, with ``rows`` (its
+    grown rows): a warm start then finds every saved table, only longer. Its mixed dims
+    (``md_alpha``, which a table's rows decide) pinned as ``embeddings.dims``; its QR split
+    (``qr.threshold``, decided by rows too) kept by raising the threshold to the largest grown
+    table the champion did not split. A table that was not split, grown past one that was,
+    cannot keep both: refused naming the two (``ValueError``)."""
+    emb, out = frozen.embeddings, {}
+    if emb.md_alpha is not None:
+        out = {"embeddings.md_alpha": None, "embeddings.dims": emb.table_dims()}
+    if not emb.qr.enabled:
+        return out
+    names, was = emb.names(), [emb.qr.applies_to(n) for n in emb.num_embeddings]
+    plain = [(r, f) for f, r, split in zip(names, rows, was, strict=True) if not split]
+    split = [(r, f) for f, r, s in zip(names, rows, was, strict=True) if s]
+    threshold = max([emb.qr.threshold or 0, *(r for r, _ in plain)])
+    if split and min(split)[0] <= threshold:
+        (big, grown), (small, kept) = max(plain), min(split)
+        raise ValueError(
+            f"feature {grown!r}'s table grew to {big} rows, past {kept!r}'s {small}, which the "
+            f"champion QR-split while it kept {grown!r} whole (embeddings.qr.threshold "
+            f"{emb.qr.threshold}): one threshold cannot keep both as the champion built them; "
+            "prepare the period without --grow-vocab, or sweep again"
+        )
+    return {**out, "embeddings.qr.threshold": threshold}
 
 
 def grown_rows(frozen: ExperimentConfig, data: str) -> list[int]:
