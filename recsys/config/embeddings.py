@@ -25,11 +25,15 @@ class QRConfig:
         collisions: ``c``; id ``i`` looks up quotient row ``i // c`` and remainder row ``i % c``.
         operation: how the two pooled lookups combine: ``mult`` (elementwise product), ``add``,
             or ``concat`` (quotient gets ``dim - dim // 2`` columns, remainder ``dim // 2``).
+        whole: features whose tables are never split, whatever their rows (``recsys-retrain``
+            sets it: a table its champion kept whole stays whole when its vocabulary grows past
+            ``threshold``). A sharer follows its owner's table.
     """
 
     threshold: int | None = None
     collisions: int = 4
     operation: QROperation = "mult"
+    whole: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_choices(self, "embeddings.qr")
@@ -41,8 +45,11 @@ class QRConfig:
     def enabled(self) -> bool:
         return self.threshold is not None
 
-    def applies_to(self, rows: int) -> bool:
-        """Whether a table of ``rows`` rows is QR-split."""
+    def applies_to(self, rows: int, feature: str = "") -> bool:
+        """Whether the table of ``feature`` (its owner's, where it shares one), of ``rows``
+        rows, is QR-split."""
+        if feature in self.whole:
+            return False
         return self.threshold is not None and rows > self.threshold and self.collisions > 1
 
 
@@ -139,9 +146,12 @@ class EmbeddingConfig:
         self._check_shared()
         self._check_weighted()
         self._check_sequences()
+        for f in self.qr.whole:
+            why = f"not a feature name{nearest(f, self.names())}"
+            check(f in self.names(), "embeddings.qr.whole", f, why)
         if self.qr.operation == "concat" and self.qr.enabled:
             for i, d in enumerate(self.table_dims()):
-                if self.qr.applies_to(n[i]):
+                if self.split(self.names()[i]):
                     check(d % 8 == 0, f"embeddings dim of table {i}", d, "QR concat needs % 8")
 
     def _check_shared(self) -> None:
@@ -228,6 +238,12 @@ class EmbeddingConfig:
     def pooling_of(self, feature: str) -> Pooling:
         return self.feature_pooling.get(feature, self.pooling)
 
+    def split(self, feature: str) -> bool:
+        """Whether ``feature``'s table (its owner's, where it shares one) is QR-split."""
+        owner = self.shared.get(feature, feature)
+        rows = dict(zip(self.names(), self.num_embeddings, strict=True))[owner]
+        return self.qr.applies_to(rows, owner)
+
     def table_dims(self) -> list[int]:
         """The dim of each feature's table (before any projection to ``dim``)."""
         if self.dims is not None:
@@ -242,8 +258,7 @@ class EmbeddingConfig:
 
     def layout(self) -> SparseLayout:
         """How raw ids become the model's input keys (the data path builds batches with it)."""
-        qr = {f: self.qr.collisions for f, r in zip(self.names(), self.num_embeddings, strict=True)
-              if self.qr.applies_to(r)}  # fmt: skip
+        qr = {f: self.qr.collisions for f in self.names() if self.split(f)}
         return SparseLayout(self.names(), list(self.num_embeddings), qr, dict(self.sequences))
 
 

@@ -123,28 +123,17 @@ def on_period(frozen: ExperimentConfig, data: str) -> ExperimentConfig:
 def same_tables(frozen: ExperimentConfig, rows: list[int]) -> dict[str, Any]:
     """Overrides that keep each of the champion's tables as it was built, with ``rows`` (its
     grown rows): a warm start then finds every saved table, only longer. Its mixed dims
-    (``md_alpha``, which a table's rows decide) pinned as ``embeddings.dims``; its QR split
-    (``qr.threshold``, decided by rows too) kept by raising the threshold to the largest grown
-    table the champion did not split. A table that was not split, grown past one that was,
-    cannot keep both: refused naming the two (``ValueError``)."""
-    emb, out = frozen.embeddings, {}
+    (``md_alpha``, which the tables' rows decide) pinned as ``embeddings.dims``; a table it
+    kept whole that grew past ``qr.threshold`` named in ``qr.whole``."""
+    emb, out = frozen.embeddings, dict[str, Any]()
     if emb.md_alpha is not None:
-        out = {"embeddings.md_alpha": None, "embeddings.dims": emb.table_dims()}
-    if not emb.qr.enabled:
-        return out
-    names, was = emb.names(), [emb.qr.applies_to(n) for n in emb.num_embeddings]
-    plain = [(r, f) for f, r, split in zip(names, rows, was, strict=True) if not split]
-    split = [(r, f) for f, r, s in zip(names, rows, was, strict=True) if s]
-    threshold = max([emb.qr.threshold or 0, *(r for r, _ in plain)])
-    if split and min(split)[0] <= threshold:
-        (big, grown), (small, kept) = max(plain), min(split)
-        raise ValueError(
-            f"feature {grown!r}'s table grew to {big} rows, past {kept!r}'s {small}, which the "
-            f"champion QR-split while it kept {grown!r} whole (embeddings.qr.threshold "
-            f"{emb.qr.threshold}): one threshold cannot keep both as the champion built them; "
-            "prepare the period without --grow-vocab, or sweep again"
-        )
-    return {**out, "embeddings.qr.threshold": threshold}
+        out["embeddings.md_alpha"], out["embeddings.dims"] = None, emb.table_dims()
+    if emb.qr.enabled:
+        owners = [(f, r) for f, r in zip(emb.names(), rows, strict=True) if f not in emb.shared]
+        past = [f for f, r in owners if not emb.split(f) and emb.qr.applies_to(r, f)]
+        if past:
+            out["embeddings.qr.whole"] = [*emb.qr.whole, *past]
+    return out
 
 
 def grown_rows(frozen: ExperimentConfig, data: str) -> list[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from recsys.config import ExperimentConfig
+from recsys.configlib import ConfigError
 from recsys.lifecycle.plan import Plan, check_period, on_period
 from recsys.lifecycle.retrain import decide
 
@@ -112,26 +113,27 @@ def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
 def test_a_grown_table_keeps_the_champions_dims_and_qr_split():
     """Mixed dims and the QR split are decided by a table's rows: a table grown by a new period
     (``--grow-vocab``) keeps the name, kind and dim its champion saved it with, only longer, so
-    the warm start finds it; a table kept whole that grew past a split one is refused."""
+    the warm start finds it, also where a table kept whole grew past a split one."""
     from recsys.lifecycle.plan import same_tables
     from recsys.models.embeddings import table_specs
 
     frozen = ExperimentConfig().with_overrides({
-        "embeddings.num_embeddings": [100, 1900, 5000], "embeddings.dim": 16,
+        "embeddings.num_embeddings": [100, 1900, 5000, 1900], "embeddings.dim": 16,
         "embeddings.md_alpha": 0.5, "embeddings.qr.threshold": 2000,
+        "embeddings.feature_names": ["a", "b", "c", "d"], "embeddings.shared": {"d": "b"},
     })  # fmt: skip
-    grown = [400, 2600, 5300]  # cat_0's dim and cat_1's split would change with these rows
+    grown = [400, 5400, 5300, 5400]  # a's dim and b's split would change; b past c
     naive = frozen.with_overrides({"embeddings.num_embeddings": grown})
     kept = naive.with_overrides(same_tables(frozen, grown))
 
-    def shapes(cfg: ExperimentConfig) -> list[tuple[str, int, str]]:
-        return [(t.name, t.dim, t.role) for t in table_specs(cfg.embeddings)]
+    def shapes(cfg: ExperimentConfig) -> list[tuple[str, tuple[str, ...], int, str]]:
+        return [(t.name, t.features, t.dim, t.role) for t in table_specs(cfg.embeddings)]
 
-    assert shapes(naive) != shapes(frozen)  # (the hazard: t_cat_1_q, other dims)
+    assert shapes(naive) != shapes(frozen)  # (the hazard: t_b_q, other dims)
     assert shapes(kept) == shapes(frozen)
-    assert [t.rows for t in table_specs(kept.embeddings)] == [400, 2600, 1325, 4]
-    assert kept.embeddings.qr.threshold == 2600
+    assert [t.rows for t in table_specs(kept.embeddings)] == [400, 5400, 1325, 4]
+    assert kept.embeddings.qr.whole == ["b"] and kept.embeddings.layout().qr == {"c": 4}
+    assert same_tables(kept, [400, 6000, 6000, 6000]) == {}  # a retrained champion: as it is
     assert same_tables(ExperimentConfig(), [10, 10]) == {}  # nothing decided by rows
-    refused = "feature 'cat_1''s table grew to 5400 rows, past 'cat_2''s 5300, which the champion"
-    with pytest.raises(ValueError, match=refused):
-        same_tables(frozen, [400, 5400, 5300])
+    with pytest.raises(ConfigError, match="embeddings.qr.whole.*'e'.*not a feature name"):
+        frozen.with_overrides({"embeddings.qr.whole": ["e"]})
