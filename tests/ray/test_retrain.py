@@ -1,9 +1,9 @@
 """The champion retrained on a later period (``recsys.lifecycle.retrain``), on a local Ray: a model
 trained on week 1 of the drift log and registered as ``@champion``; week 2 prepared ``--like``
-week 1 with its vocabularies grown; the retrain warm-started and from scratch, 2 seeds each, scored
-by GAUC beside the frozen champion (read through its own tables, the grown rows mapped to its
-unseen rows), the retrained model registered with its lineage, ``@champion`` moved only by the
-decision. Killed after its first training, the retrain run again trains only the three left;
+week 1 with its vocabularies grown (the item table past the QR threshold it was kept whole at);
+the retrain warm-started and from scratch, 2 seeds each, scored by GAUC beside the frozen
+champion (read through its own tables, the grown rows mapped to its unseen rows), the retrained
+model registered with its lineage, ``@champion`` moved only by the decision. Killed after its first training, the retrain run again trains only the three left;
 run once more, it trains and registers nothing."""
 
 from __future__ import annotations
@@ -54,7 +54,11 @@ def champion(uri: str, folder: str, storage: str) -> None:
     from recsys.train.ray_trainer import Resources, make_trainer
 
     cfg = resolve(ExperimentConfig.from_dict({"data": {"source": "prepared", "paths": [folder]}}))
-    cfg = cfg.with_overrides(SMALL)
+    items = cfg.embeddings.num_embeddings[cfg.embeddings.names().index("item")]
+    # its tables' dims and QR split decided by their rows: the item table, kept whole at the
+    # threshold, grows past it in week 2, and keeps its dim and form (``same_tables``)
+    cfg = cfg.with_overrides({**SMALL, "embeddings.md_alpha": 0.5,
+                              "embeddings.qr.threshold": items})  # fmt: skip
     tracker = Tracker(uri)
     exp = tracker.experiment("week1")
     run_id = tracker.trial_run(exp, tracker.parent_run(exp, "week1"), "week1", "t0",
@@ -89,6 +93,8 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert plan.cfg.data.paths == [weeks[1]] and plan.cfg.train.epochs == 1.0
     grown = plan.cfg.embeddings.num_embeddings
     assert grown[1] > plan.frozen.embeddings.num_embeddings[1]  # the item table grew
+    assert plan.frozen.embeddings.split("user") and plan.cfg.embeddings.qr.whole == ["item"]
+    assert plan.cfg.embeddings.table_dims() == plan.frozen.embeddings.table_dims()
     assert 1 in frozen_ids(weeks[1], plan.frozen.embeddings.num_embeddings)
     calls = []
     real = launch.make_run
