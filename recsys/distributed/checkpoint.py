@@ -286,7 +286,11 @@ def warm_start(folder: str, model: nn.Module, optimizer: Any) -> list[str]:
     for key, (holder, name) in flat.items():
         now, saved = holder[name], saved_md.get(key)
         if saved is None:
-            raise CheckpointError(f"{folder} has no {key}: it was saved by another model")
+            other = sorted(k for k in saved_md if k.startswith("model.") and k not in flat)
+            raise CheckpointError(
+                f"{folder} has no {key}: it was saved by another model"
+                + (f" (it has {', '.join(other[:3])})" if other else "")
+            )
         if not isinstance(saved, TensorStorageMetadata):  # (bytes: an object's pickle)
             continue
         if not hasattr(now, "size") or tuple(now.size()) == tuple(saved.size):

@@ -1,7 +1,8 @@
 """A new run started from another run's checkpoint (``train.init_from``, what ``recsys-retrain``
 does): on 2 gloo ranks, its tables, dense weights and optimizer state are the saved run's; where
 a table grew (a grown vocabulary), its saved rows are copied into its first rows and its new rows
-keep their initial values; the new run's step, data position and scores start afresh."""
+keep their initial values; the new run's step, data position and scores start afresh. A model
+whose tables are not the saved ones is refused, naming what the checkpoint holds instead."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def full_tables(model) -> dict[str, torch.Tensor]:
 
 
 def warm_rank(rank, world, root):
+    from recsys.distributed.checkpoint import CheckpointError
     from recsys.distributed.env import current
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
@@ -53,8 +55,15 @@ def warm_rank(rank, world, root):
     initial = full_tables(fresh.stepper.model)
     note, step = second.resume_note, second.state.step
     metrics = second.train()
+    qr = {"embeddings.qr.threshold": 70, "embeddings.qr.whole": ["cat_3"]}  # (cat_4 still split)
+    split = tiny_config(**{"train.steps": 6, **qr, "train.init_from": folder})
+    try:  # t_cat_2 (80 rows) QR-split now: not the saved model
+        Trainer(split, env, LocalReporter(f"{root}/d", rank), log=lambda s: None)
+        refused = ""
+    except CheckpointError as e:
+        refused = str(e)
     return {"saved": saved, "started": started, "initial": initial, "note": note, "step": step,
-            "metrics": metrics}  # fmt: skip
+            "metrics": metrics, "refused": refused}  # fmt: skip
 
 
 def test_a_warm_start_carries_the_saved_run_and_initialises_grown_rows(tmp_path):
@@ -70,3 +79,5 @@ def test_a_warm_start_carries_the_saved_run_and_initialises_grown_rows(tmp_path)
             torch.testing.assert_close(started[key], value, atol=0, rtol=0)
     other = TABLE.replace("t_cat_2", "t_cat_0")
     assert not torch.equal(started[other], initial[other])  # carried over, not initialised
+    assert "t_cat_2_q.weight: it was saved by another model (it has " in got["refused"]
+    assert "embedding_bags.t_cat_2.weight" in got["refused"]  # what the checkpoint holds instead
