@@ -39,8 +39,8 @@ class PlainDLRM(nn.Module):
     def __init__(self, model: ModelConfig, emb: EmbeddingConfig) -> None:
         super().__init__()
         bags: list[nn.Module] = []
-        for rows in emb.num_embeddings:
-            if emb.qr.applies_to(rows):
+        for name, rows in zip(emb.names(), emb.num_embeddings, strict=True):
+            if emb.qr.applies_to(rows, name):  # (a table per feature: no shared tables here)
                 bags.append(PlainQREmbeddingBag(rows, emb.dim, emb.qr.collisions, emb.qr.operation))
             else:
                 bags.append(nn.EmbeddingBag(rows, emb.dim, mode="sum", sparse=True))

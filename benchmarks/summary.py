@@ -514,10 +514,10 @@ ROWS: list[Row] = [
         goals.retrain_keeps_up,
         {"gaps": (-0.0158, -0.0398, 0.0005, 0.0066, -0.0055), "cost": 0.523},
         ": the benchmark at its own size now (6 trials a sweep, 3 seeds a retrain), the champion "
-        "one of the sweep's trials, no longer the solved LR; in periods 2 and 3 the new sweep "
-        "leads by 0.016 and 0.040, in 4-6 the gaps are +0.0005, +0.0066 and -0.0055; a retrain trains its seeds of one configuration where a sweep "
-        "trains 6 trials, the LR reference and a refit, and its first training starts a new "
-        "process ([timewalk](#timewalk))",
+        "one of the sweep's trials, no longer the solved LR; behind a new sweep by more than "
+        "0.005 in periods 2, 3 and 6 (by 0.0005 in 6); a retrain trains its seeds of one "
+        "configuration where a sweep trains 6 trials, the LR reference and a refit, and its "
+        "first training starts a new process ([timewalk](#timewalk))",
         EPYC, "2026-11-30", "22f497e",
     ),
     Row(

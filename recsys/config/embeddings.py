@@ -19,9 +19,9 @@ class QRConfig:
     """Quotient-remainder compositional embeddings (Shi et al., KDD 2020).
 
     Attributes:
-        threshold: tables with more rows than this are split into a quotient table of
-            ``ceil(rows / collisions)`` rows and a remainder table of ``collisions`` rows.
-            ``None`` turns QR off.
+        threshold: tables with more rows than this (but those of ``whole``) are split into a
+            quotient table of ``ceil(rows / collisions)`` rows and a remainder table of
+            ``collisions`` rows. ``None`` turns QR off.
         collisions: ``c``; id ``i`` looks up quotient row ``i // c`` and remainder row ``i % c``.
         operation: how the two pooled lookups combine: ``mult`` (elementwise product), ``add``,
             or ``concat`` (quotient gets ``dim - dim // 2`` columns, remainder ``dim // 2``).
@@ -45,10 +45,10 @@ class QRConfig:
     def enabled(self) -> bool:
         return self.threshold is not None
 
-    def applies_to(self, rows: int, feature: str = "") -> bool:
-        """Whether the table of ``feature`` (its owner's, where it shares one), of ``rows``
-        rows, is QR-split."""
-        if feature in self.whole:
+    def applies_to(self, rows: int, owner: str) -> bool:
+        """Whether the table of ``rows`` rows that feature ``owner`` owns is QR-split (a
+        sharer's: ``EmbeddingConfig.qr_split``)."""
+        if owner in self.whole:
             return False
         return self.threshold is not None and rows > self.threshold and self.collisions > 1
 
@@ -146,13 +146,21 @@ class EmbeddingConfig:
         self._check_shared()
         self._check_weighted()
         self._check_sequences()
-        for f in self.qr.whole:
-            why = f"not a feature name{nearest(f, self.names())}"
-            check(f in self.names(), "embeddings.qr.whole", f, why)
+        self._check_whole()
         if self.qr.operation == "concat" and self.qr.enabled:
             for i, d in enumerate(self.table_dims()):
-                if self.split(self.names()[i]):
+                if self.qr_split(self.names()[i]):
                     check(d % 8 == 0, f"embeddings dim of table {i}", d, "QR concat needs % 8")
+
+    def _check_whole(self) -> None:
+        """``qr.whole`` names features that own their tables, once each."""
+        whole, names = self.qr.whole, self.names()
+        check(len(set(whole)) == len(whole), "embeddings.qr.whole", whole, "duplicates")
+        for f in whole:
+            check(f in names, "embeddings.qr.whole", f, f"not a feature name{nearest(f, names)}")
+            owner = self.shared.get(f)
+            why = f"{f!r} reads the table of {owner!r}: name {owner!r}"
+            check(owner is None, "embeddings.qr.whole", f, why)
 
     def _check_shared(self) -> None:
         """Each ``shared`` entry names two features, the second one an owner (no chains, not
@@ -238,7 +246,7 @@ class EmbeddingConfig:
     def pooling_of(self, feature: str) -> Pooling:
         return self.feature_pooling.get(feature, self.pooling)
 
-    def split(self, feature: str) -> bool:
+    def qr_split(self, feature: str) -> bool:
         """Whether ``feature``'s table (its owner's, where it shares one) is QR-split."""
         owner = self.shared.get(feature, feature)
         rows = dict(zip(self.names(), self.num_embeddings, strict=True))[owner]
@@ -258,7 +266,7 @@ class EmbeddingConfig:
 
     def layout(self) -> SparseLayout:
         """How raw ids become the model's input keys (the data path builds batches with it)."""
-        qr = {f: self.qr.collisions for f in self.names() if self.split(f)}
+        qr = {f: self.qr.collisions for f in self.names() if self.qr_split(f)}
         return SparseLayout(self.names(), list(self.num_embeddings), qr, dict(self.sequences))
 
 

@@ -287,10 +287,9 @@ def warm_start(folder: str, model: nn.Module, optimizer: Any) -> list[str]:
         now, saved = holder[name], saved_md.get(key)
         if saved is None:
             other = sorted(k for k in saved_md if k.startswith("model.") and k not in flat)
-            raise CheckpointError(
-                f"{folder} has no {key}: it was saved by another model"
-                + (f" (it has {', '.join(other[:3])})" if other else "")
-            )
+            more = f" and {len(other) - 3} more" if len(other) > 3 else ""
+            held = f" (it has {', '.join(other[:3])}{more})" if other else ""
+            raise CheckpointError(f"{folder} has no {key}: it was saved by another model{held}")
         if not isinstance(saved, TensorStorageMetadata):  # (bytes: an object's pickle)
             continue
         if not hasattr(now, "size") or tuple(now.size()) == tuple(saved.size):

@@ -102,22 +102,34 @@ def check_local(data: str) -> None:
 
 
 def on_period(frozen: ExperimentConfig, data: str) -> ExperimentConfig:
-    """The champion's configuration on ``data``: its features and tasks from the folder, its own
-    shared tables kept (a reference's were cleared: a table per feature), each table's rows the
-    champion's or, where the vocabulary grew past it, the folder's, its dims and QR split the
+    """The champion's configuration on ``data``, whose features must be the model's
+    (``same_features``, before anything else refuses the folder): its tasks from the folder, its
+    own shared tables kept (a reference's were cleared: a table per feature), each table's rows
+    the champion's or, where the vocabulary grew past it, the folder's, its dims and QR split the
     champion's (``same_tables``); every split evaluated whole, no warm start yet."""
     from recsys.data.dataset import with_data
+    from recsys.data.prepared.meta import read_meta
 
-    cfg = with_data(frozen, {"data.source": "prepared", "data.paths": [data], "data.refit": False})
     emb = frozen.embeddings
-    if [*cfg.embeddings.names()] != [*emb.names()]:
-        return cfg  # (refused by check_period, naming both)
+    if frozen.data.source == "prepared":  # (another source: refused by check_period)
+        same_features(emb.names(), list(read_meta(data)["feature_names"]), data, frozen)
+    cfg = with_data(frozen, {"data.source": "prepared", "data.paths": [data], "data.refit": False})
     rows = grown_rows(frozen, data)
     return cfg.with_overrides({
         "embeddings.shared": dict(emb.shared), "embeddings.sequence_targets":
         dict(emb.sequence_targets), "embeddings.num_embeddings": rows,
         "train.eval_batches": 0, "train.init_from": "", **same_tables(frozen, rows),
     })  # fmt: skip
+
+
+def same_features(names: list[str], theirs: list[str], data: str, frozen: ExperimentConfig
+                  ) -> None:  # fmt: skip
+    """``data``'s features are the model's, in its order; else a ``ValueError`` names both and
+    how to prepare the period."""
+    if names != theirs:
+        own = frozen.data.paths[0] if frozen.data.paths else ""
+        raise ValueError(f"--data {data}: its features {theirs} are not the model's {names}: "
+                         f"prepare the new period with recsys-preprocess --like {own}")  # fmt: skip
 
 
 def same_tables(frozen: ExperimentConfig, rows: list[int]) -> dict[str, Any]:
@@ -130,7 +142,7 @@ def same_tables(frozen: ExperimentConfig, rows: list[int]) -> dict[str, Any]:
         out["embeddings.md_alpha"], out["embeddings.dims"] = None, emb.table_dims()
     if emb.qr.enabled:
         owners = [(f, r) for f, r in zip(emb.names(), rows, strict=True) if f not in emb.shared]
-        past = [f for f, r in owners if not emb.split(f) and emb.qr.applies_to(r, f)]
+        past = [f for f, r in owners if not emb.qr_split(f) and emb.qr.applies_to(r, f)]
         if past:
             out["embeddings.qr.whole"] = [*emb.qr.whole, *past]
     return out
@@ -168,10 +180,7 @@ def check_period(frozen: ExperimentConfig, cfg: ExperimentConfig, data: str, met
     if os.path.abspath(data) == os.path.abspath(own):
         raise ValueError(f"--data {data}: {version} was trained on this folder already; a "
                          "retrain trains on a later period")  # fmt: skip
-    names, theirs = frozen.embeddings.names(), cfg.embeddings.names()
-    if names != theirs:
-        raise ValueError(f"--data {data}: its features {theirs} are not the model's {names}: "
-                         f"{how}")  # fmt: skip
+    same_features(frozen.embeddings.names(), cfg.embeddings.names(), data, frozen)
     check_vocabularies(own, data, how)
     meta = read_meta(data)
     if not meta["rows"].get("test"):

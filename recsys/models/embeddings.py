@@ -156,7 +156,7 @@ def table_specs(cfg: EmbeddingConfig) -> list[TableSpec]:
             continue
         features = (name, *(f for f in names if cfg.shared.get(f) == name))
         readers = tuple(k for f in features for k in layout.feature_keys(f))
-        if not cfg.split(name):
+        if not cfg.qr_split(name):
             specs.append(TableSpec(f"t_{name}", readers, rows, dim, "full"))
             continue
         c = cfg.qr.collisions

@@ -33,7 +33,7 @@ def test_export_int8_matches_fp32_and_serves(tmp_path):
 
     in_process = run_ranks(export_rank, str(tmp_path / "ckpt"), world_size=2)
     c = export_config()
-    assert c.embeddings.qr.applies_to(c.embeddings.num_embeddings[4])
+    assert c.embeddings.qr.applies_to(c.embeddings.num_embeddings[4], c.embeddings.names()[4])
     assert (c.model.norm, c.model.dropout) == ("batch", 0.2)
     ckpt = str(tmp_path / "ckpt" / "step_00000030")
     report = export(c, ckpt, str(tmp_path / "out"), "int8")

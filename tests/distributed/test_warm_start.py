@@ -81,3 +81,4 @@ def test_a_warm_start_carries_the_saved_run_and_initialises_grown_rows(tmp_path)
     assert not torch.equal(started[other], initial[other])  # carried over, not initialised
     assert "t_cat_2_q.weight: it was saved by another model (it has " in got["refused"]
     assert "embedding_bags.t_cat_2.weight" in got["refused"]  # what the checkpoint holds instead
+    assert "t_cat_3" not in got["refused"]  # kept whole by qr.whole, as it was saved

@@ -41,7 +41,7 @@ def row(model: torch.nn.Module, emb: EmbeddingConfig, feature: str, i: int) -> t
     """Feature ``feature``'s row of id ``i``, QR applied, from the model's weights."""
     bags = model.sparse_arch.embedding_bag_collection.embedding_bags
     rows = dict(zip(emb.names(), emb.num_embeddings, strict=True))[feature]
-    if not emb.qr.applies_to(rows):
+    if not emb.qr.applies_to(rows, feature):
         return bags[f"t_{feature}"].weight[i]
     c = emb.qr.collisions
     q, r = bags[f"t_{feature}_q"].weight[i // c], bags[f"t_{feature}_r"].weight[i % c]
@@ -56,7 +56,7 @@ def bag(model, emb, kjt, feature: str, b: int) -> torch.Tensor:
     """A sample's pooled row of a feature: the sum over its ids (for QR ``mult``, the product of
     the pooled quotient and remainder rows, as ``combine_qr`` defines it)."""
     ids = ids_of(kjt, feature, b)
-    if emb.qr.operation == "mult" and emb.qr.applies_to(ROWS[emb.names().index(feature)]):
+    if emb.qr.operation == "mult" and emb.qr.applies_to(ROWS[emb.names().index(feature)], feature):
         bags = model.sparse_arch.embedding_bag_collection.embedding_bags
         c = emb.qr.collisions
         q = sum(bags[f"t_{feature}_q"].weight[i // c] for i in ids)

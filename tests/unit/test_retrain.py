@@ -83,6 +83,16 @@ def test_a_period_prepared_otherwise_is_refused(tmp_path):
         check("week1")
     with pytest.raises(ValueError, match="no groups"):
         check_period(frozen, on_period(frozen, folders["week2"]), folders["week2"], "gauc", "v1")
+    narrow = str(tmp_path / "narrow")  # one feature of the two
+    prepare(DatasetSchema.from_dict({"labels": ["y"], "sparse": {"u": {}}}),
+            [str(tmp_path / "week2.parquet")], narrow, workers=0, log=lambda s: None)  # fmt: skip
+    pinned = frozen.with_overrides(
+        {"embeddings.dims": [8, 16], "embeddings.qr.threshold": 1, "embeddings.qr.whole": ["i"]}
+    )  # a retrained champion's
+    with pytest.raises(ValueError, match=r"its features \['u'\] are not the model's"):
+        check_period(pinned, on_period(pinned, narrow), narrow, "auc", "version 2")
+    kept = on_period(pinned, folders["week2"]).embeddings
+    assert (kept.dims, kept.qr.whole) == ([8, 16], ["i"])
     other = frozen.with_overrides({"embeddings.feature_names": ["v", "i"],
                                    "embeddings.feature_pooling": {}})  # fmt: skip
     with pytest.raises(ValueError, match=r"its features \['u', 'i'\] are not the model's"):
@@ -134,6 +144,10 @@ def test_a_grown_table_keeps_the_champions_dims_and_qr_split():
     assert [t.rows for t in table_specs(kept.embeddings)] == [400, 5400, 1325, 4]
     assert kept.embeddings.qr.whole == ["b"] and kept.embeddings.layout().qr == {"c": 4}
     assert same_tables(kept, [400, 6000, 6000, 6000]) == {}  # a retrained champion: as it is
-    assert same_tables(ExperimentConfig(), [10, 10]) == {}  # nothing decided by rows
+    assert same_tables(ExperimentConfig(), [10] * 8) == {}  # nothing decided by rows
     with pytest.raises(ConfigError, match="embeddings.qr.whole.*'e'.*not a feature name"):
         frozen.with_overrides({"embeddings.qr.whole": ["e"]})
+    with pytest.raises(ConfigError, match="'d' reads the table of 'b': name 'b'"):
+        frozen.with_overrides({"embeddings.qr.whole": ["d"]})
+    with pytest.raises(ConfigError, match="embeddings.qr.whole.*duplicates"):
+        frozen.with_overrides({"embeddings.qr.whole": ["b", "b"]})
