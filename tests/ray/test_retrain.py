@@ -94,7 +94,7 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert plan.cfg.data.paths == [weeks[1]] and plan.cfg.train.epochs == 1.0
     grown = plan.cfg.embeddings.num_embeddings
     assert grown[1] > plan.frozen.embeddings.num_embeddings[1]  # the item table grew
-    assert plan.frozen.embeddings.split("user") and plan.cfg.embeddings.qr.whole == ["item"]
+    assert plan.frozen.embeddings.qr_split("user") and plan.cfg.embeddings.qr.whole == ["item"]
     assert plan.cfg.embeddings.table_dims() == plan.frozen.embeddings.table_dims()
     assert 1 in frozen_ids(weeks[1], plan.frozen.embeddings.num_embeddings)
     calls = []
