@@ -27,7 +27,7 @@ class QRConfig:
             or ``concat`` (quotient gets ``dim - dim // 2`` columns, remainder ``dim // 2``).
         whole: features whose tables are never split, whatever their rows (``recsys-retrain``
             sets it: a table its champion kept whole stays whole when its vocabulary grows past
-            ``threshold``). A sharer follows its owner's table.
+            ``threshold``). Owners only: a sharer follows its owner's table.
     """
 
     threshold: int | None = None
