@@ -118,9 +118,14 @@ class InlineRun:
 
     def attempt(self, root: str, logger: ReportLogger | None) -> dict[str, Any] | None:
         """One attempt in a Ray task, each report it streams logged by ``logger``; its last
-        report (None: it reported nothing). The task is cancelled on any error here (the
-        caller's interrupt, MLflow's), so that no attempt trains on beside the next."""
+        report (None: it reported nothing). The task is cancelled on any error here but its
+        own (the caller's interrupt, MLflow's), so that no attempt trains on beside the next.
+        A task that raised has ended and is not cancelled: its force-kill could reach its worker
+        after the next attempt's task had been handed that same worker (Ray reuses a worker's
+        lease for the next task of its kind), and end that attempt instead
+        (``WorkerCrashedError``)."""
         import ray
+        from ray.exceptions import RayTaskError
 
         cpus = self.resources.cpus_per_worker
         task = ray.remote(train_task).options(
@@ -134,7 +139,9 @@ class InlineRun:
                     return metrics  # type: ignore[no-any-return]
                 if logger is not None:
                     logger.log(metrics, folder)
-        except BaseException:  # an interrupt, MLflow's error, the task's: none trains on
+        except RayTaskError:  # the task's own error: it has ended
+            raise
+        except BaseException:  # an interrupt, MLflow's error: none trains on
             with contextlib.suppress(Exception):  # (a task that ended: nothing to cancel)
                 ray.cancel(stream, force=True)
             raise
