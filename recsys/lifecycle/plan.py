@@ -112,7 +112,7 @@ def on_period(frozen: ExperimentConfig, data: str) -> ExperimentConfig:
 
     emb = frozen.embeddings
     if frozen.data.source == "prepared":  # (another source: refused by check_period)
-        same_features(emb.names(), list(read_meta(data)["feature_names"]), data, frozen)
+        same_features(emb.names(), list(read_meta(data)["feature_names"]), data, like_hint(frozen))
     cfg = with_data(frozen, {"data.source": "prepared", "data.paths": [data], "data.refit": False})
     rows = grown_rows(frozen, data)
     return cfg.with_overrides({
@@ -122,14 +122,18 @@ def on_period(frozen: ExperimentConfig, data: str) -> ExperimentConfig:
     })  # fmt: skip
 
 
-def same_features(names: list[str], theirs: list[str], data: str, frozen: ExperimentConfig
-                  ) -> None:  # fmt: skip
+def like_hint(frozen: ExperimentConfig) -> str:
+    """How to prepare a new period for the champion ``frozen`` (the refusals' advice)."""
+    own = frozen.data.paths[0] if frozen.data.paths else ""
+    return f"prepare the new period with recsys-preprocess --like {own}"
+
+
+def same_features(names: list[str], theirs: list[str], data: str, how: str) -> None:
     """``data``'s features are the model's, in its order; else a ``ValueError`` names both and
-    how to prepare the period."""
+    ``how`` to prepare the period."""
     if names != theirs:
-        own = frozen.data.paths[0] if frozen.data.paths else ""
         raise ValueError(f"--data {data}: its features {theirs} are not the model's {names}: "
-                         f"prepare the new period with recsys-preprocess --like {own}")  # fmt: skip
+                         f"{how}")  # fmt: skip
 
 
 def same_tables(frozen: ExperimentConfig, rows: list[int]) -> dict[str, Any]:
@@ -173,14 +177,14 @@ def check_period(frozen: ExperimentConfig, cfg: ExperimentConfig, data: str, met
     from recsys.data.prepared.meta import read_meta
 
     own = frozen.data.paths[0] if frozen.data.paths else ""
-    how = f"prepare the new period with recsys-preprocess --like {own}"
+    how = like_hint(frozen)
     if frozen.data.source != "prepared":
         raise ValueError(f"{version} was trained on data.source={frozen.data.source}: a retrain "
                          "continues a model of a prepared folder")  # fmt: skip
     if os.path.abspath(data) == os.path.abspath(own):
         raise ValueError(f"--data {data}: {version} was trained on this folder already; a "
                          "retrain trains on a later period")  # fmt: skip
-    same_features(frozen.embeddings.names(), cfg.embeddings.names(), data, frozen)
+    same_features(frozen.embeddings.names(), cfg.embeddings.names(), data, how)
     check_vocabularies(own, data, how)
     meta = read_meta(data)
     if not meta["rows"].get("test"):
