@@ -4,12 +4,14 @@
     recsys-preprocess --like data/week1 logs/week2/ --out data/week2
     recsys-retrain --model models:/clicklogs-dlrm@champion --data data/week2
     recsys-retrain --model models:/clicklogs-dlrm/3 --data data/week2 --epochs 2 --seeds 5
+    recsys-retrain --model models:/clicklogs-dlrm@champion --data data/week2 --max-concurrent 6
 
 Trains the model's configuration on ``--data`` warm-started from its checkpoint, and the same
-configuration from scratch, ``--seeds`` times each (runs on Ray: ``--address`` and the worker
-flags as recsys-train's; re-running the command resumes what a killed one left); scores them and
-the frozen model on the new period's test rows; registers the retrained model as a new version
-and moves ``@champion`` to it only where its lead over the frozen model is outside the seed noise.
+configuration from scratch, ``--seeds`` times each, ``--max-concurrent`` at once (runs on Ray:
+``--address`` and the worker flags as recsys-train's; re-running the command resumes what a
+killed one left); scores them and the frozen model on the new period's test rows; registers the
+retrained model as a new version and moves ``@champion`` to it only where its lead over the
+frozen model is outside the seed noise.
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="epochs of the new period (default: where the model's trial peaked)",
     )
     p.add_argument("--seeds", type=count, default=3, help="seeds of each training (default 3)")
+    p.add_argument(
+        "--max-concurrent",
+        type=count,
+        default=1,
+        metavar="N",
+        help="trainings at once (default 1), each with --num-workers workers; those the "
+        "cluster cannot hold yet wait for room",
+    )  # fmt: skip
     p.add_argument(
         "--metric",
         choices=["auc", "gauc", "log_loss"],
@@ -107,7 +117,7 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     """On the Ray ``address`` names: the retrain's trainings, scores and decision."""
     from recsys.data.dataset import run_paths
     from recsys.lifecycle.retrain import run_retrain
-    from recsys.runtime.cluster import connect, wait_for_fit
+    from recsys.runtime.cluster import alive_nodes, connect, node_share, wait_for_fit
     from recsys.runtime.shared_storage import check_nodes_see
     from recsys.runtime.storage import is_uri
     from recsys.train.ray_trainer import Resources
@@ -122,11 +132,15 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
         check_nodes_see(paths, files)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
-    resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker)
+    _, share = node_share(alive_nodes(), args.num_workers, args.cpus_per_worker, gpus,
+                          args.max_concurrent)  # fmt: skip
+    resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker, share)
     out = args.out or os.path.abspath(os.path.join("exports", plan.key))
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
-          f"warm-started and from scratch, by test_{plan.metric}")  # fmt: skip
-    outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype)
+          f"warm-started and from scratch, {args.max_concurrent} at a time, by "
+          f"test_{plan.metric}")  # fmt: skip
+    outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype,
+                          concurrent=args.max_concurrent)  # fmt: skip
     print(f"registered {plan.name} version {outcome.version} (export in {out})")
 
 

@@ -6,7 +6,8 @@ configuration is trained further on the new period, warm-started from its checkp
 (``train.init_from``: tables, dense weights, optimizer state; rows a grown vocabulary added
 initialised), and the same configuration from scratch beside it, ``--seeds`` times each, every
 training a Ray Train run (the address rules, workers and resume of ``recsys-train``: re-running
-the command resumes the unfinished ones and trains the finished no more). What is trained, and
+the command resumes the unfinished ones and trains the finished no more), ``--max-concurrent``
+at once. What is trained, and
 every refusal before it: ``recsys.lifecycle.plan``. On the new period's test rows (the split its
 folder defines), the frozen champion is scored first (``recsys.lifecycle.frozen``), then each
 training.
@@ -107,13 +108,16 @@ class Outcome:
 
 def run_retrain(
     plan: Plan, tracker: Tracker, resources: Resources, storage: str, out_dir: str,
-    log: Callable[[str], None] = print, dtype: str = "int8",
+    log: Callable[[str], None] = print, dtype: str = "int8", concurrent: int = 1,
 ) -> Outcome:  # fmt: skip
     """The frozen champion scored, every seed of both roles trained (Ray connected; each
-    resumes where a run of this retrain left it), the decision, the retrained model registered
-    and ``@champion`` moved where the decision and the alias allow; all under one MLflow parent
-    run."""
+    resumes where a run of this retrain left it; ``concurrent`` at a time, started seed by seed,
+    each ``resources``' workers), the decision, the retrained model registered and
+    ``@champion`` moved where the decision and the alias allow; all under one MLflow parent
+    run. A training that fails lets the others end before its error is raised: a re-run
+    trains only what is left."""
     from recsys.lifecycle.frozen import score_frozen
+    from recsys.runtime.lanes import in_lanes
     from recsys.runtime.storage import join as storage_join
 
     exp = tracker.experiment(f"retrain-{plan.name}")
@@ -123,15 +127,19 @@ def run_retrain(
     frozen = frozen_scores.get(f"test_{plan.metric}", math.nan)
     log(f"frozen champion (version {plan.version}): test_{plan.metric} {frozen:.4f}")
     folder = storage_join(storage, f"retrain-{plan.key}")
-    scores: dict[str, list[float]] = {r: [] for r in ROLES}
-    checkpoints: dict[str, str] = {}
-    for seed in range(1, plan.seeds + 1):
-        for role in ROLES:
-            metrics, ckpt, run_id = train_one(plan, role, seed, tracker, exp, parent, resources,
-                                              folder)  # fmt: skip
-            scores[role].append(test_score(metrics, plan, role, seed))
-            checkpoints[f"{role}-{seed}"] = ckpt
-            log(f"{role} seed {seed}: test_{plan.metric} {scores[role][-1]:.4f} (run {run_id})")
+    trained: dict[tuple[str, int], tuple[float, str]] = {}  # (role, seed) -> score, checkpoint
+
+    def one(job: tuple[str, int]) -> None:
+        role, seed = job
+        mine = tracker if concurrent <= 1 else Tracker(tracker.uri)  # (a lane's own)
+        metrics, ckpt, run_id = train_one(plan, role, seed, mine, exp, parent, resources, folder)
+        trained[job] = (test_score(metrics, plan, role, seed), ckpt)
+        log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id})")
+
+    jobs = [(role, seed) for seed in range(1, plan.seeds + 1) for role in ROLES]
+    in_lanes(one, jobs, concurrent, name="retrain")
+    scores = {r: [trained[(r, s)][0] for s in range(1, plan.seeds + 1)] for r in ROLES}
+    checkpoints = {f"{r}-{s}": ckpt for (r, s), (_, ckpt) in trained.items()}
     decision = decide(plan, scores["retrained"], frozen, current_champion(tracker, plan))
     outcome = Outcome(scores, frozen, decision, lines=[scratch_line(plan, scores)])
     outcome.version, moved = register(plan, tracker, exp, checkpoints, out_dir, decision, dtype)

@@ -496,6 +496,17 @@ def node_slots(nodes: list[dict[str, float]], cpus: float, gpus: float) -> list[
     return out
 
 
+def node_share(nodes: list[dict[str, float]], num_workers: int, cpus: float, gpus: float,
+               concurrent: int) -> tuple[int, int]:  # fmt: skip
+    """Where ``concurrent`` trainings of ``num_workers`` workers (``cpus`` CPUs, ``gpus`` GPUs
+    each) share the ``nodes``: a training's workers on one node (its ``local_world_size``), and
+    every worker the trainings may place on the node that holds the most (their
+    ``node_workers``, among whom a node's memory is divided: ``WorkerEnv``)."""
+    slots = max(node_slots(nodes, cpus, gpus), default=1)
+    local = max(1, min(num_workers, slots))
+    return local, max(local, min(slots, concurrent * local))
+
+
 def placeable_workers(nodes: list[dict[str, float]], cpus: float, gpus: float) -> int:
     """How many workers of ``cpus`` CPUs and ``gpus`` GPUs the nodes can hold at once."""
     return sum(node_slots(nodes, cpus, gpus))

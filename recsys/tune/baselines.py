@@ -48,6 +48,7 @@ import pandas as pd
 
 from recsys.config import ExperimentConfig
 from recsys.runtime import storage
+from recsys.runtime.lanes import in_lanes
 from recsys.runtime.storage import ray_storage
 from recsys.tune.driver_log import driver_callbacks
 from recsys.tune.references import MAX_EDGE_STEPS, Reference, Walk
@@ -344,51 +345,9 @@ def search_references(run: Run, log: Callable[[str], None] = print) -> Found:
         frame, walk = searched[arch] = search_reference(lane, run.space.references[arch])
         log(done_line(arch, frame, walk, run.space))
 
-    in_lanes(one, archs, together)
+    in_lanes(one, archs, together, name="references")
     return Found(frame=ranked_refs([searched[a][0] for a in archs], run.space),
                  walks={a: searched[a][1] for a in archs})  # fmt: skip
-
-
-def in_lanes(fn: Callable[[str], None], items: list[str], together: int) -> None:
-    """``fn`` of every item, ``together`` at a time (the caller's thread one lane, each other
-    lane a daemon thread: a driver's exit ends it, as ``Beside``), in ``items``' order; after all
-    of them have ended, re-raises the first error any raised. An interrupt (``KeyboardInterrupt``,
-    ``SystemExit``) starts no further item, and in the caller's lane goes on up at once."""
-    if together <= 1:
-        for item in items:
-            fn(item)
-        return
-    todo: list[str] = list(items)
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def lane(caller: bool = False) -> None:
-        while True:
-            with lock:
-                if not todo:
-                    return
-                item = todo.pop(0)
-            try:
-                fn(item)
-            except Exception as e:  # (re-raised in the caller's thread once all have ended)
-                errors.append(e)
-            except BaseException as e:
-                with lock:
-                    todo.clear()
-                if caller:
-                    raise
-                errors.append(e)
-                return
-
-    threads = [threading.Thread(target=lane, name=f"references-{k}", daemon=True)
-               for k in range(1, together)]  # fmt: skip
-    for t in threads:
-        t.start()
-    lane(caller=True)
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def done_line(arch: str, frame: pd.DataFrame, walk: Walk, space: SearchSpace) -> str:

@@ -302,12 +302,11 @@ def machine_spec(opts: SweepOptions, nodes: list[dict[str, float]]) -> dict[str,
     ``--max-concurrent`` trials may run on one node: the node's memory is divided among
     ``node_workers``, every worker the sweep may place there, by the workers too (passed to
     them with the trial's ``Resources``)."""
-    from recsys.runtime.cluster import node_host_memory, node_slots
+    from recsys.runtime.cluster import node_host_memory, node_share
 
     gpus = 1.0 if opts.use_gpu else 0.0
-    slots = max(node_slots(nodes, opts.cpus_per_worker, gpus), default=1)
-    local = max(1, min(opts.num_workers, slots))
-    share = max(local, min(slots, opts.max_concurrent * local))
+    local, share = node_share(nodes, opts.num_workers, opts.cpus_per_worker, gpus,
+                              opts.max_concurrent)  # fmt: skip
     ddr = node_host_memory(opts.cpus_per_worker, gpus) // share
     given = int(opts.device_memory_gb * 2**30) if opts.device_memory_gb else None
     spec = {"ddr": ddr, "local_world_size": local, "node_workers": share}

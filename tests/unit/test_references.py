@@ -5,8 +5,6 @@ the default recipes: logistic regression solved over decades of L2, the FM by Ad
 
 from __future__ import annotations
 
-import threading
-
 import pandas as pd
 import pytest
 
@@ -107,37 +105,6 @@ def test_references_share_the_trials_at_once_side_by_side():
     assert baselines.lanes(2, 2) == (2, 1) and baselines.lanes(4, 2) == (2, 2)
     assert baselines.lanes(1, 2) == (1, 1) and baselines.lanes(3, 1) == (1, 3)
     assert baselines.lanes(2, 3) == (2, 1) and baselines.lanes(5, 2) == (2, 2)  # never above
-
-
-def test_references_run_side_by_side_and_a_lanes_error_comes_after_all_end():
-    both_in = threading.Barrier(2, timeout=30)  # passed only with both lanes inside at once
-    ended: list[str] = []
-
-    def one(item: str) -> None:
-        if item != "c":  # a and b wait for each other: two lanes at once, or a timeout
-            both_in.wait()
-        if item == "b":
-            raise ValueError("b failed")
-        ended.append(item)
-
-    with pytest.raises(ValueError, match="b failed"):
-        baselines.in_lanes(one, ["a", "b", "c"], together=2)
-    assert sorted(ended) == ["a", "c"]  # c ran after b's error, in the lane b left
-    order: list[str] = []
-    baselines.in_lanes(order.append, ["a", "b", "c"], together=1)  # one at a time, in order
-    assert order == ["a", "b", "c"]
-
-
-def test_an_interrupt_in_a_lane_starts_no_further_reference():
-    started: list[str] = []
-
-    def interrupted(item: str) -> None:
-        started.append(item)
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):  # the caller's lane: at once
-        baselines.in_lanes(interrupted, ["a", "b", "c", "d"], together=2)
-    assert len(started) <= 2 and "d" not in started  # each lane's first only, then none
 
 
 def test_the_header_says_how_the_references_share_the_slots(tmp_path):

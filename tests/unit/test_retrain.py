@@ -151,3 +151,77 @@ def test_a_grown_table_keeps_the_champions_dims_and_qr_split():
         frozen.with_overrides({"embeddings.qr.whole": ["d"]})
     with pytest.raises(ConfigError, match="embeddings.qr.whole.*duplicates"):
         frozen.with_overrides({"embeddings.qr.whole": ["b", "b"]})
+
+
+def fake_retrain(tmp_path, monkeypatch, train):
+    """``run_retrain`` of a 3-seed plan with its trainings, frozen score and registration faked
+    (``train(role, seed) -> score``), on a real MLflow store."""
+    import recsys.lifecycle.frozen as frozen_mod
+    import recsys.lifecycle.retrain as retrain
+    from recsys.tracking.tracker import Tracker
+    from recsys.train.ray_trainer import Resources
+
+    def train_one(plan, role, seed, tracker, *rest):
+        return {"test_auc": train(role, seed)}, f"ckpt-{role}-{seed}", f"run-{role}-{seed}"
+
+    monkeypatch.setattr(frozen_mod, "score_frozen", lambda *a: {"test_auc": 0.6})
+    monkeypatch.setattr(retrain, "train_one", train_one)
+    monkeypatch.setattr(retrain, "current_champion", lambda *a: "3")
+    registered = []
+    monkeypatch.setattr(retrain, "register", lambda plan, tr, exp, ckpts, *a: registered.append(
+        ckpts) or ("4", ""))  # fmt: skip
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+
+    def run(concurrent: int):
+        return retrain.run_retrain(plan(), tracker, Resources(1), str(tmp_path / "runs"),
+                                   str(tmp_path / "out"), log=lambda s: None,
+                                   concurrent=concurrent)  # fmt: skip
+
+    return run, registered
+
+
+def test_a_retrains_trainings_run_at_once_and_keep_their_seeds(tmp_path, monkeypatch):
+    """``--max-concurrent 2``: two trainings at once (the first two wait for each other), and
+    each score and checkpoint lands under its own role and seed, whatever order they end in."""
+    import threading
+    import time
+
+    both_in = threading.Barrier(2, timeout=30)  # passed only with two trainings at once
+    started: list[tuple[str, int]] = []
+
+    def train(role: str, seed: int) -> float:
+        started.append((role, seed))
+        if seed == 1:
+            both_in.wait()
+        if role == "retrained":
+            time.sleep(0.05)  # the scratch one beside it ends first
+        return 0.70 + seed / 1000 + (0.01 if role == "retrained" else 0.0)
+
+    run, registered = fake_retrain(tmp_path, monkeypatch, train)
+    outcome = run(concurrent=2)
+    assert outcome.scores == {"retrained": [0.711, 0.712, 0.713], "scratch": [0.701, 0.702, 0.703]}
+    assert registered[0] == {f"{r}-{s}": f"ckpt-{r}-{s}" for r in ("retrained", "scratch")
+                             for s in (1, 2, 3)}  # fmt: skip
+    assert started[:2] in ([("retrained", 1), ("scratch", 1)], [("scratch", 1), ("retrained", 1)])
+    assert outcome.decision.promote and outcome.decision.seed == 2
+
+
+def test_a_failed_training_lets_the_others_end_first(tmp_path, monkeypatch):
+    trained: list[tuple[str, int]] = []
+
+    def train(role: str, seed: int) -> float:
+        if (role, seed) == ("scratch", 1):
+            raise ValueError("the scratch training of seed 1 failed")
+        trained.append((role, seed))
+        return 0.7
+
+    run, registered = fake_retrain(tmp_path, monkeypatch, train)
+    with pytest.raises(ValueError, match="scratch training of seed 1 failed"):
+        run(concurrent=2)
+    assert sorted(trained) == sorted([("retrained", s) for s in (1, 2, 3)]
+                                     + [("scratch", 2), ("scratch", 3)])  # fmt: skip
+    assert not registered  # nothing registered without every training
+    trained.clear()
+    with pytest.raises(ValueError, match="scratch training of seed 1 failed"):
+        run(concurrent=1)
+    assert trained == [("retrained", 1)]  # one at a time: the first error ends it
