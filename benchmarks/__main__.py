@@ -138,7 +138,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     w.add_argument("--samples", type=int, default=6, help="trials of each period's sweep")
     w.add_argument("--seeds", type=int, default=3, help="seeds of each retrain")
     w.add_argument("--workers", type=int, default=1, help="Ray Train workers per training")
-    w.add_argument("--concurrent", type=int, default=2, help="a sweep's trials at a time")
+    w.add_argument(
+        "--concurrent",
+        type=int,
+        default=2,
+        help="a sweep's trials and a retrain's trainings at a time",
+    )
     w.add_argument("--seed", type=int, default=0, help="the log's seed")
     r = sub.add_parser("refcost", help="the references under halving against their full grids")
     r.add_argument("--rows", type=int, default=75_000, help="planted log: rows (80%% training)")
