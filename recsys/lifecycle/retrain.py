@@ -114,8 +114,8 @@ def run_retrain(
     resumes where a run of this retrain left it; ``concurrent`` at a time, started seed by seed,
     each ``resources``' workers), the decision, the retrained model registered and
     ``@champion`` moved where the decision and the alias allow; all under one MLflow parent
-    run. A training that fails lets the others end before its error is raised: a re-run
-    trains only what is left."""
+    run. After a training fails, no further one starts; those running end before its error is
+    raised, and a re-run trains only what is left."""
     from recsys.lifecycle.frozen import score_frozen
     from recsys.runtime.lanes import in_lanes
     from recsys.runtime.storage import join as storage_join
@@ -137,7 +137,9 @@ def run_retrain(
         log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id})")
 
     jobs = [(role, seed) for seed in range(1, plan.seeds + 1) for role in ROLES]
-    in_lanes(one, jobs, concurrent, name="retrain")
+    # every lane a thread of its own, and none started after an error (one that fails them
+    # all, a bad folder, fails once): a re-run trains only what is left
+    in_lanes(one, jobs, concurrent, name="retrain", caller=False, keep_going=False)
     scores = {r: [trained[(r, s)][0] for s in range(1, plan.seeds + 1)] for r in ROLES}
     checkpoints = {f"{r}-{s}": ckpt for (r, s), (_, ckpt) in trained.items()}
     decision = decide(plan, scores["retrained"], frozen, current_champion(tracker, plan))

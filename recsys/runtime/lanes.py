@@ -12,13 +12,25 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def in_lanes(fn: Callable[[T], None], items: Sequence[T], together: int,
-             name: str = "lane") -> None:  # fmt: skip
-    """``fn`` of every item, ``together`` at a time (the caller's thread one lane, each other
-    lane a daemon thread ``<name>-<k>``: a driver's exit ends it), started in ``items``' order;
-    after all of them have ended, re-raises the first error any raised. An interrupt
-    (``KeyboardInterrupt``, ``SystemExit``) starts no further item, and in the caller's lane goes
-    on up at once."""
+def in_lanes(
+    fn: Callable[[T], None],
+    items: Sequence[T],
+    together: int,
+    name: str = "lane",
+    *,
+    caller: bool = True,
+    keep_going: bool = True,
+) -> None:
+    """``fn`` of every item, ``together`` at a time, started in ``items``' order; after every
+    lane has ended, re-raises the first error any raised.
+
+    Each lane is a daemon thread ``<name>-<k>`` (a driver's exit ends it), and with ``caller``
+    the caller's thread is one of them. Without ``caller`` the caller only waits: Ray Train's
+    ``fit()`` in the main thread takes SIGINT for its own run and keeps it after, so that a
+    Ctrl-C while the main thread waited on the other lanes would reach a run that has ended.
+    ``keep_going``: after an item's error the lanes go on with the items left (else they start
+    none further, and those running end). An interrupt (``KeyboardInterrupt``, ``SystemExit``)
+    starts no further item, and in the caller's thread goes on up at once."""
     if together <= 1:
         for item in items:
             fn(item)
@@ -27,7 +39,7 @@ def in_lanes(fn: Callable[[T], None], items: Sequence[T], together: int,
     errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def lane(caller: bool = False) -> None:
+    def lane(in_caller: bool = False) -> None:
         while True:
             with lock:
                 if not todo:
@@ -36,21 +48,32 @@ def in_lanes(fn: Callable[[T], None], items: Sequence[T], together: int,
             try:
                 fn(item)
             except Exception as e:  # (re-raised in the caller's thread once all have ended)
-                errors.append(e)
+                with lock:
+                    errors.append(e)
+                    if not keep_going:
+                        todo.clear()
             except BaseException as e:
                 with lock:
                     todo.clear()
-                if caller:
+                if in_caller:
                     raise
                 errors.append(e)
                 return
 
+    lanes = min(together, len(todo))
     threads = [threading.Thread(target=lane, name=f"{name}-{k}", daemon=True)
-               for k in range(1, min(together, len(todo)))]  # fmt: skip
+               for k in range(1 if caller else 0, lanes)]  # fmt: skip
     for t in threads:
         t.start()
-    lane(caller=True)
-    for t in threads:
-        t.join()
+    try:
+        if caller:
+            lane(in_caller=True)
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # (in steps: an interrupt reaches the caller's thread at once)
+    except BaseException:
+        with lock:
+            todo.clear()
+        raise
     if errors:
         raise errors[0]

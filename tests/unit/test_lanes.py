@@ -4,6 +4,7 @@ trainings at once)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -39,3 +40,36 @@ def test_an_interrupt_in_a_lane_starts_no_further_item():
     with pytest.raises(KeyboardInterrupt):  # the caller's lane: at once
         in_lanes(interrupted, ["a", "b", "c", "d"], together=2)
     assert len(started) <= 2 and "d" not in started  # each lane's first only, then none
+
+
+def test_without_the_caller_every_item_runs_in_a_lane_of_its_own():
+    """``caller=False``: the caller's thread only waits (Ray Train's ``fit()`` in the main thread
+    would take its SIGINT); ``keep_going=False``: after an error no item starts."""
+    where: list[str] = []
+    in_lanes(lambda item: where.append(threading.current_thread().name), ["a", "b", "c"],
+             together=2, name="retrain", caller=False)  # fmt: skip
+    assert len(where) == 3 and set(where) <= {"retrain-0", "retrain-1"}
+    ran: list[str] = []
+    b_in, a_lane = threading.Event(), []
+
+    def first_fails(item: str) -> None:
+        if item == "a":  # fails once b runs beside it
+            a_lane.append(threading.current_thread())
+            assert b_in.wait(30)
+            raise ValueError("a failed")
+        if item == "b":  # it ends once a's lane has (its error recorded)
+            b_in.set()
+            while not a_lane:
+                time.sleep(0.01)
+            a_lane[0].join(30)
+        ran.append(item)
+
+    with pytest.raises(ValueError, match="a failed"):
+        in_lanes(first_fails, ["a", "b", "c", "d"], together=2, caller=False, keep_going=False)
+    assert ran == ["b"]  # the one running ended; none started after a's error
+    ran.clear()
+    b_in.clear()
+    a_lane.clear()
+    with pytest.raises(ValueError, match="a failed"):
+        in_lanes(first_fails, ["a", "b", "c", "d"], together=2, caller=False)
+    assert sorted(ran) == ["b", "c", "d"]  # going on: every other item

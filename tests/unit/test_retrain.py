@@ -206,22 +206,30 @@ def test_a_retrains_trainings_run_at_once_and_keep_their_seeds(tmp_path, monkeyp
     assert outcome.decision.promote and outcome.decision.seed == 2
 
 
-def test_a_failed_training_lets_the_others_end_first(tmp_path, monkeypatch):
+def test_after_a_failed_training_none_starts_and_the_running_one_ends(tmp_path, monkeypatch):
+    import threading
+
+    failed, beside, lane = threading.Event(), True, []
     trained: list[tuple[str, int]] = []
 
     def train(role: str, seed: int) -> float:
         if (role, seed) == ("scratch", 1):
+            lane.append(threading.current_thread())
+            failed.set()
             raise ValueError("the scratch training of seed 1 failed")
+        if (role, seed) == ("retrained", 1) and beside:  # running when its neighbour fails:
+            assert failed.wait(30)  # it ends all the same, once the failed one's lane has
+            lane[0].join(30)
         trained.append((role, seed))
         return 0.7
 
     run, registered = fake_retrain(tmp_path, monkeypatch, train)
     with pytest.raises(ValueError, match="scratch training of seed 1 failed"):
         run(concurrent=2)
-    assert sorted(trained) == sorted([("retrained", s) for s in (1, 2, 3)]
-                                     + [("scratch", 2), ("scratch", 3)])  # fmt: skip
+    assert trained == [("retrained", 1)]  # (all 5 others, had the lanes gone on)
     assert not registered  # nothing registered without every training
     trained.clear()
+    beside = False
     with pytest.raises(ValueError, match="scratch training of seed 1 failed"):
         run(concurrent=1)
     assert trained == [("retrained", 1)]  # one at a time: the first error ends it
