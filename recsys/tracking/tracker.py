@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +67,9 @@ def local_path(uri: str) -> str | None:
     if uri.startswith("file:"):
         return url2pathname(urlparse(uri).path)
     return uri if "://" not in uri and ":" not in uri.split("/")[0] else None
+
+
+DATASETS = threading.Lock()  # one dataset input logged at a time in this process
 
 
 class Tracker:
@@ -435,7 +439,8 @@ class Tracker:
         try:
             dataset = Dataset(**{k: v or None for k, v in fields().items()})  # type: ignore[arg-type]
             tags = [InputTag("mlflow.data.context", context)]
-            self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags)])
+            with DATASETS:  # (MLflow looks the dataset up, then inserts it: two threads both would)
+                self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags)])
         except Exception as e:
             log.warning("MLflow %s: could not log the dataset input (%s)", self.uri, e)
 

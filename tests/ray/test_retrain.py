@@ -117,6 +117,12 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert calls[0] == "retrained-seed1"  # the killed run's; its finished training not again
     assert sorted(calls[1:]) == ["retrained-seed2", "scratch-seed1", "scratch-seed2"]
     assert {r: len(v) for r, v in outcome.scores.items()} == {"retrained": 2, "scratch": 2}
+    exp = tracker.experiment("retrain-m")
+    for role in ("retrained", "scratch"):  # each run records its data, two lanes at once too
+        for seed in (1, 2):
+            run = tracker.find_trial_run(exp, f"{plan.key}.{role}-{seed}")
+            inputs = tracker.client.get_run(run.info.run_id).inputs.dataset_inputs
+            assert [d.dataset.source for d in inputs] == [weeks[1]], (role, seed, inputs)
     assert all(0.4 < s < 1.0 for v in outcome.scores.values() for s in v)
     assert not math.isnan(outcome.frozen) and outcome.frozen > 0.4
     assert outcome.decision.line in lines and lines[-1] in outcome.lines
