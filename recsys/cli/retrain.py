@@ -116,6 +116,7 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
         address: RaySource) -> None:  # fmt: skip
     """On the Ray ``address`` names: the retrain's trainings, scores and decision."""
     from recsys.data.dataset import run_paths
+    from recsys.lifecycle.plan import ROLES
     from recsys.lifecycle.retrain import run_retrain
     from recsys.runtime.cluster import alive_nodes, connect, node_share, wait_for_fit
     from recsys.runtime.shared_storage import check_nodes_see
@@ -132,15 +133,16 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
         check_nodes_see(paths, files)
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
+    concurrent = min(args.max_concurrent, len(ROLES) * plan.seeds)  # (trainings at most)
     _, share = node_share(alive_nodes(), args.num_workers, args.cpus_per_worker, gpus,
-                          args.max_concurrent)  # fmt: skip
+                          concurrent)  # fmt: skip
     resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker, share)
     out = args.out or os.path.abspath(os.path.join("exports", plan.key))
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
-          f"warm-started and from scratch, {args.max_concurrent} at a time, by "
+          f"warm-started and from scratch, {concurrent} at a time, by "
           f"test_{plan.metric}")  # fmt: skip
     outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype,
-                          concurrent=args.max_concurrent)  # fmt: skip
+                          concurrent=concurrent)  # fmt: skip
     print(f"registered {plan.name} version {outcome.version} (export in {out})")
 
 

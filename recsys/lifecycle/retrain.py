@@ -5,12 +5,11 @@ with the earlier period's vocabularies (``recsys-preprocess --like``). The regis
 configuration is trained further on the new period, warm-started from its checkpoint
 (``train.init_from``: tables, dense weights, optimizer state; rows a grown vocabulary added
 initialised), and the same configuration from scratch beside it, ``--seeds`` times each, every
-training a Ray Train run (the address rules, workers and resume of ``recsys-train``: re-running
-the command resumes the unfinished ones and trains the finished no more), ``--max-concurrent``
-at once. What is trained, and
-every refusal before it: ``recsys.lifecycle.plan``. On the new period's test rows (the split its
-folder defines), the frozen champion is scored first (``recsys.lifecycle.frozen``), then each
-training.
+training a Ray Train run (the address rules, workers and resume of ``recsys-train``: re-running the
+command resumes the unfinished ones and trains the finished no more), ``--max-concurrent`` at once.
+What is trained, and every refusal before it: ``recsys.lifecycle.plan``. On the new period's test
+rows (the split its folder defines), the frozen champion is scored first
+(``recsys.lifecycle.frozen``), then each training.
 
 The decision (``decide``): the retrained model wins where the frozen score lies outside the 95%
 interval of the retrained seeds' mean, on the metric's better side (``recsys.tune.confirm``), and
@@ -131,14 +130,14 @@ def run_retrain(
 
     def one(job: tuple[str, int]) -> None:
         role, seed = job
-        mine = tracker if concurrent <= 1 else Tracker(tracker.uri)  # (a lane's own)
+        mine = tracker if concurrent <= 1 else Tracker(tracker.uri)  # (a training's own)
         metrics, ckpt, run_id = train_one(plan, role, seed, mine, exp, parent, resources, folder)
         trained[job] = (test_score(metrics, plan, role, seed), ckpt)
         log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id})")
 
     jobs = [(role, seed) for seed in range(1, plan.seeds + 1) for role in ROLES]
-    # every lane a thread of its own, and none started after an error (one that fails them
-    # all, a bad folder, fails once): a re-run trains only what is left
+    # several at once: every lane a thread of its own (the main thread only waits), and none
+    # started after an error (one that fails them all, a bad folder, fails once)
     in_lanes(one, jobs, concurrent, name="retrain", caller=False, keep_going=False)
     scores = {r: [trained[(r, s)][0] for s in range(1, plan.seeds + 1)] for r in ROLES}
     checkpoints = {f"{r}-{s}": ckpt for (r, s), (_, ckpt) in trained.items()}

@@ -22,15 +22,17 @@ def in_lanes(
     keep_going: bool = True,
 ) -> None:
     """``fn`` of every item, ``together`` at a time, started in ``items``' order; after every
-    lane has ended, re-raises the first error any raised.
+    lane has ended, re-raises the first interrupt a lane raised, else the first error.
 
-    Each lane is a daemon thread ``<name>-<k>`` (a driver's exit ends it), and with ``caller``
-    the caller's thread is one of them. Without ``caller`` the caller only waits: Ray Train's
-    ``fit()`` in the main thread takes SIGINT for its own run and keeps it after, so that a
-    Ctrl-C while the main thread waited on the other lanes would reach a run that has ended.
-    ``keep_going``: after an item's error the lanes go on with the items left (else they start
-    none further, and those running end). An interrupt (``KeyboardInterrupt``, ``SystemExit``)
-    starts no further item, and in the caller's thread goes on up at once."""
+    With ``together`` <= 1 every item runs in the caller's thread, one after another, and the
+    first error goes on up at once. Otherwise each lane is a daemon thread ``<name>-<k>`` (a
+    driver's exit ends it), and with ``caller`` the caller's thread is one of them. Without
+    ``caller`` the caller only waits: Ray Train's ``fit()`` in the main thread takes SIGINT for
+    its own run and keeps it after, so that a Ctrl-C while the main thread waited on the other
+    lanes would reach a run that has ended. ``keep_going``: after an item's error the lanes go
+    on with the items left (else they start none further, and those running end). An interrupt
+    (``KeyboardInterrupt``, ``SystemExit``) starts no further item, and in the caller's thread
+    (its lane, or its wait) goes on up at once."""
     if together <= 1:
         for item in items:
             fn(item)
@@ -55,17 +57,18 @@ def in_lanes(
             except BaseException as e:
                 with lock:
                     todo.clear()
+                    if not in_caller:
+                        errors.append(e)
                 if in_caller:
                     raise
-                errors.append(e)
                 return
 
     lanes = min(together, len(todo))
     threads = [threading.Thread(target=lane, name=f"{name}-{k}", daemon=True)
                for k in range(1 if caller else 0, lanes)]  # fmt: skip
-    for t in threads:
-        t.start()
-    try:
+    try:  # (from the first start: an interrupt here starts nothing further)
+        for t in threads:
+            t.start()
         if caller:
             lane(in_caller=True)
         for t in threads:
@@ -76,4 +79,4 @@ def in_lanes(
             todo.clear()
         raise
     if errors:
-        raise errors[0]
+        raise next((e for e in errors if not isinstance(e, Exception)), errors[0])

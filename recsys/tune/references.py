@@ -109,9 +109,9 @@ class Recipe:
 # tables are 4 columns whose sum is the weight (``recsys.archs.LINEAR_WIDTH``): under the fused
 # rule it learns at four times its table learning rate, hence its smaller rates; under the dense
 # rule it is solved, and its L2 strength spans the decades scikit-learn's C does at a log's size.
-# The dense FM's L2 spans three decades around 1e-4, where its best lay on every generated log
-# (planted, demo, drift: 1e-4 to 1e-3; a grid of [0, 1e-5] walked 2-3 steps, one after another,
-# to reach it); its Adam rate 3e-3 or 1e-3 (a rate of 1e-2 was never best; an edge is walked).
+# The dense FM's L2 spans three decades around 1e-4 and its Adam rate 1e-3 and 3e-3, where its
+# best lay on the generated logs (BENCHMARKS.md, refcost); an optimum beyond is reached by the
+# walk, each edge a step at a time.
 RECIPES: dict[str, dict[str, Recipe]] = {
     "lr": {
         "fused": Recipe({"optim.embedding_lr": [0.01, 0.03],

@@ -118,7 +118,7 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert sorted(calls[1:]) == ["retrained-seed2", "scratch-seed1", "scratch-seed2"]
     assert {r: len(v) for r, v in outcome.scores.items()} == {"retrained": 2, "scratch": 2}
     exp = tracker.experiment("retrain-m")
-    for role in ("retrained", "scratch"):  # each run records its data, two lanes at once too
+    for role in ("retrained", "scratch"):  # each run records its data as its input
         for seed in (1, 2):
             run = tracker.find_trial_run(exp, f"{plan.key}.{role}-{seed}")
             inputs = tracker.client.get_run(run.info.run_id).inputs.dataset_inputs

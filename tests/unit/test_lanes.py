@@ -73,3 +73,31 @@ def test_without_the_caller_every_item_runs_in_a_lane_of_its_own():
     with pytest.raises(ValueError, match="a failed"):
         in_lanes(first_fails, ["a", "b", "c", "d"], together=2, caller=False)
     assert sorted(ran) == ["b", "c", "d"]  # going on: every other item
+
+
+def test_a_ctrl_c_while_the_caller_waits_starts_no_further_item():
+    """``caller=False``: a Ctrl-C reaches the main thread while it waits on the lanes; it goes on
+    up at once, and once the items running end, none further starts."""
+    import _thread
+    import signal
+
+    release, started = threading.Event(), []
+
+    def item(name: str) -> None:
+        started.append(name)
+        if name == "b":  # both lanes busy: the Ctrl-C comes while the caller waits
+            _thread.interrupt_main()
+        assert release.wait(30)
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # (Python's own)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            in_lanes(item, ["a", "b", "c", "d"], together=2, name="waited", caller=False)
+    finally:
+        signal.signal(signal.SIGINT, saved)
+        release.set()
+    deadline = time.monotonic() + 30
+    while any(t.name.startswith("waited-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert sorted(started) == ["a", "b"]  # c and d never started
