@@ -77,7 +77,8 @@ def champion(uri: str, folder: str, storage: str) -> None:
 
 
 def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, weeks, tmp_path,
-                                                                monkeypatch):  # fmt: skip
+                                                                monkeypatch, capsys):  # fmt: skip
+    import recsys.cli.retrain as cli
     import recsys.train.launch as launch
     from recsys.lifecycle.frozen import frozen_ids
     from recsys.lifecycle.plan import plan_retrain
@@ -89,8 +90,12 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     storage = str(tmp_path / "runs")
     champion(uri, weeks[0], storage)
     tracker = Tracker(uri)
-    plan = plan_retrain(tracker, "models:/m@champion", weeks[1], epochs=1.0, seeds=2,
-                        metric="gauc")  # fmt: skip
+    out = str(tmp_path / "export")
+    flags = ["--data", weeks[1], "--epochs", "1", "--seeds", "2", "--metric", "gauc",
+             "--tracking-uri", uri, "--storage", storage, "--out", out, "--num-workers", "1",
+             "--address", "local"]  # fmt: skip
+    args = cli.parse_args([*flags, "--model", "models:/m@champion"])
+    plan = cli.checked_plan(args, tracker, weeks[1])  # the command's plan
     assert plan.cfg.data.paths == [weeks[1]] and plan.cfg.train.epochs == 1.0
     grown = plan.cfg.embeddings.num_embeddings
     assert grown[1] > plan.frozen.embeddings.num_embeddings[1]  # the item table grew
@@ -106,7 +111,7 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
         if line.startswith("retrained seed 1"):
             raise KeyboardInterrupt("killed after the first training")
 
-    out, resources = str(tmp_path / "export"), Resources(1, False, 0.95)
+    resources = Resources(1, False, 0.95)
     with pytest.raises(KeyboardInterrupt):
         run_retrain(plan, tracker, resources, storage, out, log=killed)
     assert calls == ["retrained-seed1"]
@@ -139,8 +144,12 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert alias == ("2" if outcome.decision.promote else "1")
     assert version.tags["recsys.champion"] == ("yes" if outcome.decision.promote else
                                                f"no: {outcome.decision.line}")  # fmt: skip
-    again = run_retrain(plan, tracker, resources, storage, out, log=lines.append)
-    assert len(calls) == 4 and again.scores == outcome.scores  # nothing trained again
-    assert again.version == outcome.version  # nor registered again
+    # the command again, by the version's number: every training found done, none registered
+    cli.main([*flags, "--model", "models:/m/1", "--max-concurrent", "8"])
+    printed = capsys.readouterr().out
+    assert len(calls) == 4  # nothing trained again
+    assert "4 at a time" in printed  # (at most its trainings)
+    assert f"registered m version {outcome.version} " in printed  # nor registered again
+    assert len(tracker.client.search_model_versions("name = 'm'")) == 2
     with pytest.raises(ValueError, match="version 2 was trained on this folder already"):
         plan_retrain(tracker, "models:/m/2", weeks[1], epochs=1.0, seeds=2)
