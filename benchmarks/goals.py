@@ -354,8 +354,8 @@ RETRAIN_COST = 0.1  # of a new sweep's compute
 
 
 def retrain_keeps_up(gaps: Sequence[float], cost: float) -> str:
-    """The time walk: in every period the retrained model's test AUC (its seeds' mean) minus a
-    new sweep's is at least -0.005, and the retrains' compute at most a tenth of the new
+    """The time walk: in every period the test AUC of the retrain's pick (its seeds' mean) minus
+    a new sweep's is at least -0.005, and the retrains' compute at most a tenth of the new
     sweeps' (wall seconds of their trainings, all periods)."""
     verdicts = [("in AUC", MET if all(g >= -RETRAIN_GAP for g in gaps) else MISSED),
                 ("in compute", MET if cost <= RETRAIN_COST else MISSED)]  # fmt: skip
@@ -363,7 +363,7 @@ def retrain_keeps_up(gaps: Sequence[float], cost: float) -> str:
 
 
 def retrain_beats_frozen(periods: Mapping[int, tuple[Interval, float]]) -> str:
-    """The time walk, from its third period on: the retrained seeds' test AUC above the frozen
+    """The time walk, from its third period on: the picked seeds' test AUC above the frozen
     champion's (one figure: the checkpoint as it is), the whole 95% interval, every period
     (``interval_at_least``, strictly; keyed by period)."""
     if not periods:

@@ -9,8 +9,9 @@
 Trains the model's configuration on ``--data`` warm-started from its checkpoint, and the same
 configuration from scratch, ``--seeds`` times each, ``--max-concurrent`` at once (runs on Ray:
 ``--address`` and the worker flags as recsys-train's; re-running the command resumes what a
-killed one left); scores them and the frozen model on the new period's test rows; registers the
-retrained model as a new version and moves ``@champion`` to it only where its lead over the
+killed one left); picks the warm start, or the models from scratch where they score better on
+the new period's validation rows; scores the pick and the frozen model on its test rows;
+registers the pick as a new version and moves ``@champion`` to it only where its lead over the
 frozen model is outside the seed noise.
 """
 
@@ -63,12 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--metric",
         choices=["auc", "gauc", "log_loss"],
         default="auc",
-        help="the test metric that decides (gauc: the data's schema names group_by)",
+        help="the metric that picks (validation rows) and decides (test rows); gauc: the "
+        "data's schema names group_by",
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--storage", default="runs", help="where the trainings' checkpoints go")
     p.add_argument(
-        "--out", help="the retrained model's export (default exports/<the retrain's key>: "
+        "--out", help="the picked model's export (default exports/<the retrain's key>: "
         "<name>-v<version>-<digest of the data and configuration>)",
     )  # fmt: skip
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8",
@@ -139,8 +141,8 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker, share)
     out = args.out or os.path.abspath(os.path.join("exports", plan.key))
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
-          f"warm-started and from scratch, {concurrent} at a time, by "
-          f"test_{plan.metric}")  # fmt: skip
+          f"warm-started and from scratch, {concurrent} at a time; picked by "
+          f"val_{plan.metric}, decided by test_{plan.metric}")  # fmt: skip
     outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype,
                           concurrent=concurrent)  # fmt: skip
     print(f"registered {plan.name} version {outcome.version} (export in {out})")

@@ -11,16 +11,22 @@ What is trained, and every refusal before it: ``recsys.lifecycle.plan``. On the 
 rows (the split its folder defines), the frozen champion is scored first
 (``recsys.lifecycle.frozen``), then each training.
 
-The decision (``decide``): the retrained model wins where the frozen score lies outside the 95%
-interval of the retrained seeds' mean, on the metric's better side (``recsys.tune.confirm``), and
-the seed that is registered (the one nearest the mean) beats the frozen score too. Its version is
-registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``, ``recsys.data``)
-and gets ``@champion`` only on a win, and only where the alias still names the version this retrain
-started from (a retrain of another version, or one the alias moved away from meanwhile, moves
-nothing and says so). Otherwise: ``kept @champion (version K): lead +x inside the noise`` (or
-``lead -x outside the noise, behind it``). The from-scratch models are the bar that says whether
-the old periods still help: their lead or lag is said and logged, and decides nothing. Everything
-lands in MLflow under one parent run per retrain (experiment ``retrain-<NAME>``).
+The pick (``pick``): the retrain offers the warm start, unless the models from scratch scored
+better on the new period's validation rows (their seeds' means; a tie keeps the warm start). When
+the tastes have moved far, the weights of the earlier periods can hold a model back, and the
+from-scratch models, trained anyway as the bar, are then the better offer. The test rows take no
+part in the pick: they decide against the frozen champion.
+
+The decision (``decide``): the picked model wins where the frozen score lies outside the 95%
+interval of its seeds' mean, on the metric's better side (``recsys.tune.confirm``), and the seed
+that is registered (the one nearest the mean) beats the frozen score too. Its version is
+registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``, ``recsys.data``,
+``recsys.start``: warm or scratch) and gets ``@champion`` only on a win, and only where the alias
+still names the version this retrain started from (a retrain of another version, or one the
+alias moved away from meanwhile, moves nothing and says so). Otherwise: ``kept @champion
+(version K): lead +x inside the noise`` (or ``lead -x outside the noise, behind it``). The warm
+start's lead or lag on the from-scratch models is said and logged. Everything lands in MLflow
+under one parent run per retrain (experiment ``retrain-<NAME>``).
 """
 
 from __future__ import annotations
@@ -38,35 +44,65 @@ from recsys.train.ray_trainer import Resources
 CHAMPION = "champion"
 
 
-@dataclass(frozen=True)
-class Decision:
-    """Whether the retrained model is promoted, the seed registered, and the line that says
-    why."""
+LABELS = {"retrained": "retrained", "scratch": "from scratch"}  # a role, as the lines say it
 
-    promote: bool
-    seed: int  # the retrained seed registered (1-based)
+
+@dataclass(frozen=True)
+class Pick:
+    """The model a retrain offers, ``retrained`` (the warm start) or ``scratch``, and the line
+    that says why."""
+
+    role: str
     line: str
 
 
-def decide(plan: Plan, retrained: list[float], frozen: float, champion: str) -> Decision:
-    """The module's rule: the frozen score outside the retrained seeds' 95% interval on the
-    better side, and the registered seed (the one nearest the mean) better than it.
-    ``champion``: the version ``@champion`` names now, for the line."""
+def pick(plan: Plan, val: dict[str, list[float]]) -> Pick:
+    """The module's pick: the warm start, unless the models from scratch have the better mean
+    ``val_<metric>`` over their seeds (``val``: each role's, seed by seed). Without a validation
+    score for every training (a folder with no validation rows), the warm start."""
+    metric = f"val_{plan.metric}"
+    if any(math.isnan(v) for vs in val.values() for v in vs):
+        return Pick("retrained", f"picked the warm start: no {metric} for every training (the "
+                                 "new period's validation rows choose)")  # fmt: skip
+    warm, cold = (sum(val[r]) / len(val[r]) for r in ROLES)
+    sign = 1.0 if plan.mode == "max" else -1.0
+    means = f"{metric} seed means: warm start {warm:.4f}, from scratch {cold:.4f}"
+    if sign * (cold - warm) > 0:
+        return Pick("scratch", f"picked the model from scratch: the warm start trails it ({means})")
+    return Pick("retrained", f"picked the warm start ({means})")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether the picked model is promoted, the seed registered, and the line that says why."""
+
+    promote: bool
+    seed: int  # the picked role's seed registered (1-based)
+    line: str
+    role: str = "retrained"  # the picked role (``pick``)
+
+
+def decide(plan: Plan, scores: list[float], frozen: float, champion: str,
+           role: str = "retrained") -> Decision:  # fmt: skip
+    """The module's rule: the frozen score outside the 95% interval of the picked ``role``'s
+    seeds (``scores``), on the better side, and the registered seed (the one nearest the mean)
+    better than it. ``champion``: the version ``@champion`` names now, for the line."""
     from recsys.tune.confirm import LEVEL, spread
 
-    s = spread("retrained", retrained)
+    s = spread(role, scores)
     sign = 1.0 if plan.mode == "max" else -1.0
     lead = sign * (s.mean - frozen)
-    seed = 1 + min(range(len(retrained)), key=lambda i: abs(retrained[i] - s.mean))
-    mine = sign * (retrained[seed - 1] - frozen)
+    seed = 1 + min(range(len(scores)), key=lambda i: abs(scores[i] - s.mean))
+    mine = sign * (scores[seed - 1] - frozen)
     outside = (s.low > frozen) if plan.mode == "max" else (s.high < frozen)
     metric = f"test_{plan.metric}"
-    interval = f"{LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] of {len(retrained)} seeds"
+    interval = f"{LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] of {len(scores)} seeds"
     exact = "; the seeds agree exactly: no seed noise measured" if s.std == 0 else ""
     if outside and mine > 0:
-        return Decision(True, seed, f"retrained {metric} {s.mean:.4f} ({interval}) against the "
-                        f"frozen champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; "
-                        f"seed {seed} registered ({retrained[seed - 1]:.4f}){exact}")  # fmt: skip
+        line = (f"{LABELS[role]} {metric} {s.mean:.4f} ({interval}) against the frozen "
+                f"champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; seed {seed} "
+                f"registered ({scores[seed - 1]:.4f}){exact}")  # fmt: skip
+        return Decision(True, seed, line, role)
     behind = (s.high < frozen) if plan.mode == "max" else (s.low > frozen)
     why = (
         "outside the noise, behind it" if behind
@@ -76,8 +112,9 @@ def decide(plan: Plan, retrained: list[float], frozen: float, champion: str) -> 
     return Decision(
         False,
         seed,
-        f"kept @{CHAMPION} (version {champion}): lead {lead:+.4f} "
-        f"{why} ({metric} {s.mean:.4f}, {interval}; frozen {frozen:.4f}){exact}",
+        f"kept @{CHAMPION} (version {champion}): lead {lead:+.4f} {why} ({LABELS[role]} "
+        f"{metric} {s.mean:.4f}, {interval}; frozen {frozen:.4f}){exact}",
+        role,
     )
 
 
@@ -96,11 +133,12 @@ def scratch_line(plan: Plan, scores: dict[str, list[float]]) -> str:
 @dataclass
 class Outcome:
     """A retrain's result: each training's test metric by role, the frozen champion's, the
-    decision, and the registered version."""
+    pick, the decision, and the registered version."""
 
     scores: dict[str, list[float]]
     frozen: float
     decision: Decision
+    picked: Pick
     version: str = ""
     lines: list[str] = field(default_factory=list)
 
@@ -111,7 +149,7 @@ def run_retrain(
 ) -> Outcome:  # fmt: skip
     """The frozen champion scored, every seed of both roles trained (Ray connected; each
     resumes where a run of this retrain left it; ``concurrent`` at a time, started seed by seed,
-    each ``resources``' workers), the decision, the retrained model registered and
+    each ``resources``' workers), the pick, the decision, the picked model registered and
     ``@champion`` moved where the decision and the alias allow; all under one MLflow parent
     run. After a training fails, no further one starts; those running end before its error is
     raised, and a re-run trains only what is left."""
@@ -126,23 +164,29 @@ def run_retrain(
     frozen = frozen_scores.get(f"test_{plan.metric}", math.nan)
     log(f"frozen champion (version {plan.version}): test_{plan.metric} {frozen:.4f}")
     folder = storage_join(storage, f"retrain-{plan.key}")
-    trained: dict[tuple[str, int], tuple[float, str]] = {}  # (role, seed) -> score, checkpoint
+    trained: dict[tuple[str, int], tuple[float, float, str]] = {}  # (role, seed) -> test, val, ckpt
 
     def one(job: tuple[str, int]) -> None:
         role, seed = job
         mine = tracker if concurrent <= 1 else Tracker(tracker.uri)  # (a training's own)
         metrics, ckpt, run_id = train_one(plan, role, seed, mine, exp, parent, resources, folder)
-        trained[job] = (test_score(metrics, plan, role, seed), ckpt)
+        val = float(metrics.get(f"val_{plan.metric}", math.nan))
+        trained[job] = (test_score(metrics, plan, role, seed), val, ckpt)
         log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id})")
 
     jobs = [(role, seed) for seed in range(1, plan.seeds + 1) for role in ROLES]
     # several at once: every lane a thread of its own (the main thread only waits), and none
     # started after an error (one that fails them all, a bad folder, fails once)
     in_lanes(one, jobs, concurrent, name="retrain", caller=False, keep_going=False)
-    scores = {r: [trained[(r, s)][0] for s in range(1, plan.seeds + 1)] for r in ROLES}
-    checkpoints = {f"{r}-{s}": ckpt for (r, s), (_, ckpt) in trained.items()}
-    decision = decide(plan, scores["retrained"], frozen, current_champion(tracker, plan))
-    outcome = Outcome(scores, frozen, decision, lines=[scratch_line(plan, scores)])
+    seeds = range(1, plan.seeds + 1)
+    scores = {r: [trained[(r, s)][0] for s in seeds] for r in ROLES}
+    val = {r: [trained[(r, s)][1] for s in seeds] for r in ROLES}
+    checkpoints = {f"{r}-{s}": ckpt for (r, s), (*_, ckpt) in trained.items()}
+    picked = pick(plan, val)
+    now = current_champion(tracker, plan)
+    decision = decide(plan, scores[picked.role], frozen, now, picked.role)
+    outcome = Outcome(scores, frozen, decision, picked, lines=[scratch_line(plan, scores),
+                                                                 picked.line])  # fmt: skip
     outcome.version, moved = register(plan, tracker, exp, checkpoints, out_dir, decision, dtype)
     outcome.lines += [decision.line, *([moved] if moved else [])]
     for line in outcome.lines:
@@ -228,13 +272,13 @@ def register(
     plan: Plan, tracker: Tracker, exp: str, checkpoints: dict[str, str], out_dir: str,
     decision: Decision, dtype: str = "int8",
 ) -> tuple[str, str]:  # fmt: skip
-    """Export the decision's retrained seed as a new version of ``plan.name`` with its lineage
-    (a retrain run again finds its version and registers none), and move ``@champion`` to it
+    """Export the decision's seed of the picked role as a new version of ``plan.name`` with its
+    lineage (a retrain run again finds its version and registers none), and move ``@champion`` to it
     where the decision promotes it and the alias still names ``plan.version``. Its version, and
     a line where a promotion did not move the alias."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
-    trial = f"{plan.key}.retrained-{decision.seed}"
+    trial = f"{plan.key}.{decision.role}-{decision.seed}"
     run = tracker.find_trial_run(exp, trial)
     if run is None:
         raise ValueError(f"retrain {plan.key}: no MLflow run of {trial}")
@@ -243,8 +287,8 @@ def register(
         export_to_run(
             tracker,
             run_id,
-            checkpoints[f"retrained-{decision.seed}"],
-            plan.config_of("retrained", decision.seed),
+            checkpoints[f"{decision.role}-{decision.seed}"],
+            plan.config_of(decision.role, decision.seed),
             out_dir,
             dtype,
             plan.name,
@@ -257,7 +301,8 @@ def register(
                  "this retrain started from")  # fmt: skip
     said = "yes" if decision.promote and not moved else f"no: {moved or decision.line}"
     tags = {Tag.PARENT_VERSION: plan.version, Tag.DATA: plan.data,
-            Tag.PARENT_DATA: ",".join(plan.frozen.data.paths), Tag.CHAMPION: said}  # fmt: skip
+            Tag.PARENT_DATA: ",".join(plan.frozen.data.paths), Tag.CHAMPION: said,
+            Tag.START: "warm" if decision.role == "retrained" else "scratch"}  # fmt: skip
     for k, v in tags.items():
         client.set_model_version_tag(plan.name, version, k, v)
     if decision.promote and not moved:

@@ -29,6 +29,7 @@ class Tag:
     # registered version it was retrained from
     PARENT_DATA = "recsys.parent_data"  # ... that version's data (the earlier period)
     DATA = "recsys.data"  # ... the period it was retrained on
+    START = "recsys.start"  # ... "warm" (from its parent's checkpoint) or "scratch" (the pick)
     DECISION = "recsys.decision"  # on a retrain's run: promoted, or kept and why
     REGISTERED_VERSION = "recsys.registered_version"  # ... the version the retrain registered
     RESUME_NOTE = "recsys.resume_note"  # what a resume on another worker count could not keep

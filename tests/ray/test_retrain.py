@@ -2,8 +2,8 @@
 trained on week 1 of the drift log and registered as ``@champion``; week 2 prepared ``--like``
 week 1 with its vocabularies grown (the item table past the QR threshold it was kept whole at);
 the retrain warm-started and from scratch, 2 seeds each, scored by GAUC beside the frozen
-champion (read through its own tables, the grown rows mapped to its unseen rows), the retrained
-model registered with its lineage, ``@champion`` moved only by the decision. Killed after its
+champion (read through its own tables, the grown rows mapped to its unseen rows), the model the
+validation rows pick (warm or from scratch) registered with its lineage, ``@champion`` moved only by the decision. Killed after its
 first training, the retrain run again (two trainings at a time) trains only the three left; run
 once more, it trains and registers nothing."""
 
@@ -132,11 +132,16 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert not math.isnan(outcome.frozen) and outcome.frozen > 0.4
     assert outcome.decision.line in lines and lines[-1] in outcome.lines
     assert any(ln.startswith("warm start against from scratch: lead") for ln in lines)
+    val = {r: [tracker.find_trial_run(exp, f"{plan.key}.{r}-{s}").data.metrics["val_gauc"]
+               for s in (1, 2)] for r in ("retrained", "scratch")}  # fmt: skip
+    better = "scratch" if sum(val["scratch"]) > sum(val["retrained"]) else "retrained"
+    assert outcome.picked.role == outcome.decision.role == better  # by the validation rows
+    assert outcome.picked.line in lines
     version = tracker.client.get_model_version("m", outcome.version)
-    registered = tracker.find_trial_run(
-        tracker.experiment("retrain-m"), f"{plan.key}.retrained-{outcome.decision.seed}"
-    )
-    assert version.run_id == registered.info.run_id  # the seed the decision names
+    role = outcome.decision.role
+    registered = tracker.find_trial_run(exp, f"{plan.key}.{role}-{outcome.decision.seed}")
+    assert version.run_id == registered.info.run_id  # the seed of the pick the decision names
+    assert version.tags["recsys.start"] == ("warm" if role == "retrained" else "scratch")
     assert outcome.version == "2" and version.tags["recsys.parent_version"] == "1"
     assert version.tags["recsys.data"] == weeks[1]
     assert version.tags["recsys.parent_data"] == weeks[0]
@@ -149,6 +154,7 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     printed = capsys.readouterr().out
     assert len(calls) == 4  # nothing trained again
     assert "4 at a time" in printed  # (at most its trainings)
+    assert outcome.picked.line in printed  # the same pick, from the runs' MLflow metrics
     assert f"registered m version {outcome.version} " in printed  # nor registered again
     assert len(tracker.client.search_model_versions("name = 'm'")) == 2
     with pytest.raises(ValueError, match="version 2 was trained on this folder already"):

@@ -162,14 +162,16 @@ def fake_retrain(tmp_path, monkeypatch, train):
     from recsys.train.ray_trainer import Resources
 
     def train_one(plan, role, seed, tracker, *rest):
-        return {"test_auc": train(role, seed)}, f"ckpt-{role}-{seed}", f"run-{role}-{seed}"
+        score = train(role, seed)  # a test score, or a training's whole metrics
+        metrics = score if isinstance(score, dict) else {"test_auc": score}
+        return metrics, f"ckpt-{role}-{seed}", f"run-{role}-{seed}"
 
     monkeypatch.setattr(frozen_mod, "score_frozen", lambda *a: {"test_auc": 0.6})
     monkeypatch.setattr(retrain, "train_one", train_one)
     monkeypatch.setattr(retrain, "current_champion", lambda *a: "3")
     registered = []
-    monkeypatch.setattr(retrain, "register", lambda plan, tr, exp, ckpts, *a: registered.append(
-        ckpts) or ("4", ""))  # fmt: skip
+    monkeypatch.setattr(retrain, "register", lambda plan, tr, exp, ckpts, out, decision, *a:
+                        registered.append((ckpts, decision)) or ("4", ""))  # fmt: skip
     tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
 
     def run(concurrent: int):
@@ -200,8 +202,9 @@ def test_a_retrains_trainings_run_at_once_and_keep_their_seeds(tmp_path, monkeyp
     run, registered = fake_retrain(tmp_path, monkeypatch, train)
     outcome = run(concurrent=2)
     assert outcome.scores == {"retrained": [0.711, 0.712, 0.713], "scratch": [0.701, 0.702, 0.703]}
-    assert registered[0] == {f"{r}-{s}": f"ckpt-{r}-{s}" for r in ("retrained", "scratch")
-                             for s in (1, 2, 3)}  # fmt: skip
+    assert registered[0][0] == {f"{r}-{s}": f"ckpt-{r}-{s}" for r in ("retrained", "scratch")
+                                for s in (1, 2, 3)}  # fmt: skip
+    assert registered[0][1].role == "retrained"  # (no validation scores: the warm start)
     assert started[:2] in ([("retrained", 1), ("scratch", 1)], [("scratch", 1), ("retrained", 1)])
     assert outcome.decision.promote and outcome.decision.seed == 2
 
@@ -233,3 +236,40 @@ def test_after_a_failed_training_none_starts_and_the_running_one_ends(tmp_path, 
     with pytest.raises(ValueError, match="scratch training of seed 1 failed"):
         run(concurrent=1)
     assert trained == [("retrained", 1)]  # one at a time: the first error ends it
+
+
+def test_the_models_from_scratch_are_picked_where_they_validate_better(tmp_path, monkeypatch):
+    """The retrain offers the warm start unless the models from scratch have the better
+    validation mean; the test rows only decide against the frozen champion, so a warm start
+    ahead on test but behind on validation is not picked, and the line says which was."""
+    val = {"retrained": 0.70, "scratch": 0.71}
+
+    def train(role: str, seed: int) -> dict[str, float]:
+        test = 0.75 if role == "retrained" else 0.70 + seed / 1000
+        return {"test_auc": test, "val_auc": val[role] + seed / 10000}
+
+    run, registered = fake_retrain(tmp_path, monkeypatch, train)
+    outcome = run(concurrent=1)
+    assert outcome.picked.role == "scratch" and registered[-1][1].role == "scratch"
+    assert outcome.picked.line == (
+        "picked the model from scratch: the warm start trails it "
+        "(val_auc seed means: warm start 0.7002, from scratch 0.7102)"
+    )
+    assert outcome.decision.line.startswith("from scratch test_auc 0.7020")
+    assert outcome.decision.seed == 2 and outcome.decision.promote  # (frozen 0.6)
+    assert outcome.picked.line in outcome.lines
+    val["scratch"] = 0.70  # a tie: the warm start
+    again = run(concurrent=1)  # (a re-run of the fake trains again)
+    assert again.picked.role == "retrained" and registered[-1][1].role == "retrained"
+    assert again.decision.line.startswith("retrained test_auc 0.7500")
+
+
+def test_the_pick_goes_downwards_for_log_loss_and_wants_every_validation_score():
+    from recsys.lifecycle.retrain import pick
+
+    lower = {"retrained": [0.45, 0.46], "scratch": [0.44, 0.44]}
+    assert pick(plan("log_loss"), lower).role == "scratch"
+    assert pick(plan("auc"), lower).role == "retrained"
+    missing = {"retrained": [0.70, 0.71], "scratch": [0.80, float("nan")]}
+    chosen = pick(plan("auc"), missing)
+    assert chosen.role == "retrained" and "no val_auc for every training" in chosen.line
