@@ -12,9 +12,11 @@ old ones fade), and three policies for the model served after the first period's
 Everything runs through the commands a team would run (``recsys-preprocess``, ``recsys-sweep``,
 ``recsys-export``, ``recsys-retrain``) on a local Ray of this machine. Per period: each policy's
 test AUC and GAUC on that period's test rows (the same rows for all: each folder splits the
-period by time alike), and its compute: the wall seconds of its trainings (each MLflow run's
-start to its last report; a sweep's: every trial, reference and the refit; a retrain's: every
-seed of both, the pick needs them), both ``--concurrent`` at a time. Goals
+period by time alike), and its compute: the seconds of its trainings, as each reports its own
+cost (``wall_s``: its workers' setup, steps, evaluation and checkpoints, not its process's
+start), and apart from that each MLflow run's start to its last report (a sweep's trainings:
+every trial, reference and the refit; a retrain's: every seed of both roles, the pick needs
+them), both ``--concurrent`` at a time. Goals
 (``benchmarks.goals``): the retrain's pick within 0.005 test AUC of a new sweep in every period
 at no more than a tenth of its compute (``retrain_keeps_up``), and better than the frozen
 champion from the third period on, the pick's seeds' 95% interval above it
@@ -83,13 +85,27 @@ def space(tmp: str, samples: int) -> str:
     return path
 
 
+@dataclass(frozen=True)
+class Spent:
+    """Trainings' seconds: ``own``, their reports' own cost (the last ``wall_s``: the workers'
+    setup, steps, evaluation and checkpoints over all attempts, counted alike wherever a
+    training runs); ``span``, their MLflow runs' start to their last report, which also holds
+    whatever started after the run opened (a retrain's Ray task process, not a sweep trial's)."""
+
+    own: float = 0.0
+    span: float = 0.0
+
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(self.own + other.own, self.span + other.span)
+
+
 @dataclass
 class Sweep:
     """A sweep's refitted best on its period's test rows, and the seconds of its trainings."""
 
     auc: float
     gauc: float
-    seconds: float
+    seconds: Spent
 
 
 def sweep(period: int, raw: str, tmp: str, space_path: str, workers: int, concurrent: int,
@@ -126,17 +142,19 @@ def swept(uri: str, name: str) -> Sweep:
     trainings = [r for r in runs if not r.data.tags.get(Tag.KIND, "").startswith("sweep:")]
     refit = next(r for r in trainings if r.data.tags.get(Tag.KIND) == "refit")
     m = refit.data.metrics
-    return Sweep(m.get("test_auc", math.nan), m.get("test_gauc", math.nan),
-                 sum(seconds(tracker.client, r) for r in trainings))  # fmt: skip
+    spent = sum((seconds(tracker.client, r) for r in trainings), Spent())
+    return Sweep(m.get("test_auc", math.nan), m.get("test_gauc", math.nan), spent)
 
 
-def seconds(client: Any, run: Any) -> float:
-    """A training's wall seconds: its MLflow run's start to its last report (its ``step``'s
-    last logged time; else the run's end). A sweep's refit and a retrain's registered seed log
-    their export into their run after training, which the run's end would count."""
+def seconds(client: Any, run: Any) -> Spent:
+    """A training's seconds (``Spent``). The span ends at its last report (its ``step``'s last
+    logged time; else the run's end): a sweep's refit and a retrain's registered seed log their
+    export into their run after training, which the run's end would count."""
+    if "wall_s" not in run.data.metrics:
+        raise ValueError(f"run {run.info.run_id} ({run.info.run_name}) reported no wall_s")
     steps = client.get_metric_history(run.info.run_id, "step")
     end = max((m.timestamp for m in steps), default=run.info.end_time or run.info.start_time)
-    return (end - run.info.start_time) / 1000.0
+    return Spent(float(run.data.metrics["wall_s"]), (end - run.info.start_time) / 1000.0)
 
 
 def champion(uri: str) -> None:
@@ -158,8 +176,8 @@ class Retrain:
     retrained_gauc: list[float] = field(default_factory=list)
     scratch: list[float] = field(default_factory=list)
     scratch_gauc: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    scratch_seconds: float = 0.0
+    seconds: Spent = Spent()
+    scratch_seconds: Spent = Spent()
     picked: str = "retrained"
     decision: str = ""
     frozen: float = math.nan
@@ -252,17 +270,20 @@ def run(periods: int, rows: int, samples: int, seeds: int, workers: int, concurr
                          f"{mean(rt.scratch):.4f} / {mean(rt.scratch_gauc):.4f}",
                          "warm" if rt.picked == "retrained" else "scratch",
                          f"{new.auc:.4f} / {new.gauc:.4f}", rt.decision,
-                         f"{rt.seconds:.0f} + {rt.scratch_seconds:.0f}",
-                         f"{new.seconds:.0f}"])  # fmt: skip
+                         f"{rt.seconds.own:.0f} + {rt.scratch_seconds.own:.0f}",
+                         f"{new.seconds.own:.0f}"])  # fmt: skip
         print(f"timewalk: period {p} done ({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
     gaps = [mean(offered(rt)[0]) - new.auc for _, _, rt, new in walk]
-    spent = sum(rt.seconds + rt.scratch_seconds for _, _, rt, _ in walk)
-    cost = spent / sum(new.seconds for *_, new in walk)
+    spent = sum((rt.seconds + rt.scratch_seconds for _, _, rt, _ in walk), Spent())
+    swept_s = sum((new.seconds for *_, new in walk), Spent())
+    cost, span_cost = spent.own / swept_s.own, spent.span / swept_s.span
     above = {p: (Interval.of(offered(rt)[0]), fz) for p, fz, rt, _ in walk if p >= 3}
     head = (f"**time walk** (`recsys.demo.drift`, {periods} periods of {rows:,} rows, seed "
             f"{seed}): period 1 swept ({samples} trials, the LR reference, refitted: test AUC "
-            f"{first.auc:.4f}, GAUC {first.gauc:.4f}, {first.seconds:.0f} s of trainings); "
-            f"retrains of {seeds} seeds, {workers} worker(s) each; "
+            f"{first.auc:.4f}, GAUC {first.gauc:.4f}, {first.seconds.own:.0f} s of trainings); "
+            f"retrains of {seeds} seeds, {workers} worker(s) each; the retrains' compute "
+            f"{cost:.3f}x the new sweeps' in the trainings' own seconds, {span_cost:.3f}x in "
+            f"their runs' spans ({spent.span:.0f} s against {swept_s.span:.0f} s); "
             f"{(time.perf_counter() - t0) / 60:.0f} min in all.\n\n")  # fmt: skip
     models = table(["period", "frozen AUC / GAUC", "warm start AUC / GAUC (seed mean)",
                     "from scratch AUC / GAUC", "picked", "new sweep AUC / GAUC",
