@@ -94,9 +94,11 @@ class Spent:
 
     own: float = 0.0
     span: float = 0.0
+    unreported: int = 0  # trainings with no wall_s (refused, or NaN before their first report)
 
     def __add__(self, other: Spent) -> Spent:
-        return Spent(self.own + other.own, self.span + other.span)
+        return Spent(self.own + other.own, self.span + other.span,
+                     self.unreported + other.unreported)  # fmt: skip
 
 
 @dataclass
@@ -150,11 +152,10 @@ def seconds(client: Any, run: Any) -> Spent:
     """A training's seconds (``Spent``). The span ends at its last report (its ``step``'s last
     logged time; else the run's end): a sweep's refit and a retrain's registered seed log their
     export into their run after training, which the run's end would count."""
-    if "wall_s" not in run.data.metrics:
-        raise ValueError(f"run {run.info.run_id} ({run.info.run_name}) reported no wall_s")
     steps = client.get_metric_history(run.info.run_id, "step")
     end = max((m.timestamp for m in steps), default=run.info.end_time or run.info.start_time)
-    return Spent(float(run.data.metrics["wall_s"]), (end - run.info.start_time) / 1000.0)
+    own = run.data.metrics.get("wall_s")
+    return Spent(float(own or 0.0), (end - run.info.start_time) / 1000.0, int(own is None))
 
 
 def champion(uri: str) -> None:
@@ -202,8 +203,8 @@ def retrain(folder: str, uri: str, storage: str, seeds: int, workers: int, concu
     said = [ln for ln in console.splitlines()
             if ln.startswith(("kept @", "retrained test_", "from scratch test_"))]  # fmt: skip
     out = Retrain(decision=said[-1] if said else "(no decision printed)")
-    if "picked the model from scratch" in console:
-        out.picked = "scratch"
+    version = tracker.client.get_model_version(NAME, parent.data.tags[Tag.REGISTERED_VERSION])
+    out.picked = "scratch" if version.tags.get(Tag.START) == "scratch" else "retrained"
     for r in sorted(runs, key=lambda r: r.data.tags.get(Tag.TRIAL, "")):
         kind, m = r.data.tags.get(Tag.KIND), r.data.metrics
         if kind == "retrained":
@@ -283,7 +284,8 @@ def run(periods: int, rows: int, samples: int, seeds: int, workers: int, concurr
             f"{first.auc:.4f}, GAUC {first.gauc:.4f}, {first.seconds.own:.0f} s of trainings); "
             f"retrains of {seeds} seeds, {workers} worker(s) each; the retrains' compute "
             f"{cost:.3f}x the new sweeps' in the trainings' own seconds, {span_cost:.3f}x in "
-            f"their runs' spans ({spent.span:.0f} s against {swept_s.span:.0f} s); "
+            f"their runs' spans ({spent.span:.0f} s against {swept_s.span:.0f} s; trainings "
+            f"without a wall_s: {spent.unreported} and {swept_s.unreported}); "
             f"{(time.perf_counter() - t0) / 60:.0f} min in all.\n\n")  # fmt: skip
     models = table(["period", "frozen AUC / GAUC", "warm start AUC / GAUC (seed mean)",
                     "from scratch AUC / GAUC", "picked", "new sweep AUC / GAUC",

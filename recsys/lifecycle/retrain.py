@@ -252,20 +252,40 @@ def train_one(
     ckpt = as_uri(result.checkpoint.filesystem, result.checkpoint.path)
     tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: ckpt, Tag.LAST_CHECKPOINT: ckpt})
     tracker.finish(run_id)
-    return dict(result.metrics or {}), ckpt, run_id
+    metrics = dict(result.metrics or {})
+    if f"test_{plan.metric}" not in metrics:  # killed after its last report: it had none left
+        metrics = end_scores(tracker, run_id, plan.metric)
+    return metrics, ckpt, run_id
+
+
+def end_scores(tracker: Tracker, run_id: str, metric: str) -> dict[str, float]:
+    """A training's ``test_<metric>`` and the ``val_<metric>`` of the same (last) report, from
+    its MLflow run; {} without a test score. A validation score of an earlier report is left
+    out (the last had none, or a NaN, which is never logged), as it is from the report
+    itself."""
+    test, val = (
+        tracker.client.get_metric_history(run_id, f"{k}_{metric}") for k in ("test", "val")
+    )
+    if not test:
+        return {}
+    end = max(test, key=lambda m: m.step)
+    same = [m.value for m in val if m.step == end.step]
+    return {f"test_{metric}": end.value, **({f"val_{metric}": same[-1]} if same else {})}
 
 
 def finished(tracker: Tracker, exp: str, trial: str, metric: str
              ) -> tuple[dict[str, Any], str, str] | None:  # fmt: skip
     """A training of this retrain that an earlier run finished (its MLflow run ``FINISHED``
-    with its checkpoint and its test score): its metrics, checkpoint and run id; else None."""
+    with its checkpoint and its test score): its scores (``end_scores``), checkpoint and run
+    id; else None."""
     run = tracker.find_trial_run(exp, trial)
     if run is None or run.info.status != "FINISHED":
         return None
     ckpt = run.data.tags.get(Tag.BEST_CHECKPOINT)
-    if not ckpt or f"test_{metric}" not in run.data.metrics:
+    scores = end_scores(tracker, str(run.info.run_id), metric)
+    if not ckpt or not scores:
         return None
-    return dict(run.data.metrics), ckpt, str(run.info.run_id)
+    return scores, ckpt, str(run.info.run_id)
 
 
 def register(

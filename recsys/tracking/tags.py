@@ -25,8 +25,8 @@ class Tag:
     VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
     REFIT_OF = "recsys.refit_of"  # a refit's run (kind "refit"): the trial it trains again
     REFIT_ROWS = "recsys.refit_rows"  # ... and the rows it trained on
-    PARENT_VERSION = "recsys.parent_version"  # a retrained version (and its retrain's run): the
-    # registered version it was retrained from
+    PARENT_VERSION = "recsys.parent_version"  # a retrain's version (and its retrain's run): the
+    # registered version whose retrain made it (warm-started from it, or from scratch beside it)
     PARENT_DATA = "recsys.parent_data"  # ... that version's data (the earlier period)
     DATA = "recsys.data"  # ... the period it was retrained on
     START = "recsys.start"  # ... "warm" (from its parent's checkpoint) or "scratch" (the pick)

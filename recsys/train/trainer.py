@@ -323,7 +323,8 @@ class Trainer:
         with self.stepper.plain_model() as model:
             t0 = time.perf_counter()
             sync_batch_norm(model)  # one set of statistics: evaluated, then checkpointed
-            if due(step, cfg.train.eval_every, cfg.train.steps):
+            if due(step, cfg.train.eval_every, cfg.train.steps) or self.converged:
+                # (a solver's last report, off the grid too: the model it ends with, scored)
                 metrics.update(evaluate(model, self.splits.val, cfg, env, "val"))
             metrics.update(self.scorer.update(self.state, metrics))
             self.stopped_early = self.scorer.should_stop(self.state) and not self.converged

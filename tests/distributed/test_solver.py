@@ -67,6 +67,7 @@ def test_lbfgs_takes_the_lr_reference_to_scikit_learns_optimum(planted, tmp_path
 
     (got,) = run_ranks(solve_rank, planted, str(tmp_path / "one"), world_size=1, timeout=600)
     assert got["metrics"].get("converged") == 1.0  # ended by its tolerance, not its cap
+    assert "val_auc" in got["metrics"], got["metrics"]["step"]  # its last model scored, off grid
     cfg = solver_config(planted)
     data = ind.arrays(cfg, [0])
     rows, pools = cfg.embeddings.num_embeddings, ind.poolings(cfg)

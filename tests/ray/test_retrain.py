@@ -3,9 +3,9 @@ trained on week 1 of the drift log and registered as ``@champion``; week 2 prepa
 week 1 with its vocabularies grown (the item table past the QR threshold it was kept whole at);
 the retrain warm-started and from scratch, 2 seeds each, scored by GAUC beside the frozen
 champion (read through its own tables, the grown rows mapped to its unseen rows), the model the
-validation rows pick (warm or from scratch) registered with its lineage, ``@champion`` moved only by the decision. Killed after its
-first training, the retrain run again (two trainings at a time) trains only the three left; run
-once more, it trains and registers nothing."""
+validation rows pick (warm or from scratch) registered with its lineage, ``@champion`` moved only
+by the decision. Killed after its first training, the retrain run again (two trainings at a
+time) trains only the three left; run once more, it trains and registers nothing."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The retrain's decision and its refusals (``recsys.lifecycle.retrain``): ``@champion`` moves
-only where the retrained seeds' lead over the frozen champion is outside their noise; a new
-period whose features or tables do not match the model's is refused before anything trains."""
+"""The retrain's pick, decision and refusals (``recsys.lifecycle.retrain``): the warm start or
+the models from scratch, by the validation rows; ``@champion`` moves only where the picked
+seeds' lead over the frozen champion is outside their noise; a new period whose features or
+tables do not match the model's is refused before anything trains."""
 
 from __future__ import annotations
 
@@ -273,3 +274,38 @@ def test_the_pick_goes_downwards_for_log_loss_and_wants_every_validation_score()
     missing = {"retrained": [0.70, 0.71], "scratch": [0.80, float("nan")]}
     chosen = pick(plan("auc"), missing)
     assert chosen.role == "retrained" and "no val_auc for every training" in chosen.line
+
+
+def test_a_trainings_scores_are_its_last_reports(tmp_path):
+    """What a re-run (a finished training, or one killed after its last report) reads back from
+    MLflow: the test score and the validation score of the same report, as the report itself
+    gave them; a validation score of an earlier report is not taken for the last one's."""
+    from mlflow.entities import Metric
+
+    from recsys.lifecycle.retrain import end_scores, finished
+    from recsys.tracking.tags import Tag
+    from recsys.tracking.tracker import Tracker
+
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = tracker.experiment("retrain-m")
+    client = tracker.client
+
+    def run(trial: str, metrics: list[tuple[str, float, int]]) -> str:
+        run_id = str(client.create_run(exp, tags={Tag.TRIAL: trial}).info.run_id)
+        client.log_batch(run_id, [Metric(k, v, 0, s) for k, v, s in metrics])
+        return run_id
+
+    both = run("k.retrained-1", [("val_auc", 0.61, 5), ("val_auc", 0.63, 10),
+                                 ("test_auc", 0.62, 10)])  # fmt: skip
+    assert end_scores(tracker, both, "auc") == {"test_auc": 0.62, "val_auc": 0.63}
+    stale = run("k.scratch-1", [("val_auc", 0.61, 5), ("test_auc", 0.60, 10)])
+    assert end_scores(tracker, stale, "auc") == {"test_auc": 0.60}  # (its last had none)
+    assert end_scores(tracker, run("k.scratch-2", [("val_auc", 0.6, 5)]), "auc") == {}
+    assert finished(tracker, exp, "k.retrained-1", "auc") is None  # not FINISHED
+    client.set_tag(both, Tag.BEST_CHECKPOINT, "/ckpt")
+    client.set_terminated(both)
+    assert finished(tracker, exp, "k.retrained-1", "auc") == (
+        {"test_auc": 0.62, "val_auc": 0.63},
+        "/ckpt",
+        both,
+    )
