@@ -62,8 +62,8 @@ def pick(plan: Plan, val: dict[str, list[float]]) -> Pick:
     score for every training (a folder with no validation rows), the warm start."""
     metric = f"val_{plan.metric}"
     if any(math.isnan(v) for vs in val.values() for v in vs):
-        return Pick("retrained", f"picked the warm start: no {metric} for every training (the "
-                                 "new period's validation rows choose)")  # fmt: skip
+        return Pick("retrained", f"picked the warm start: not every training has a {metric} "
+                                 "(the new period's validation rows pick)")  # fmt: skip
     warm, cold = (sum(val[r]) / len(val[r]) for r in ROLES)
     sign = 1.0 if plan.mode == "max" else -1.0
     means = f"{metric} seed means: warm start {warm:.4f}, from scratch {cold:.4f}"
@@ -293,9 +293,9 @@ def register(
     decision: Decision, dtype: str = "int8",
 ) -> tuple[str, str]:  # fmt: skip
     """Export the decision's seed of the picked role as a new version of ``plan.name`` with its
-    lineage (a retrain run again finds its version and registers none), and move ``@champion`` to it
-    where the decision promotes it and the alias still names ``plan.version``. Its version, and
-    a line where a promotion did not move the alias."""
+    lineage (a retrain run again finds its version and registers none), and move ``@champion``
+    to it where the decision promotes it and the alias still names ``plan.version``. Its
+    version, and a line where a promotion did not move the alias."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
     trial = f"{plan.key}.{decision.role}-{decision.seed}"
