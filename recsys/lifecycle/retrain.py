@@ -5,8 +5,9 @@ with the earlier period's vocabularies (``recsys-preprocess --like``). The regis
 configuration is trained further on the new period, warm-started from its checkpoint
 (``train.init_from``: tables, dense weights, optimizer state; rows a grown vocabulary added
 initialised), and the same configuration from scratch beside it, ``--seeds`` times each, every
-training a Ray Train run (the address rules, workers and resume of ``recsys-train``: re-running the
-command resumes the unfinished ones and trains the finished no more), ``--max-concurrent`` at once.
+training a run on Ray Train, or in a Ray task for one CPU worker (the address rules, workers and
+resume of ``recsys-train``: re-running the command resumes the unfinished ones and trains the
+finished no more), ``--max-concurrent`` at once.
 What is trained, and every refusal before it: ``recsys.lifecycle.plan``. On the new period's test
 rows (the split its folder defines), the frozen champion is scored first
 (``recsys.lifecycle.frozen``), then each training.
@@ -22,11 +23,12 @@ interval of its seeds' mean, on the metric's better side (``recsys.tune.confirm`
 that is registered (the one nearest the mean) beats the frozen score too. Its version is
 registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``, ``recsys.data``,
 ``recsys.start``: warm or scratch) and gets ``@champion`` only on a win, and only where the alias
-still names the version this retrain started from (a retrain of another version, or one the
-alias moved away from meanwhile, moves nothing and says so). Otherwise: ``kept @champion
-(version K): lead +x inside the noise`` (or ``lead -x outside the noise, behind it``). The warm
-start's lead or lag on the from-scratch models is said and logged. Everything lands in MLflow
-under one parent run per retrain (experiment ``retrain-<NAME>``).
+still names the version this retrain started from or the model has no ``@champion`` yet (a
+retrain of another version, or one the alias moved away from meanwhile, moves nothing and says
+so). Otherwise: ``kept @champion (version K): lead +x inside the noise`` (or ``lead -x outside
+the noise, behind it``). The warm start's lead or lag on the from-scratch models is said and
+logged. Everything lands in MLflow under one parent run per retrain (experiment
+``retrain-<NAME>``).
 """
 
 from __future__ import annotations
@@ -288,6 +290,18 @@ def finished(tracker: Tracker, exp: str, trial: str, metric: str
     return scores, ckpt, str(run.info.run_id)
 
 
+def blocked(decision: Decision, now: str, version: str) -> str:
+    """Why a promotion does not move ``@champion`` (which names ``now``, "none" without it)
+    from ``version``, the one the retrain started from; "" where it moves: the alias still
+    names ``version``, or the model has none yet (a version retrained by number)."""
+    if not decision.promote or now in (version, "none"):
+        return ""
+    return (
+        f"not promoted: @{CHAMPION} names version {now}, not version {version} this "
+        "retrain started from"
+    )
+
+
 def register(
     plan: Plan, tracker: Tracker, exp: str, checkpoints: dict[str, str], out_dir: str,
     decision: Decision, dtype: str = "int8",
@@ -314,11 +328,7 @@ def register(
             plan.name,
         )
     version = str(newest_version(tracker, plan.name, run_id))
-    now = current_champion(tracker, plan)
-    moved = ""
-    if decision.promote and now != plan.version:
-        moved = (f"not promoted: @{CHAMPION} names version {now}, not version {plan.version} "
-                 "this retrain started from")  # fmt: skip
+    moved = blocked(decision, current_champion(tracker, plan), plan.version)
     said = "yes" if decision.promote and not moved else f"no: {moved or decision.line}"
     tags = {Tag.PARENT_VERSION: plan.version, Tag.DATA: plan.data,
             Tag.PARENT_DATA: ",".join(plan.frozen.data.paths), Tag.CHAMPION: said,

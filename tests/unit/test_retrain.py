@@ -309,3 +309,16 @@ def test_a_trainings_scores_are_its_last_reports(tmp_path):
         "/ckpt",
         both,
     )
+
+
+def test_a_promotion_moves_the_alias_only_from_the_version_it_started_from_or_none():
+    """``@champion`` moves where it still names the version the retrain started from, or where
+    the model has none yet (a version retrained by number starts the loop); not where it moved
+    to another version meanwhile."""
+    from recsys.lifecycle.retrain import Decision, blocked
+
+    win, loss = Decision(True, 1, "won"), Decision(False, 1, "kept")
+    assert blocked(win, "3", "3") == "" and blocked(win, "none", "3") == ""
+    assert blocked(win, "5", "3") == ("not promoted: @champion names version 5, not version 3 "
+                                      "this retrain started from")  # fmt: skip
+    assert blocked(loss, "5", "3") == ""  # (nothing to move: the decision's line says why)
