@@ -7,10 +7,9 @@ configuration is trained further on the new period, warm-started from its checkp
 initialised), and the same configuration from scratch beside it, ``--seeds`` times each, every
 training a run on Ray Train, or in a Ray task for one CPU worker (the address rules, workers and
 resume of ``recsys-train``: re-running the command resumes the unfinished ones and trains the
-finished no more), ``--max-concurrent`` at once.
-What is trained, and every refusal before it: ``recsys.lifecycle.plan``. On the new period's test
-rows (the split its folder defines), the frozen champion is scored first
-(``recsys.lifecycle.frozen``), then each training.
+finished no more), ``--max-concurrent`` at once. What is trained, and every refusal before it:
+``recsys.lifecycle.plan``. On the new period's test rows (the split its folder defines), the
+frozen champion is scored first (``recsys.lifecycle.frozen``), then each training.
 
 The pick (``pick``): the retrain offers the warm start, unless the models from scratch scored
 better on the new period's validation rows (their seeds' means; a tie keeps the warm start). When
@@ -176,17 +175,17 @@ def run_retrain(
         trained[job] = (test_score(metrics, plan, role, seed), val, ckpt)
         log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id})")
 
-    jobs = [(role, seed) for seed in range(1, plan.seeds + 1) for role in ROLES]
+    seeds = range(1, plan.seeds + 1)
+    jobs = [(role, seed) for seed in seeds for role in ROLES]
     # several at once: every lane a thread of its own (the main thread only waits), and none
     # started after an error (one that fails them all, a bad folder, fails once)
     in_lanes(one, jobs, concurrent, name="retrain", caller=False, keep_going=False)
-    seeds = range(1, plan.seeds + 1)
     scores = {r: [trained[(r, s)][0] for s in seeds] for r in ROLES}
     val = {r: [trained[(r, s)][1] for s in seeds] for r in ROLES}
     checkpoints = {f"{r}-{s}": ckpt for (r, s), (*_, ckpt) in trained.items()}
     picked = pick(plan, val)
-    now = current_champion(tracker, plan)
-    decision = decide(plan, scores[picked.role], frozen, now, picked.role)
+    decision = decide(plan, scores[picked.role], frozen, current_champion(tracker, plan),
+                      picked.role)  # fmt: skip
     outcome = Outcome(scores, frozen, decision, picked, lines=[scratch_line(plan, scores),
                                                                  picked.line])  # fmt: skip
     outcome.version, moved = register(plan, tracker, exp, checkpoints, out_dir, decision, dtype)
@@ -308,8 +307,9 @@ def register(
 ) -> tuple[str, str]:  # fmt: skip
     """Export the decision's seed of the picked role as a new version of ``plan.name`` with its
     lineage (a retrain run again finds its version and registers none), and move ``@champion``
-    to it where the decision promotes it and the alias still names ``plan.version``. Its
-    version, and a line where a promotion did not move the alias."""
+    to it where the decision promotes it and ``blocked`` finds nothing in the way (the alias
+    still names ``plan.version``, or none is set). Its version, and a line where a promotion did
+    not move the alias."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
     trial = f"{plan.key}.{decision.role}-{decision.seed}"
