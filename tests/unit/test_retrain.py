@@ -322,3 +322,32 @@ def test_a_promotion_moves_the_alias_only_from_the_version_it_started_from_or_no
     assert blocked(win, "5", "3") == ("not promoted: @champion names version 5, not version 3 "
                                       "this retrain started from")  # fmt: skip
     assert blocked(loss, "5", "3") == ""  # (nothing to move: the decision's line says why)
+
+
+def test_a_training_killed_after_its_last_report_is_scored_from_its_run(tmp_path, monkeypatch):
+    """Run again, a training killed after its last report but before its run was closed
+    resumes with nothing left to train, and that report has no scores: they are read from the
+    report its run logged before the kill."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+    from mlflow.entities import Metric
+
+    import recsys.train.launch as launch
+    from recsys.lifecycle.retrain import train_one
+    from recsys.tracking.tags import Tag
+    from recsys.tracking.tracker import Tracker
+    from recsys.train.ray_trainer import Resources
+
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = tracker.experiment("retrain-m")
+    p = plan()
+    left = tracker.client.create_run(exp, tags={Tag.TRIAL: f"{p.key}.scratch-1"}).info.run_id
+    tracker.client.log_batch(left, [Metric("val_auc", 0.64, 0, 9), Metric("test_auc", 0.63, 0, 9)])
+    done = SimpleNamespace(metrics={"step": 9}, checkpoint=SimpleNamespace(
+        filesystem=pyarrow.fs.LocalFileSystem(), path=str(tmp_path / "ckpt")))  # fmt: skip
+    monkeypatch.setattr(launch, "make_run", lambda *a, **k: SimpleNamespace(fit=lambda: done))
+    metrics, ckpt, run_id = train_one(p, "scratch", 1, tracker, exp, "parent", Resources(1),
+                                      str(tmp_path / "runs"))  # fmt: skip
+    assert run_id == left and ckpt == str(tmp_path / "ckpt")
+    assert metrics == {"test_auc": 0.63, "val_auc": 0.64}  # (the resumed report: none)
