@@ -5,6 +5,7 @@
     recsys-retrain --model models:/clicklogs-dlrm@champion --data data/week2
     recsys-retrain --model models:/clicklogs-dlrm/3 --data data/week2 --epochs 2 --seeds 5
     recsys-retrain --model models:/clicklogs-dlrm@champion --data data/week2 --max-concurrent 6
+    recsys-retrain --model models:/clicklogs-dlrm@champion --data data/week2 --refit
 
 Trains the model's configuration on ``--data`` warm-started from its checkpoint, and the same
 configuration from scratch, ``--seeds`` times each, ``--max-concurrent`` at once (runs on Ray:
@@ -12,7 +13,8 @@ configuration from scratch, ``--seeds`` times each, ``--max-concurrent`` at once
 killed one left); picks the warm start, or the models from scratch where they score better on
 the new period's validation rows; scores the pick and the frozen model on its test rows;
 registers the pick as a new version and moves ``@champion`` to it only where its lead over the
-frozen model is outside the seed noise.
+frozen model is outside the seed noise. With ``--refit``, the pick's registered seed is trained
+again on the new period's training and validation rows first, and that refit is registered.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the metric that picks (validation rows) and decides (test rows); gauc: the "
         "data's schema names group_by",
     )
+    p.add_argument(
+        "--refit",
+        action="store_true",
+        help="register the pick's seed trained again on the new period's training and "
+        "validation rows (as recsys-export --refit does a sweep's best): what serves learns "
+        "the most recent rows; the seeds still decide, and the refit must beat the frozen "
+        "model too",
+    )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--storage", default="runs", help="where the trainings' checkpoints go")
     p.add_argument(
@@ -107,10 +117,13 @@ def checked_plan(args: argparse.Namespace, tracker: Tracker, data: str) -> Plan:
     from recsys.distributed import preflight
     from recsys.lifecycle.plan import plan_retrain
 
-    plan = plan_retrain(tracker, args.model, data, args.epochs, args.seeds, args.metric)
+    plan = plan_retrain(tracker, args.model, data, args.epochs, args.seeds, args.metric,
+                        args.refit)  # fmt: skip
     device = "cuda" if args.use_gpu else "cpu"
     plan = dataclasses.replace(plan, cfg=preflight.check(plan.cfg, device, args.num_workers))
     preflight.check(plan.config_of("retrained", 1), device, args.num_workers)
+    if plan.refit:
+        preflight.check(plan.refit_of("retrained", 1), device, args.num_workers)
     return plan
 
 
@@ -142,7 +155,8 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     out = args.out or os.path.abspath(os.path.join("exports", plan.key))
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
           f"warm-started and from scratch, {concurrent} at a time; picked by "
-          f"val_{plan.metric}, decided by test_{plan.metric}")  # fmt: skip
+          f"val_{plan.metric}, decided by test_{plan.metric}"
+          f"{'; the pick refitted on training + validation' if plan.refit else ''}")  # fmt: skip
     outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype,
                           concurrent=concurrent)  # fmt: skip
     print(f"registered {plan.name} version {outcome.version} (export in {out})")

@@ -4,14 +4,16 @@ The registered version's run gives the configuration it was trained with (``conf
 its checkpoint. The new period must be a local prepared folder whose ids mean what the
 champion's tables learnt: its vocabularies start with the champion's, row for row
 (``recsys-preprocess --like``, grown or not: ``check_vocabularies``), its other features laid
-out alike; it must hold test rows (they decide), and groups for ``--metric gauc``; and it must
-not be the data the version was trained on (after a promotion, ``@champion`` names the retrained
-version: its data is done). The configuration on the new period: the champion's own (its tables
-grown where the vocabularies grew, its shared tables, dims and QR split as they were), trained
-for the epochs its trial peaked at (a refit's or a retrain's own epochs; ``--epochs`` to choose)
-to the end, every split evaluated whole (``train.eval_batches: 0``: the frozen champion is
-scored on the same rows), the from-scratch model never warm-started. The learning-rate
-schedule starts again, its warmup and decay steps as the champion's.
+out alike; it must hold test rows (they decide), validation rows for ``--refit``, and groups
+for ``--metric gauc``; and it must not be the data the version was trained on (after a
+promotion, ``@champion`` names the retrained version: its data is done). The configuration on
+the new period: the champion's own (its tables grown where the vocabularies grew, its shared
+tables, dims and QR split as they were), trained for the epochs its trial peaked at (a refit's
+or a retrain's own epochs; ``--epochs`` to choose) to the end, every split evaluated whole
+(``train.eval_batches: 0``: the frozen champion is scored on the same rows), the from-scratch
+model never warm-started. The learning-rate schedule starts again, its warmup and decay steps
+as the champion's. A refit (``Plan.refit_of``) trains the same epochs of the training and
+validation rows.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Plan:
     seeds: int
     metric: str  # test_<metric> decides: "auc", "gauc" or "log_loss"
     mode: str
+    refit: bool = False  # the pick's registered seed trained again on training + validation
 
     @property
     def key(self) -> str:
@@ -65,13 +68,27 @@ class Plan:
         return self.cfg.with_overrides({"train.seed": self.cfg.train.seed + seed,
                                         "train.init_from": start})  # fmt: skip
 
+    def refit_of(self, role: str, seed: int) -> ExperimentConfig:
+        """One training's configuration (``config_of``) trained again on the new period's
+        training and validation rows (``recsys.tune.refit.refit_config``): for the same epochs
+        (of those rows), its schedule's steps stretched by the rows' growth, from the same
+        start."""
+        from recsys.data.dataset import split_rows
+        from recsys.tune.refit import refit_config
+
+        cfg = self.config_of(role, seed)
+        train, val = split_rows(cfg)
+        return refit_config(cfg, cfg.train.epochs, (train + val) / train)
+
 
 def plan_retrain(
     tracker: Tracker, model_uri: str, data: str, epochs: float | None = None, seeds: int = 3,
-    metric: str = "auc",
+    metric: str = "auc", refit: bool = False,
 ) -> Plan:  # fmt: skip
-    """The retrain of ``model_uri`` on the prepared folder ``data`` (the module's rules); a
-    ``ValueError`` names what is refused."""
+    """The retrain of ``model_uri`` on the prepared folder ``data`` (the module's rules;
+    ``refit``: the folder holds validation rows to refit on); a ``ValueError`` names what is
+    refused."""
+    from recsys.data.prepared.meta import read_meta
     from recsys.serving.mlflow_model import registered_trial, registered_version
     from recsys.tune.refit import peak_epochs
 
@@ -85,11 +102,14 @@ def plan_retrain(
     run_id, ckpt, frozen = registered_trial(tracker, model_uri)
     cfg = on_period(frozen, data)
     check_period(frozen, cfg, data, metric, f"version {version}")
+    if refit and not read_meta(data)["rows"].get("val"):
+        raise ValueError(f"--refit: {data} has no validation rows to refit on (meta.json rows); "
+                         "prepare it with split.val_fraction > 0")  # fmt: skip
     if cfg.train.solver != "lbfgs":
         budget = epochs if epochs is not None else trained_epochs(tracker, run_id, peak_epochs)
         cfg = cfg.with_overrides({"train.epochs": budget, "train.patience": 0})
     mode = "min" if metric == "log_loss" else "max"
-    return Plan(name, version, run_id, ckpt, frozen, cfg, data, seeds, metric, mode)
+    return Plan(name, version, run_id, ckpt, frozen, cfg, data, seeds, metric, mode, refit)
 
 
 def check_local(data: str) -> None:

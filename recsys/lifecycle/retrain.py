@@ -28,6 +28,13 @@ so). Otherwise: ``kept @champion (version K): lead +x inside the noise`` (or ``l
 the noise, behind it``). The warm start's lead or lag on the from-scratch models is said and
 logged. Everything lands in MLflow under one parent run per retrain (experiment
 ``retrain-<NAME>``).
+
+The refit (``--refit``, ``refit_seed``): what serves the next period learns most from the most
+recent rows, which the pick held out. The seed that would be registered is trained again on the
+new period's training and validation rows (the same epochs of those rows, from the same start),
+in an MLflow run of its own (``recsys.kind = refit``), and registered in its place. The seeds
+still measure the noise and decide; the refit, scored on the test rows, must beat the frozen
+score too.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from recsys.config import ExperimentConfig
 from recsys.lifecycle.plan import ROLES, Plan
 from recsys.tracking.tags import Tag
 from recsys.tracking.tracker import Tracker, flat_params
@@ -83,31 +91,40 @@ class Decision:
     role: str = "retrained"  # the picked role (``pick``)
 
 
+def nearest(scores: list[float]) -> int:
+    """The seed (1-based) whose score is nearest the seeds' mean: the one registered."""
+    mean = sum(scores) / len(scores)
+    return 1 + min(range(len(scores)), key=lambda i: abs(scores[i] - mean))
+
+
 def decide(plan: Plan, scores: list[float], frozen: float, champion: str,
-           role: str = "retrained") -> Decision:  # fmt: skip
+           role: str = "retrained", refit: float | None = None) -> Decision:  # fmt: skip
     """The module's rule: the frozen score outside the 95% interval of the picked ``role``'s
-    seeds (``scores``), on the better side, and the registered seed (the one nearest the mean)
-    better than it. ``champion``: the version ``@champion`` names now, for the line."""
+    seeds (``scores``), on the better side, and the registered model better than it: the seed
+    nearest the mean (``nearest``), or its refit (``refit``: its test score). ``champion``: the
+    version ``@champion`` names now, for the line."""
     from recsys.tune.confirm import LEVEL, spread
 
     s = spread(role, scores)
     sign = 1.0 if plan.mode == "max" else -1.0
     lead = sign * (s.mean - frozen)
-    seed = 1 + min(range(len(scores)), key=lambda i: abs(scores[i] - s.mean))
-    mine = sign * (scores[seed - 1] - frozen)
+    seed = nearest(scores)
+    mine = scores[seed - 1] if refit is None else refit
+    model = f"seed {seed}" if refit is None else f"seed {seed}'s refit"
     outside = (s.low > frozen) if plan.mode == "max" else (s.high < frozen)
     metric = f"test_{plan.metric}"
     interval = f"{LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] of {len(scores)} seeds"
     exact = "; the seeds agree exactly: no seed noise measured" if s.std == 0 else ""
-    if outside and mine > 0:
+    if outside and sign * (mine - frozen) > 0:
         line = (f"{LABELS[role]} {metric} {s.mean:.4f} ({interval}) against the frozen "
-                f"champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; seed {seed} "
-                f"registered ({scores[seed - 1]:.4f}){exact}")  # fmt: skip
+                f"champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; {model} "
+                f"registered ({mine:.4f}){exact}")  # fmt: skip
         return Decision(True, seed, line, role)
     behind = (s.high < frozen) if plan.mode == "max" else (s.low > frozen)
     why = (
         "outside the noise, behind it" if behind
         else "inside the noise" if not outside
+        else f"{model} not ahead ({mine:.4f})" if refit is not None
         else f"seed {seed}, nearest the mean, not ahead"
     )  # fmt: skip
     return Decision(
@@ -134,7 +151,7 @@ def scratch_line(plan: Plan, scores: dict[str, list[float]]) -> str:
 @dataclass
 class Outcome:
     """A retrain's result: each training's test metric by role, the frozen champion's, the
-    pick, the decision, and the registered version."""
+    pick, the decision, the registered version, and the refit's test metric (``--refit``)."""
 
     scores: dict[str, list[float]]
     frozen: float
@@ -142,6 +159,17 @@ class Outcome:
     picked: Pick
     version: str = ""
     lines: list[str] = field(default_factory=list)
+    refit: float | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    """A trained model the retrain may register: its trial (its MLflow run's), its checkpoint
+    and configuration."""
+
+    trial: str
+    checkpoint: str
+    cfg: ExperimentConfig
 
 
 def run_retrain(
@@ -182,17 +210,23 @@ def run_retrain(
     in_lanes(one, jobs, concurrent, name="retrain", caller=False, keep_going=False)
     scores = {r: [trained[(r, s)][0] for s in seeds] for r in ROLES}
     val = {r: [trained[(r, s)][1] for s in seeds] for r in ROLES}
-    checkpoints = {f"{r}-{s}": ckpt for (r, s), (*_, ckpt) in trained.items()}
     picked = pick(plan, val)
-    decision = decide(plan, scores[picked.role], frozen, current_champion(tracker, plan),
-                      picked.role)  # fmt: skip
-    outcome = Outcome(scores, frozen, decision, picked, lines=[scratch_line(plan, scores),
-                                                                 picked.line])  # fmt: skip
-    outcome.version, moved = register(plan, tracker, exp, checkpoints, out_dir, decision, dtype)
+    role, seed = picked.role, nearest(scores[picked.role])
+    model = Model(f"{plan.key}.{role}-{seed}", trained[(role, seed)][2], plan.config_of(role, seed))
+    lines, refit = [scratch_line(plan, scores), picked.line], None
+    if plan.refit:
+        log(f"refitting the pick ({LABELS[role]} seed {seed}) on the training and validation rows")
+        model, refit, line = refit_seed(plan, tracker, exp, model, role, seed, resources, storage)
+        lines.append(line)
+    decision = decide(plan, scores[role], frozen, current_champion(tracker, plan), role, refit)
+    outcome = Outcome(scores, frozen, decision, picked, lines=lines, refit=refit)
+    outcome.version, moved = register(plan, tracker, exp, model, out_dir, decision, dtype)
     outcome.lines += [decision.line, *([moved] if moved else [])]
     for line in outcome.lines:
         log(line)
     summary = {f"{r}_{plan.metric}_mean": float(sum(v) / len(v)) for r, v in scores.items()}
+    if refit is not None:
+        summary[f"refit_{plan.metric}"] = refit
     tracker.log_values(parent, {**summary, **{f"frozen_{k.removeprefix('test_')}": v
                                               for k, v in frozen_scores.items()}})  # fmt: skip
     tracker.set_tags(parent, {Tag.DECISION: " ".join(outcome.lines),
@@ -289,6 +323,45 @@ def finished(tracker: Tracker, exp: str, trial: str, metric: str
     return scores, ckpt, str(run.info.run_id)
 
 
+def refit_seed(
+    plan: Plan, tracker: Tracker, exp: str, model: Model, role: str, seed: int,
+    resources: Resources, storage: str,
+) -> tuple[Model, float, str]:  # fmt: skip
+    """``model``, the picked ``role``'s ``seed``, trained again on the new period's training and
+    validation rows (``Plan.refit_of``; Ray connected): an MLflow run of its own beside the
+    seed's (``recsys.kind = refit``, ``recsys.refit_of`` naming the seed's trial), its training
+    ``<role>-seed<seed>-refit`` in the retrain's folder, resumed where a run left it, or found
+    finished. The refit as a ``Model``, its test score, and the line that says it."""
+    from recsys.data.dataset import split_rows
+    from recsys.tune.refit import Refit, open_refit_run, train_into
+
+    cfg = plan.refit_of(role, seed)
+    train, val = split_rows(cfg)
+    trial = f"{model.trial}.refit"
+    seed_run = tracker.find_trial_run(exp, model.trial)
+    refit = Refit(str(seed_run.info.run_id), model.trial, cfg, cfg.train.epochs, train, val)
+    if done := finished(tracker, exp, trial, plan.metric):  # a re-run trains it no more
+        metrics, ckpt, _ = done
+    else:
+        name = f"{LABELS[role]} seed {seed} refit"
+        run_id = open_refit_run(tracker, plan.key, refit, resources.num_workers, name=name)
+        try:
+            ckpt = train_into(tracker, run_id, refit, resources, storage, f"retrain-{plan.key}",
+                              name=f"{role}-seed{seed}-refit")  # fmt: skip
+        except BaseException:
+            tracker.finish(run_id, "FAILED")
+            raise
+        tracker.finish(run_id)
+        metrics = end_scores(tracker, run_id, plan.metric)
+    score = test_score(metrics, plan, f"{role} refit", seed)
+    own = seed_run.data.metrics.get(f"test_{plan.metric}", math.nan)
+    budget = ("solved to convergence" if cfg.train.solver == "lbfgs"
+              else f"{cfg.train.epochs:.3g} epochs")  # fmt: skip
+    line = (f"refitted {LABELS[role]} seed {seed} on {refit.rows_note}, {budget}: "
+            f"test_{plan.metric} {score:.4f} (on its training rows only: {own:.4f})")  # fmt: skip
+    return Model(trial, ckpt, cfg), score, line
+
+
 def blocked(decision: Decision, now: str, version: str) -> str:
     """Why a promotion does not move ``@champion`` (which names ``now``, "none" without it)
     from ``version``, the one the retrain started from; "" where it moves: the alias still
@@ -302,31 +375,22 @@ def blocked(decision: Decision, now: str, version: str) -> str:
 
 
 def register(
-    plan: Plan, tracker: Tracker, exp: str, checkpoints: dict[str, str], out_dir: str,
-    decision: Decision, dtype: str = "int8",
+    plan: Plan, tracker: Tracker, exp: str, model: Model, out_dir: str, decision: Decision,
+    dtype: str = "int8",
 ) -> tuple[str, str]:  # fmt: skip
-    """Export the decision's seed of the picked role as a new version of ``plan.name`` with its
-    lineage (a retrain run again finds its version and registers none), and move ``@champion``
-    to it where the decision promotes it and ``blocked`` finds nothing in the way (the alias
-    still names ``plan.version``, or none is set). Its version, and a line where a promotion did
-    not move the alias."""
+    """Export ``model`` (the decision's seed of the picked role, or its refit) as a new version
+    of ``plan.name`` with its lineage (a retrain run again finds its version and registers
+    none), and move ``@champion`` to it where the decision promotes it and ``blocked`` finds
+    nothing in the way (the alias still names ``plan.version``, or none is set). Its version,
+    and a line where a promotion did not move the alias."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
-    trial = f"{plan.key}.{decision.role}-{decision.seed}"
-    run = tracker.find_trial_run(exp, trial)
+    run = tracker.find_trial_run(exp, model.trial)
     if run is None:
-        raise ValueError(f"retrain {plan.key}: no MLflow run of {trial}")
+        raise ValueError(f"retrain {plan.key}: no MLflow run of {model.trial}")
     run_id, client = str(run.info.run_id), tracker.client
     if not any(v.run_id == run_id for v in client.search_model_versions(f"name = '{plan.name}'")):
-        export_to_run(
-            tracker,
-            run_id,
-            checkpoints[f"{decision.role}-{decision.seed}"],
-            plan.config_of(decision.role, decision.seed),
-            out_dir,
-            dtype,
-            plan.name,
-        )
+        export_to_run(tracker, run_id, model.checkpoint, model.cfg, out_dir, dtype, plan.name)
     version = str(newest_version(tracker, plan.name, run_id))
     moved = blocked(decision, current_champion(tracker, plan), plan.version)
     said = "yes" if decision.promote and not moved else f"no: {moved or decision.line}"

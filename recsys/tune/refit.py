@@ -126,17 +126,19 @@ def checked_refit(
 
 
 def train_refit(
-    refit: Refit, resources: Resources, storage: str, sweep: str
+    refit: Refit, resources: Resources, storage: str, sweep: str, name: str = ""
 ) -> tuple[str, dict[str, Any]]:
     """Train the refit on Ray (``recsys.train.launch``; Ray connected), in
-    ``<storage>/<sweep>/refit-<trial>``; its last checkpoint and last report."""
+    ``<storage>/<sweep>/<name>`` (default ``refit-<trial>``); its last checkpoint and last
+    report."""
     from recsys.runtime.shared_storage import check_nodes_see
 
     folder = storage_join(storage, sweep)
     check_nodes_see(*run_paths(folder, refit.cfg.data))  # one node's own disk: refused
     trainer = make_run(
-        refit.cfg, resources, name=f"refit-{refit.trial}", storage_path=folder, max_failures=2
-    )
+        refit.cfg, resources, name=name or f"refit-{refit.trial}", storage_path=folder,
+        max_failures=2,
+    )  # fmt: skip
     result = trainer.fit()
     if result.checkpoint is None:
         raise ValueError(f"the refit of trial {refit.trial} left no checkpoint")
@@ -167,12 +169,7 @@ def refit_best(
     log(f"refitting trial {refit.trial} (run {refit.trial_run}) on {refit.rows_note}, {budget}")
     run_id = open_refit_run(tracker, sweep, refit, resources.num_workers)
     try:
-        t0, before = time.time(), tracker.last_step(run_id)
-        checkpoint, metrics = train_refit(refit, resources, storage, sweep)
-        if int(metrics.get("step", 0)) > before:  # trained now (a finished refit trains nothing)
-            tracker.log_report(run_id, held_out(metrics))
-            tracker.log_values(run_id, {"refit_s": time.time() - t0})
-        tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: checkpoint, Tag.LAST_CHECKPOINT: checkpoint})
+        checkpoint = train_into(tracker, run_id, refit, resources, storage, sweep)
         log(test_line(tracker, refit, run_id))
         report, uri = export_to_run(
             tracker, run_id, checkpoint, refit.cfg, out_dir, dtype, register
@@ -187,23 +184,56 @@ def refit_best(
     return run_id, report, uri
 
 
+def train_into(
+    tracker: Tracker, run_id: str, refit: Refit, resources: Resources, storage: str, sweep: str,
+    name: str = "",
+) -> str:  # fmt: skip
+    """Train the refit (``train_refit``; ``name``: its run's folder) and log into its MLflow run
+    ``run_id`` the report it trained now (``held_out``), its seconds (``refit_s``) and its
+    checkpoint, which it returns. A refit killed after its last report resumes with nothing
+    left to train and reports no test score: its report is then read from its checkpoint."""
+    t0, before = time.time(), tracker.last_step(run_id)
+    checkpoint, metrics = train_refit(refit, resources, storage, sweep, name)
+    if not any(k.startswith("test_") for k in metrics):
+        metrics = {**metrics, **checkpoint_report(checkpoint)}
+    if int(metrics.get("step", 0)) > before:  # trained now (a finished refit trains nothing)
+        tracker.log_report(run_id, held_out(metrics))
+        tracker.log_values(run_id, {"refit_s": time.time() - t0})
+    tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: checkpoint, Tag.LAST_CHECKPOINT: checkpoint})
+    return checkpoint
+
+
+def checkpoint_report(checkpoint: str) -> dict[str, Any]:
+    """The report saved beside ``checkpoint`` (a folder or a URI); {} without one."""
+    import json
+
+    from recsys.runtime.storage import read_text
+    from recsys.train.reporting import REPORT
+
+    try:
+        return dict(json.loads(read_text(storage_join(checkpoint, REPORT))))
+    except (OSError, ValueError):
+        return {}
+
+
 def held_out(metrics: dict[str, Any]) -> dict[str, Any]:
     """A refit's report without its validation scores (``val_*``, ``best_*``: measured on rows
     it trained on, they would read as held-out scores beside the trials')."""
     return {k: v for k, v in metrics.items() if not k.startswith(("val_", "best_", "ckpt_"))}
 
 
-def open_refit_run(tracker: Tracker, sweep: str, refit: Refit, workers: int) -> str:
+def open_refit_run(tracker: Tracker, sweep: str, refit: Refit, workers: int, name: str = "") -> str:
     """The refit's MLflow run beside its trial, under the sweep's run (found again by a second
-    ``--refit``): its config (params with the steps its ``workers`` train, and
-    ``config.yaml``), the trial it refits, its rows, its data input."""
+    ``--refit``; ``name``: the run's, default ``<trial> refit``): its config (params with the
+    steps its ``workers`` train, and ``config.yaml``), the trial it refits, its rows, its data
+    input."""
     trial = tracker.client.get_run(refit.trial_run)
     experiment_id = trial.info.experiment_id
     parent = trial.data.tags.get(Tag.PARENT) or refit.trial_run
     shown = with_budget(refit.cfg, refit.train_rows + refit.val_rows, workers)
     run_id = tracker.trial_run(
         experiment_id, parent, sweep, f"{refit.trial}.refit", flat_params(shown.to_dict()),
-        kind=REFIT, name=f"{refit.trial} refit",
+        kind=REFIT, name=name or f"{refit.trial} refit",
         tags={Tag.REFIT_OF: refit.trial, Tag.REFIT_ROWS: refit.rows_note},
     )  # fmt: skip
     tracker.log_text(run_id, yaml.safe_dump(refit.cfg.to_dict()), "config.yaml")

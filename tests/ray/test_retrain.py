@@ -5,7 +5,8 @@ the retrain warm-started and from scratch, 2 seeds each, scored by GAUC beside t
 champion (read through its own tables, the grown rows mapped to its unseen rows), the model the
 validation rows pick (warm or from scratch) registered with its lineage, ``@champion`` moved only
 by the decision. Killed after its first training, the retrain run again (two trainings at a
-time) trains only the three left; run once more, it trains and registers nothing."""
+time) trains only the three left; run once more, it trains and registers nothing; with
+``--refit``, it trains only the refit of the registered seed, and registers that."""
 
 from __future__ import annotations
 
@@ -80,9 +81,10 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
                                                                 monkeypatch, capsys):  # fmt: skip
     import recsys.cli.retrain as cli
     import recsys.train.launch as launch
+    import recsys.tune.refit as refit_mod
     from recsys.lifecycle.frozen import frozen_ids
     from recsys.lifecycle.plan import plan_retrain
-    from recsys.lifecycle.retrain import run_retrain
+    from recsys.lifecycle.retrain import LABELS, run_retrain
     from recsys.tracking.tracker import Tracker
     from recsys.train.ray_trainer import Resources
 
@@ -159,3 +161,28 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert len(tracker.client.search_model_versions("name = 'm'")) == 2
     with pytest.raises(ValueError, match="version 2 was trained on this folder already"):
         plan_retrain(tracker, "models:/m/2", weeks[1], epochs=1.0, seeds=2)
+    # --refit: the same trainings found done; the seed registered above trained again on the
+    # training and validation rows, in a run of its own, and registered in its place
+    monkeypatch.setattr(refit_mod, "make_run", lambda *a, **k: calls.append(k["name"])
+                        or real(*a, **k))  # fmt: skip
+    before = str(tracker.client.get_model_version_by_alias("m", "champion").version)
+    cli.main([*flags, "--model", "models:/m/1", "--refit"])
+    printed = capsys.readouterr().out
+    seed = outcome.decision.seed
+    assert calls[4:] == [f"{role}-seed{seed}-refit"]
+    assert f"refitted {LABELS[role]} seed {seed} on training + validation: " in printed
+    refit = tracker.find_trial_run(exp, f"{plan.key}.{role}-{seed}.refit")
+    assert refit.data.tags["recsys.kind"] == "refit"
+    assert refit.data.params["data.refit"] == "True"
+    assert "test_gauc" in refit.data.metrics  # and not the validation rows it trained on:
+    assert not [k for k in refit.data.metrics if k.startswith(("val_", "best_"))]
+    third = tracker.client.get_model_version("m", "3")
+    assert third.run_id == refit.info.run_id and third.tags["recsys.parent_version"] == "1"
+    alias = str(tracker.client.get_model_version_by_alias("m", "champion").version)
+    assert alias == ("3" if third.tags["recsys.champion"] == "yes" else before)
+    if before == "2":  # the first run promoted: the alias no longer names version 1
+        assert third.tags["recsys.champion"].startswith("no: not promoted: @champion names")
+    cli.main([*flags, "--model", "models:/m/1", "--refit"])  # again: nothing trained or added
+    assert len(calls) == 5 and len(tracker.client.search_model_versions("name = 'm'")) == 3
+    with pytest.raises(ValueError, match="version 3 was trained on this folder already"):
+        plan_retrain(tracker, "models:/m/3", weeks[1], epochs=1.0, seeds=2)  # (its own data)

@@ -5,6 +5,8 @@ tables do not match the model's is refused before anything trains."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from recsys.config import ExperimentConfig
@@ -32,6 +34,94 @@ def test_a_lead_inside_the_seed_noise_keeps_the_champion():
     assert not behind.promote and "lead -0.0100 outside the noise, behind it" in behind.line
     same = decide(plan(), [0.71, 0.71, 0.71], frozen=0.7000, champion="3")  # a solved model
     assert same.promote and "the seeds agree exactly: no seed noise measured" in same.line
+
+
+def test_a_refit_registered_must_beat_the_frozen_champion_too():
+    """With ``--refit`` the seeds still decide, and the refit registered in the place of the seed
+    nearest their mean must be ahead of the frozen score as well."""
+    tight = [0.7110, 0.7105, 0.7115]
+    won = decide(plan(), tight, frozen=0.7000, champion="3", refit=0.7200)
+    assert won.promote and "seed 1's refit registered (0.7200)" in won.line
+    lost = decide(plan(), tight, frozen=0.7000, champion="3", refit=0.6990)
+    assert not lost.promote
+    assert lost.line.startswith("kept @champion (version 3): lead +0.0110 seed 1's refit not "
+                                "ahead (0.6990)")  # fmt: skip
+    noisy = decide(plan(), [0.7010, 0.6950, 0.7090], frozen=0.7000, champion="3", refit=0.75)
+    assert not noisy.promote and "inside the noise" in noisy.line  # the seeds decide
+    lower = decide(plan("log_loss"), [0.401, 0.400, 0.402], frozen=0.45, champion="3", refit=0.44)
+    assert lower.promote and "refit registered (0.4400)" in lower.line
+
+
+def test_a_refit_trains_the_same_epochs_of_the_training_and_validation_rows(monkeypatch):
+    """``Plan.refit_of``: a training's configuration on the training and validation rows, the
+    same epochs of them (so more steps), its schedule's steps stretched alike, from the same
+    start, to the end."""
+    import recsys.data.dataset as dataset
+
+    monkeypatch.setattr(dataset, "split_rows", lambda cfg: (800, 200))
+    cfg = ExperimentConfig().with_overrides({"train.epochs": 2.0, "optim.warmup_steps": 40,
+                                             "optim.decay_start_step": 40,
+                                             "optim.decay_steps": 100})  # fmt: skip
+    p = Plan("m", "3", "run", "ckpt", cfg, cfg, "d", 3, "auc", "max", refit=True)
+    warm, cold = p.refit_of("retrained", 2), p.refit_of("scratch", 2)
+    assert warm.data.refit and warm.train.epochs == 2.0 and warm.train.patience == 0
+    assert (warm.optim.warmup_steps, warm.optim.decay_start_step, warm.optim.decay_steps) == (
+        50, 50, 125)  # x 1000 / 800  # fmt: skip
+    assert warm.train.init_from == "ckpt" and cold.train.init_from == ""
+    assert warm.train.seed == p.config_of("retrained", 2).train.seed
+
+
+def test_a_refit_is_registered_in_the_seeds_place(tmp_path, monkeypatch):
+    """``--refit``: the pick's seed nearest the mean is refitted (``refit_seed``), the refit
+    registered and its score decides beside the seeds; a refit behind the frozen champion keeps
+    it."""
+    import recsys.lifecycle.retrain as retrain
+
+    refitted: list[tuple[str, int]] = []
+    score = {"refit": 0.72}
+
+    def refit_seed(plan, tracker, exp, model, role, seed, *rest):
+        refitted.append((role, seed))
+        line = f"refitted {role} seed {seed}: test_auc {score['refit']:.4f}"
+        return retrain.Model(f"{model.trial}.refit", "ckpt-refit", model.cfg), score["refit"], line
+
+    monkeypatch.setattr(retrain, "refit_seed", refit_seed)
+    run, registered = fake_retrain(tmp_path, monkeypatch, lambda r, s: 0.70 + s / 1000)
+    outcome = run(concurrent=1, refit=True)
+    assert refitted == [("retrained", 2)] and outcome.refit == 0.72
+    model, decision = registered[-1]
+    assert (model.trial, model.checkpoint) == (f"{plan().key}.retrained-2.refit", "ckpt-refit")
+    assert decision.promote and "seed 2's refit registered (0.7200)" in decision.line
+    assert "refitted retrained seed 2: test_auc 0.7200" in outcome.lines
+    score["refit"] = 0.59  # behind the frozen 0.6
+    kept = run(concurrent=1, refit=True)
+    assert not kept.decision.promote and "refit not ahead (0.5900)" in kept.decision.line
+    run(concurrent=1)  # no refit asked: none trained
+    assert len(refitted) == 2
+
+
+def test_a_killed_refit_is_scored_from_its_checkpoint(tmp_path, monkeypatch):
+    """A refit killed after its last report, resumed with nothing left to train, reports no test
+    score: the report saved beside its last checkpoint gives it (``recsys.tune.refit.train_into``),
+    logged to its run without the validation scores (rows it trained on)."""
+    import json
+
+    import recsys.tune.refit as refit_mod
+    from recsys.tracking.tracker import Tracker
+    from recsys.train.ray_trainer import Resources
+    from recsys.tune.refit import Refit, train_into
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "metrics.json").write_text(json.dumps({"step": 9, "test_auc": 0.63, "val_auc": 0.7}))
+    monkeypatch.setattr(refit_mod, "train_refit", lambda *a: (str(ckpt), {"step": 9}))
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = tracker.client.create_run(tracker.experiment("e")).info.run_id
+    refit = Refit("trial-run", "t", ExperimentConfig(), 1.0, 800, 200)
+    assert train_into(tracker, run_id, refit, Resources(1), str(tmp_path), "s") == str(ckpt)
+    metrics = tracker.client.get_run(run_id).data.metrics
+    assert metrics["test_auc"] == 0.63 and "val_auc" not in metrics
+    assert tracker.client.get_run(run_id).data.tags["checkpoint.best"] == str(ckpt)
 
 
 def test_log_loss_decides_downwards():
@@ -171,14 +261,14 @@ def fake_retrain(tmp_path, monkeypatch, train):
     monkeypatch.setattr(retrain, "train_one", train_one)
     monkeypatch.setattr(retrain, "current_champion", lambda *a: "3")
     registered = []
-    monkeypatch.setattr(retrain, "register", lambda plan, tr, exp, ckpts, out, decision, *a:
-                        registered.append((ckpts, decision)) or ("4", ""))  # fmt: skip
+    monkeypatch.setattr(retrain, "register", lambda plan, tr, exp, model, out, decision, *a:
+                        registered.append((model, decision)) or ("4", ""))  # fmt: skip
     tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
 
-    def run(concurrent: int):
-        return retrain.run_retrain(plan(), tracker, Resources(1), str(tmp_path / "runs"),
-                                   str(tmp_path / "out"), log=lambda s: None,
-                                   concurrent=concurrent)  # fmt: skip
+    def run(concurrent: int, refit: bool = False):
+        return retrain.run_retrain(replace(plan(), refit=refit), tracker, Resources(1),
+                                   str(tmp_path / "runs"), str(tmp_path / "out"),
+                                   log=lambda s: None, concurrent=concurrent)  # fmt: skip
 
     return run, registered
 
@@ -203,8 +293,9 @@ def test_a_retrains_trainings_run_at_once_and_keep_their_seeds(tmp_path, monkeyp
     run, registered = fake_retrain(tmp_path, monkeypatch, train)
     outcome = run(concurrent=2)
     assert outcome.scores == {"retrained": [0.711, 0.712, 0.713], "scratch": [0.701, 0.702, 0.703]}
-    assert registered[0][0] == {f"{r}-{s}": f"ckpt-{r}-{s}" for r in ("retrained", "scratch")
-                                for s in (1, 2, 3)}  # fmt: skip
+    model = registered[0][0]  # the seed nearest the mean, its own checkpoint and seed
+    assert (model.trial, model.checkpoint) == (f"{plan().key}.retrained-2", "ckpt-retrained-2")
+    assert model.cfg.train.seed == plan().cfg.train.seed + 2
     assert registered[0][1].role == "retrained"  # (no validation scores: the warm start)
     assert started[:2] in ([("retrained", 1), ("scratch", 1)], [("scratch", 1), ("retrained", 1)])
     assert outcome.decision.promote and outcome.decision.seed == 2
