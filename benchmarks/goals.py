@@ -354,9 +354,9 @@ RETRAIN_COST = 0.1  # of a new sweep's compute
 
 
 def retrain_keeps_up(gaps: Sequence[float], cost: float) -> str:
-    """The time walk: in every period the test AUC of the retrain's pick (its seeds' mean) minus
-    a new sweep's is at least -0.005, and the retrains' compute at most a tenth of the new
-    sweeps' (their trainings' own seconds, all periods)."""
+    """The time walk: in every period the test AUC of the retrain's refit (the model it
+    registers) minus a new sweep's refit's is at least -0.005, and the retrains' compute at most
+    a tenth of the new sweeps' (their trainings' own seconds, all periods)."""
     verdicts = [("in AUC", MET if all(g >= -RETRAIN_GAP for g in gaps) else MISSED),
                 ("in compute", MET if cost <= RETRAIN_COST else MISSED)]  # fmt: skip
     return cases(verdicts)
