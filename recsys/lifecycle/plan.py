@@ -12,8 +12,8 @@ tables, dims and QR split as they were), trained for the epochs its trial peaked
 or a retrain's own epochs; ``--epochs`` to choose) to the end, every split evaluated whole
 (``train.eval_batches: 0``: the frozen champion is scored on the same rows), the from-scratch
 model never warm-started. The learning-rate schedule starts again, its warmup and decay steps
-as the champion's. A refit (``Plan.refit_of``) trains the same epochs of the training and
-validation rows.
+as the champion's (a refit's as its trial's: ``unstretched``). A refit (``Plan.refit_of``)
+trains the same epochs of the training and validation rows.
 """
 
 from __future__ import annotations
@@ -107,9 +107,23 @@ def plan_retrain(
                          "prepare it with split.val_fraction > 0")  # fmt: skip
     if cfg.train.solver != "lbfgs":
         budget = epochs if epochs is not None else trained_epochs(tracker, run_id, peak_epochs)
-        cfg = cfg.with_overrides({"train.epochs": budget, "train.patience": 0})
+        cfg = unstretched(frozen, cfg).with_overrides({"train.epochs": budget,
+                                                       "train.patience": 0})  # fmt: skip
     mode = "min" if metric == "log_loss" else "max"
     return Plan(name, version, run_id, ckpt, frozen, cfg, data, seeds, metric, mode, refit)
+
+
+def unstretched(frozen: ExperimentConfig, cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with its schedule's steps as the trial's where ``frozen`` is a refit (a sweep's or a
+    retrain's): its refit stretched them by its rows' growth (``refit_config``), which each later
+    period's refit would otherwise stretch again."""
+    from recsys.data.dataset import split_rows
+    from recsys.tune.refit import stretched
+
+    if not frozen.data.refit:
+        return cfg
+    train, val = split_rows(frozen)
+    return cfg.with_overrides(stretched(cfg, train / (train + val)))
 
 
 def check_local(data: str) -> None:

@@ -348,11 +348,12 @@ def refit_seed(
         try:
             ckpt = train_into(tracker, run_id, refit, resources, storage, f"retrain-{plan.key}",
                               name=f"{role}-seed{seed}-refit")  # fmt: skip
+            metrics = end_scores(tracker, run_id, plan.metric)
+            test_score(metrics, plan, f"{role} refit", seed)  # (else not finished: run again)
         except BaseException:
             tracker.finish(run_id, "FAILED")
             raise
         tracker.finish(run_id)
-        metrics = end_scores(tracker, run_id, plan.metric)
     score = test_score(metrics, plan, f"{role} refit", seed)
     own = seed_run.data.metrics.get(f"test_{plan.metric}", math.nan)
     budget = ("solved to convergence" if cfg.train.solver == "lbfgs"
@@ -362,16 +363,26 @@ def refit_seed(
     return Model(trial, ckpt, cfg), score, line
 
 
-def blocked(decision: Decision, now: str, version: str) -> str:
+def blocked(decision: Decision, now: str, version: str, own: bool = False) -> str:
     """Why a promotion does not move ``@champion`` (which names ``now``, "none" without it)
     from ``version``, the one the retrain started from; "" where it moves: the alias still
-    names ``version``, or the model has none yet (a version retrained by number)."""
-    if not decision.promote or now in (version, "none"):
+    names ``version``, or the model has none yet (a version retrained by number), or ``own``:
+    it names a version this retrain registered (a re-run's, or one without ``--refit``)."""
+    if not decision.promote or own or now in (version, "none"):
         return ""
     return (
         f"not promoted: @{CHAMPION} names version {now}, not version {version} this "
         "retrain started from"
     )
+
+
+def registered_here(tracker: Tracker, plan: Plan, version: str) -> bool:
+    """Whether ``version`` of ``plan.name`` was registered by this retrain (its run one of the
+    retrain's trainings, or their refit: ``Tag.SWEEP`` is the retrain's key)."""
+    if version == "none":
+        return False
+    run_id = tracker.client.get_model_version(plan.name, version).run_id
+    return bool(run_id) and tracker.client.get_run(run_id).data.tags.get(Tag.SWEEP) == plan.key
 
 
 def register(
@@ -381,8 +392,9 @@ def register(
     """Export ``model`` (the decision's seed of the picked role, or its refit) as a new version
     of ``plan.name`` with its lineage (a retrain run again finds its version and registers
     none), and move ``@champion`` to it where the decision promotes it and ``blocked`` finds
-    nothing in the way (the alias still names ``plan.version``, or none is set). Its version,
-    and a line where a promotion did not move the alias."""
+    nothing in the way (the alias still names ``plan.version`` or a version this retrain
+    registered, or none is set). Its version, and a line where a promotion did not move the
+    alias."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
     run = tracker.find_trial_run(exp, model.trial)
@@ -392,7 +404,8 @@ def register(
     if not any(v.run_id == run_id for v in client.search_model_versions(f"name = '{plan.name}'")):
         export_to_run(tracker, run_id, model.checkpoint, model.cfg, out_dir, dtype, plan.name)
     version = str(newest_version(tracker, plan.name, run_id))
-    moved = blocked(decision, current_champion(tracker, plan), plan.version)
+    now = current_champion(tracker, plan)
+    moved = blocked(decision, now, plan.version, registered_here(tracker, plan, now))
     said = "yes" if decision.promote and not moved else f"no: {moved or decision.line}"
     tags = {Tag.PARENT_VERSION: plan.version, Tag.DATA: plan.data,
             Tag.PARENT_DATA: ",".join(plan.frozen.data.paths), Tag.CHAMPION: said,

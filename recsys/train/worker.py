@@ -118,6 +118,8 @@ class RayReporter:
                 checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
             )
         else:
+            if ray.train.get_context().get_world_rank() == 0:  # uploaded with it
+                write_report(folder, metrics)
             checkpoint = ray.train.Checkpoint.from_directory(folder)
             ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
             shutil.rmtree(folder, ignore_errors=True)

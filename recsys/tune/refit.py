@@ -87,13 +87,19 @@ def refit_config(cfg: ExperimentConfig, epochs: float, scale: float = 1.0) -> Ex
         return cfg.with_overrides({"data.refit": True, "train.patience": 0})
     if epochs <= 0:
         raise ValueError(f"a refit needs the epochs of its trial's peak, got {epochs}")
+    return cfg.with_overrides({"data.refit": True, "train.epochs": epochs, "train.patience": 0,
+                               **stretched(cfg, scale)})  # fmt: skip
+
+
+def stretched(cfg: ExperimentConfig, scale: float) -> dict[str, int]:
+    """Overrides of ``cfg``'s learning-rate schedule's steps (warmup, decay start, decay) times
+    ``scale``."""
     o = cfg.optim
-    return cfg.with_overrides({
-        "data.refit": True, "train.epochs": epochs, "train.patience": 0,
+    return {
         "optim.warmup_steps": round(o.warmup_steps * scale),
         "optim.decay_start_step": round(o.decay_start_step * scale),
         "optim.decay_steps": round(o.decay_steps * scale),
-    })  # fmt: skip
+    }
 
 
 def plan_refit(tracker: Tracker, sweep: str, max_emb_bytes: float | None = None) -> Refit:

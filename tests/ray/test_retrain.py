@@ -178,11 +178,14 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert not [k for k in refit.data.metrics if k.startswith(("val_", "best_"))]
     third = tracker.client.get_model_version("m", "3")
     assert third.run_id == refit.info.run_id and third.tags["recsys.parent_version"] == "1"
+    # promoted (the alias may name version 2: this retrain's own, registered without --refit),
+    # the alias moves to the refit; else it stays
+    won = "outside the noise; seed" in printed and "refit registered" in printed
     alias = str(tracker.client.get_model_version_by_alias("m", "champion").version)
-    assert alias == ("3" if third.tags["recsys.champion"] == "yes" else before)
-    if before == "2":  # the first run promoted: the alias no longer names version 1
-        assert third.tags["recsys.champion"].startswith("no: not promoted: @champion names")
+    assert alias == ("3" if won else before)
+    assert (third.tags["recsys.champion"] == "yes") == won
     cli.main([*flags, "--model", "models:/m/1", "--refit"])  # again: nothing trained or added
     assert len(calls) == 5 and len(tracker.client.search_model_versions("name = 'm'")) == 3
+    assert tracker.client.get_model_version("m", "3").tags == third.tags  # (its verdict kept)
     with pytest.raises(ValueError, match="version 3 was trained on this folder already"):
         plan_retrain(tracker, "models:/m/3", weeks[1], epochs=1.0, seeds=2)  # (its own data)

@@ -69,6 +69,14 @@ def test_a_refit_trains_the_same_epochs_of_the_training_and_validation_rows(monk
         50, 50, 125)  # x 1000 / 800  # fmt: skip
     assert warm.train.init_from == "ckpt" and cold.train.init_from == ""
     assert warm.train.seed == p.config_of("retrained", 2).train.seed
+    # a refit registered and retrained on the next period: its trial's schedule, stretched once
+    # by that period's rows, never the refit's stretched again (period after period)
+    from recsys.lifecycle.plan import unstretched
+
+    later = unstretched(warm, warm.with_overrides({"data.refit": False}))
+    assert (later.optim.warmup_steps, later.optim.decay_start_step,
+            later.optim.decay_steps) == (40, 40, 100)  # fmt: skip
+    assert unstretched(cfg, cfg) == cfg  # a trial's own: as it is
 
 
 def test_a_refit_is_registered_in_the_seeds_place(tmp_path, monkeypatch):
@@ -413,6 +421,7 @@ def test_a_promotion_moves_the_alias_only_from_the_version_it_started_from_or_no
     assert blocked(win, "5", "3") == ("not promoted: @champion names version 5, not version 3 "
                                       "this retrain started from")  # fmt: skip
     assert blocked(loss, "5", "3") == ""  # (nothing to move: the decision's line says why)
+    assert blocked(win, "5", "3", own=True) == ""  # version 5: this retrain's (a re-run's)
 
 
 def test_a_training_killed_after_its_last_report_is_scored_from_its_run(tmp_path, monkeypatch):
@@ -442,3 +451,30 @@ def test_a_training_killed_after_its_last_report_is_scored_from_its_run(tmp_path
                                       str(tmp_path / "runs"))  # fmt: skip
     assert run_id == left and ckpt == str(tmp_path / "ckpt")
     assert metrics == {"test_auc": 0.63, "val_auc": 0.64}  # (the resumed report: none)
+
+
+def test_a_checkpoint_uploaded_to_a_store_carries_its_report(tmp_path, monkeypatch):
+    """On an object store each rank's staged folder is uploaded by ``ray.train.report``: rank
+    0's carries the report (``metrics.json``), as a checkpoint written in place does, so a refit
+    killed after its last report is scored from it there too."""
+    import os
+    from types import SimpleNamespace
+
+    import ray.train
+
+    from recsys.train import worker
+    from recsys.train.reporting import read_report
+
+    store = SimpleNamespace(storage_filesystem=object())  # not a local file system
+    context = SimpleNamespace(get_world_rank=lambda: 0, get_storage=lambda: store)
+    monkeypatch.setattr(ray.train, "get_context", lambda: context)
+    uploaded = {}
+
+    def report(metrics, checkpoint=None, checkpoint_dir_name=None):
+        uploaded.update(files=os.listdir(checkpoint.path), report=read_report(checkpoint.path))
+
+    monkeypatch.setattr(ray.train, "report", report)
+    reporter = worker.RayReporter(staging=str(tmp_path))
+    assert not reporter.direct
+    reporter.report({"step": 7, "test_auc": 0.6}, reporter.checkpoint_dir(7), 7)
+    assert "metrics.json" in uploaded["files"] and uploaded["report"]["test_auc"] == 0.6
