@@ -382,7 +382,9 @@ def registered_here(tracker: Tracker, plan: Plan, version: str) -> bool:
     if version == "none":
         return False
     run_id = tracker.client.get_model_version(plan.name, version).run_id
-    return bool(run_id) and tracker.client.get_run(run_id).data.tags.get(Tag.SWEEP) == plan.key
+    if not run_id:
+        return False
+    return bool(tracker.client.get_run(run_id).data.tags.get(Tag.SWEEP) == plan.key)
 
 
 def register(
