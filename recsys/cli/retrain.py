@@ -81,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--storage", default="runs", help="where the trainings' checkpoints go")
     p.add_argument(
         "--out", help="the picked model's export (default exports/<the retrain's key>: "
-        "<name>-v<version>-<digest of the data and configuration>)",
+        "<name>-v<version>-<digest of the data and configuration>, with -refit after it for "
+        "--refit)",
     )  # fmt: skip
     p.add_argument("--dtype", choices=["int8", "int4", "fp16"], default="int8",
                    help="the export's table precision")  # fmt: skip
@@ -152,7 +153,8 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     _, share = node_share(alive_nodes(), args.num_workers, args.cpus_per_worker, gpus,
                           concurrent)  # fmt: skip
     resources = Resources(args.num_workers, args.use_gpu, args.cpus_per_worker, share)
-    out = args.out or os.path.abspath(os.path.join("exports", plan.key))
+    out = args.out or os.path.abspath(os.path.join("exports", plan.key + ("-refit" if plan.refit
+                                                                          else "")))  # fmt: skip
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
           f"warm-started and from scratch, {concurrent} at a time; picked by "
           f"val_{plan.metric}, decided by test_{plan.metric}"

@@ -22,19 +22,19 @@ interval of its seeds' mean, on the metric's better side (``recsys.tune.confirm`
 that is registered (the one nearest the mean) beats the frozen score too. Its version is
 registered with its lineage (``recsys.parent_version``, ``recsys.parent_data``, ``recsys.data``,
 ``recsys.start``: warm or scratch) and gets ``@champion`` only on a win, and only where the alias
-still names the version this retrain started from or the model has no ``@champion`` yet (a
-retrain of another version, or one the alias moved away from meanwhile, moves nothing and says
-so). Otherwise: ``kept @champion (version K): lead +x inside the noise`` (or ``lead -x outside
-the noise, behind it``). The warm start's lead or lag on the from-scratch models is said and
-logged. Everything lands in MLflow under one parent run per retrain (experiment
-``retrain-<NAME>``).
+still names the version this retrain started from (or one it registered itself: a re-run's) or
+the model has no ``@champion`` yet (a retrain of another version, or one the alias moved away
+from meanwhile, moves nothing and says so). Otherwise: ``kept @champion (version K): lead +x
+inside the noise`` (or ``lead -x outside the noise, behind it``). The warm start's lead or lag on
+the from-scratch models is said and logged. Everything lands in MLflow under one parent run per
+retrain (experiment ``retrain-<NAME>``).
 
-The refit (``--refit``, ``refit_seed``): what serves the next period learns most from the most
-recent rows, which the pick held out. The seed that would be registered is trained again on the
-new period's training and validation rows (the same epochs of those rows, from the same start),
-in an MLflow run of its own (``recsys.kind = refit``), and registered in its place. The seeds
-still measure the noise and decide; the refit, scored on the test rows, must beat the frozen
-score too.
+The refit (``--refit``, ``refit_seed``): what serves the next period learns most from recent
+rows, and the pick held the validation rows out. The seed that would be registered is trained
+again on the new period's training and validation rows (the same epochs of those rows, from the
+same start), in an MLflow run of its own (``recsys.kind = refit``), and registered in its place.
+The seeds still measure the noise and decide; in the rule the refit takes the registered seed's
+place: it, scored on the test rows (the newest, never trained on), must beat the frozen score.
 """
 
 from __future__ import annotations
@@ -359,7 +359,8 @@ def refit_seed(
     budget = ("solved to convergence" if cfg.train.solver == "lbfgs"
               else f"{cfg.train.epochs:.3g} epochs")  # fmt: skip
     line = (f"refitted {LABELS[role]} seed {seed} on {refit.rows_note}, {budget}: "
-            f"test_{plan.metric} {score:.4f} (on its training rows only: {own:.4f})")  # fmt: skip
+            f"test_{plan.metric} {score:.4f} (seed {seed}, trained without the validation rows: "
+            f"{own:.4f})")  # fmt: skip
     return Model(trial, ckpt, cfg), score, line
 
 
