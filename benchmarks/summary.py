@@ -522,7 +522,7 @@ ROWS: list[Row] = [
         "of one configuration twice and a refit (7 trainings) where a sweep trains 6 trials, "
         "the LR reference's grid and a refit (about 10) "
         "([timewalk](#timewalk))",
-        EPYC, "2026-12-01", "b573edc",
+        XEON, "2026-12-01", "b573edc",
     ),
     Row(
         "the time walk: the retrain's pick above the frozen champion of period 1 from period 3 "
@@ -538,7 +538,7 @@ ROWS: list[Row] = [
             6: (Interval(0.6365, 0.6318, 0.6413), 0.5327),
         }},
         " ([timewalk](#timewalk))",
-        EPYC, "2026-12-01", "b573edc",
+        XEON, "2026-12-01", "b573edc",
     ),
 ]  # fmt: skip
 
