@@ -74,8 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="register the pick's seed trained again on the new period's training and "
         "validation rows (as recsys-export --refit does a sweep's best): what serves learns "
-        "the most recent rows; the seeds still decide, and the refit must beat the frozen "
-        "model too",
+        "from recent rows too; the seeds still decide, and the refit, in the registered seed's "
+        "place, must beat the frozen model",
     )
     p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
     p.add_argument("--storage", default="runs", help="where the trainings' checkpoints go")
