@@ -98,10 +98,12 @@ def write_report(folder: str, metrics: dict[str, Any]) -> None:
 
 
 def read_report(folder: str) -> dict[str, Any]:
-    """Checkpoint ``folder``'s report; empty where it has none (or it was removed meanwhile)."""
+    """Checkpoint ``folder``'s report (a folder or an object store URI); empty where it has none
+    (or it was removed meanwhile)."""
+    from recsys.runtime import storage
+
     try:
-        with open(os.path.join(folder, REPORT)) as f:
-            return dict(json.load(f))
+        return dict(json.loads(storage.read_text(storage.join(folder, REPORT))))
     except (OSError, ValueError):
         return {}
 

@@ -108,9 +108,12 @@ class RayReporter:
         metrics = {**metrics, "worker_nodes": self.worker_nodes}
         if not folder:
             ray.train.report(metrics)
-        elif self.direct:
-            if ray.train.get_context().get_world_rank() == 0:  # (as an inline run's: its
-                write_report(folder, metrics)  # records read either way, ``recsys.train.inline``)
+            return
+        # rank 0's report beside the checkpoint (as an inline run's: its records read either way,
+        # ``recsys.train.inline``; on an object store, uploaded with it)
+        if ray.train.get_context().get_world_rank() == 0:
+            write_report(folder, metrics)
+        if self.direct:
             ray.train.report(
                 metrics,
                 checkpoint=ray.train.Checkpoint.from_directory(folder),
@@ -118,12 +121,10 @@ class RayReporter:
                 checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
             )
         else:
-            if ray.train.get_context().get_world_rank() == 0:  # uploaded with it
-                write_report(folder, metrics)
             checkpoint = ray.train.Checkpoint.from_directory(folder)
             ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=self._name(step))
             shutil.rmtree(folder, ignore_errors=True)
-        if folder and self.seed is not None:
+        if self.seed is not None:
             hold(self.seed, step)
 
 

@@ -39,6 +39,7 @@ from recsys.tracking import inputs
 from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.launch import make_run
 from recsys.train.ray_trainer import Resources
+from recsys.train.reporting import read_report
 from recsys.tune.publish import best_trial
 from recsys.tune.state import read_saved
 
@@ -201,25 +202,12 @@ def train_into(
     t0, before = time.time(), tracker.last_step(run_id)
     checkpoint, metrics = train_refit(refit, resources, storage, sweep, name)
     if not any(k.startswith("test_") for k in metrics):
-        metrics = {**metrics, **checkpoint_report(checkpoint)}
+        metrics = {**metrics, **read_report(checkpoint)}
     if int(metrics.get("step", 0)) > before:  # trained now (a finished refit trains nothing)
         tracker.log_report(run_id, held_out(metrics))
         tracker.log_values(run_id, {"refit_s": time.time() - t0})
     tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: checkpoint, Tag.LAST_CHECKPOINT: checkpoint})
     return checkpoint
-
-
-def checkpoint_report(checkpoint: str) -> dict[str, Any]:
-    """The report saved beside ``checkpoint`` (a folder or a URI); {} without one."""
-    import json
-
-    from recsys.runtime.storage import read_text
-    from recsys.train.reporting import REPORT
-
-    try:
-        return dict(json.loads(read_text(storage_join(checkpoint, REPORT))))
-    except (OSError, ValueError):
-        return {}
 
 
 def held_out(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from recsys.runtime import storage
-from recsys.tune.refit import checkpoint_report
+from recsys.train.reporting import read_report
 from tests.ray.killing import (
     LOG_EVERY,
     MID_RUN,
@@ -121,7 +121,7 @@ def run_kill_and_resume(space: str, uri: str, s3: str) -> None:
             best = run.data.tags["checkpoint.best"]
             assert best.startswith(storage.join(sweeps, "kill", "train", "")), best
             assert storage.exists(storage.join(best, ".metadata"))
-            assert checkpoint_report(best)["step"] > 0  # its report, uploaded with it
+            assert read_report(best)["step"] > 0  # its report, uploaded with it
         assert os.path.isfile(os.path.join(head, "work", "exports", "kill", "model.pt"))
         assert "exported the best trial" in out
         for run in trial_runs(client):  # the artifacts went through the server into the store
