@@ -260,9 +260,10 @@ def train_one(
     logged to its MLflow run; its last report, checkpoint, run id."""
     import yaml
 
-    from recsys.runtime.storage import as_uri
+    from recsys.runtime.storage import join
     from recsys.tracking import inputs
     from recsys.train.launch import make_run
+    from recsys.train.results import last_checkpoint
 
     cfg = plan.config_of(role, seed)
     trial = f"{plan.key}.{role}-{seed}"
@@ -282,12 +283,14 @@ def train_one(
         tracker=tracker,  # (its finish below flushes what MLflow did not take yet)
     )
     result = trainer.fit()
-    if result.checkpoint is None:
-        raise ValueError(f"the {role} training of seed {seed} left no checkpoint")
-    ckpt = as_uri(result.checkpoint.filesystem, result.checkpoint.path)
+    try:
+        ckpt, metrics = last_checkpoint(result, join(folder, f"{role}-seed{seed}"))
+    except RuntimeError:
+        raise ValueError(f"the {role} training of seed {seed} left no checkpoint") from None
+    if result.checkpoint is None:  # its last report read from its checkpoint: logged if lost
+        tracker.log_report(run_id, metrics)
     tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: ckpt, Tag.LAST_CHECKPOINT: ckpt})
     tracker.finish(run_id)
-    metrics = dict(result.metrics or {})
     if f"test_{plan.metric}" not in metrics:  # killed after its last report: it had none left
         metrics = end_scores(tracker, run_id, plan.metric)
     return metrics, ckpt, run_id

@@ -30,6 +30,24 @@ def train_result(train_run: str) -> Any:
     return max(found, key=step_of)  # (a tie: Ray Train's, the first)
 
 
+def last_checkpoint(result: Any, run: str) -> tuple[str, dict[str, Any]]:
+    """A training's last checkpoint (a folder or an object store URI) and its report, once its
+    ``fit()`` returned ``result``: that result's, or, where it names none, the newest checkpoint
+    with its report in the run's folder ``run`` (``train_result``). A run killed after its workers
+    wrote their last checkpoint in place and before Ray Train recorded it resumes from that
+    checkpoint (``recsys.train.worker.RayReporter.checkpoints``) with nothing left to train: its
+    report has no checkpoint, nor has Ray Train's result. The report is the checkpoint's over the
+    result's (a run with nothing left reports no test score). ``RuntimeError`` where the run has
+    no checkpoint either way."""
+    metrics = dict(result.metrics or {})
+    found = result if result.checkpoint is not None else train_result(run)
+    if found.checkpoint is None:
+        raise RuntimeError(f"{run}: no checkpoint of a training run")
+    if found is not result:
+        metrics = {**metrics, **dict(found.metrics or {})}
+    return storage.as_uri(found.checkpoint.filesystem, found.checkpoint.path), metrics
+
+
 def step_of(result: Any) -> float:
     """The step of a result's latest report (0: none)."""
     return float((getattr(result, "metrics", None) or {}).get("step", 0))

@@ -31,7 +31,6 @@ import yaml
 from recsys.config import ExperimentConfig
 from recsys.data.dataset import run_paths, split_rows, with_budget
 from recsys.runtime.cluster import WorkerOptions
-from recsys.runtime.storage import as_uri
 from recsys.runtime.storage import join as storage_join
 from recsys.serving.export import ExportReport
 from recsys.serving.mlflow_model import crown, export_to_run
@@ -40,6 +39,7 @@ from recsys.tracking.tracker import Tag, Tracker, flat_params
 from recsys.train.launch import make_run
 from recsys.train.ray_trainer import Resources
 from recsys.train.reporting import read_report
+from recsys.train.results import last_checkpoint
 from recsys.tune.publish import best_trial
 from recsys.tune.state import read_saved
 
@@ -147,10 +147,10 @@ def train_refit(
         max_failures=2,
     )  # fmt: skip
     result = trainer.fit()
-    if result.checkpoint is None:
-        raise ValueError(f"the refit of trial {refit.trial} left no checkpoint")
-    checkpoint = as_uri(result.checkpoint.filesystem, result.checkpoint.path)
-    return checkpoint, dict(result.metrics or {})
+    try:
+        return last_checkpoint(result, storage_join(folder, name or f"refit-{refit.trial}"))
+    except RuntimeError:
+        raise ValueError(f"the refit of trial {refit.trial} left no checkpoint") from None
 
 
 def refit_best(

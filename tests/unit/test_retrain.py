@@ -453,6 +453,43 @@ def test_a_training_killed_after_its_last_report_is_scored_from_its_run(tmp_path
     assert metrics == {"test_auc": 0.63, "val_auc": 0.64}  # (the resumed report: none)
 
 
+def test_a_training_killed_before_ray_train_recorded_its_last_checkpoint_resumes(
+    tmp_path, monkeypatch
+):
+    """Killed after its workers wrote their last checkpoint in place, before Ray Train recorded
+    it, a training resumes from that checkpoint with nothing left to train, and its ``fit()``
+    names no checkpoint: the newest checkpoint with its report in the run's folder is taken,
+    its scores read from that report and logged to its run where the kill lost them. Where the
+    folder has none either, the training is named."""
+    import json
+    from types import SimpleNamespace
+
+    import recsys.train.launch as launch
+    from recsys.lifecycle.retrain import train_one
+    from recsys.tracking.tags import Tag
+    from recsys.tracking.tracker import Tracker
+    from recsys.train.ray_trainer import Resources
+
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = tracker.experiment("retrain-m")
+    p = plan()
+    step = tmp_path / "runs" / "retrained-seed2" / "step_00000016"
+    step.mkdir(parents=True)
+    (step / ".metadata").write_text("")  # (DCP's, written last)
+    (step / "metrics.json").write_text(json.dumps({"step": 16, "val_auc": 0.64, "test_auc": 0.63}))
+    nothing_left = SimpleNamespace(metrics={"step": 16}, checkpoint=None)
+    monkeypatch.setattr(launch, "make_run",
+                        lambda *a, **k: SimpleNamespace(fit=lambda: nothing_left))  # fmt: skip
+    metrics, ckpt, run_id = train_one(p, "retrained", 2, tracker, exp, "parent", Resources(2),
+                                      str(tmp_path / "runs"))  # fmt: skip
+    assert ckpt == str(step) and metrics["test_auc"] == 0.63 and metrics["val_auc"] == 0.64
+    run = tracker.client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[Tag.BEST_CHECKPOINT] == str(step)
+    assert run.data.metrics["test_auc"] == 0.63 and run.data.metrics["step"] == 16
+    with pytest.raises(ValueError, match="the scratch training of seed 1 left no checkpoint"):
+        train_one(p, "scratch", 1, tracker, exp, "parent", Resources(2), str(tmp_path / "runs"))
+
+
 def test_a_checkpoint_uploaded_to_a_store_carries_its_report(tmp_path, monkeypatch):
     """On an object store each rank's staged folder is uploaded by ``ray.train.report``: rank
     0's carries the report (``metrics.json``), as a checkpoint written in place does, so a refit
