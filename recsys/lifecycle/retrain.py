@@ -220,8 +220,8 @@ def run_retrain(
         lines.append(line)
     decision = decide(plan, scores[role], frozen, current_champion(tracker, plan), role, refit)
     outcome = Outcome(scores, frozen, decision, picked, lines=lines, refit=refit)
-    outcome.version, moved = register(plan, tracker, exp, model, out_dir, decision, dtype)
-    outcome.lines += [decision.line, *([moved] if moved else [])]
+    outcome.version, alias = register(plan, tracker, exp, model, out_dir, decision, dtype)
+    outcome.lines += [decision.line, *([alias] if alias else [])]
     for line in outcome.lines:
         log(line)
     summary = {f"{r}_{plan.metric}_mean": float(sum(v) / len(v)) for r, v in scores.items()}
@@ -399,8 +399,8 @@ def register(
     of ``plan.name`` with its lineage (a retrain run again finds its version and registers
     none), and move ``@champion`` to it where the decision promotes it and ``blocked`` finds
     nothing in the way (the alias still names ``plan.version`` or a version this retrain
-    registered, or none is set). Its version, and a line where a promotion did not move the
-    alias."""
+    registered, or none is set). Its version, and a line where the decision promotes it: that
+    the alias moved (``promoted``), or why not (``blocked``)."""
     from recsys.serving.mlflow_model import export_to_run, newest_version
 
     run = tracker.find_trial_run(exp, model.trial)
@@ -420,4 +420,13 @@ def register(
         client.set_model_version_tag(plan.name, version, k, v)
     if decision.promote and not moved:
         client.set_registered_model_alias(plan.name, CHAMPION, version)
+        return version, promoted(version, now)
     return version, moved
+
+
+def promoted(version: str, before: str) -> str:
+    """The line of a promotion: the version ``@champion`` names now, and the one it named
+    ``before`` ("none" without the alias; the same version: a re-run's)."""
+    was = ("as before" if before == version else "none before" if before == "none"
+           else f"was version {before}")  # fmt: skip
+    return f"@{CHAMPION} moved to version {version} ({was})"

@@ -149,6 +149,8 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert version.tags["recsys.parent_data"] == weeks[0]
     alias = str(tracker.client.get_model_version_by_alias("m", "champion").version)
     assert alias == ("2" if outcome.decision.promote else "1")
+    said = "@champion moved to version 2 (was version 1)"  # (said only where it moved)
+    assert (said in lines) == outcome.decision.promote
     assert version.tags["recsys.champion"] == ("yes" if outcome.decision.promote else
                                                f"no: {outcome.decision.line}")  # fmt: skip
     # the command again, by the version's number: every training found done, none registered
@@ -183,6 +185,7 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     won = "outside the noise; seed" in printed and "refit registered" in printed
     alias = str(tracker.client.get_model_version_by_alias("m", "champion").version)
     assert alias == ("3" if won else before)
+    assert ("@champion moved to version 3 (was version " in printed) == won
     assert (third.tags["recsys.champion"] == "yes") == won
     cli.main([*flags, "--model", "models:/m/1", "--refit"])  # again: nothing trained or added
     assert len(calls) == 5 and len(tracker.client.search_model_versions("name = 'm'")) == 3

@@ -414,7 +414,7 @@ def test_a_promotion_moves_the_alias_only_from_the_version_it_started_from_or_no
     """``@champion`` moves where it still names the version the retrain started from, or where
     the model has none yet (a version retrained by number starts the loop); not where it moved
     to another version meanwhile."""
-    from recsys.lifecycle.retrain import Decision, blocked
+    from recsys.lifecycle.retrain import Decision, blocked, promoted
 
     win, loss = Decision(True, 1, "won"), Decision(False, 1, "kept")
     assert blocked(win, "3", "3") == "" and blocked(win, "none", "3") == ""
@@ -422,6 +422,9 @@ def test_a_promotion_moves_the_alias_only_from_the_version_it_started_from_or_no
                                       "this retrain started from")  # fmt: skip
     assert blocked(loss, "5", "3") == ""  # (nothing to move: the decision's line says why)
     assert blocked(win, "5", "3", own=True) == ""  # version 5: this retrain's (a re-run's)
+    assert promoted("4", "3") == "@champion moved to version 4 (was version 3)"
+    assert promoted("4", "none") == "@champion moved to version 4 (none before)"
+    assert promoted("4", "4") == "@champion moved to version 4 (as before)"
 
 
 def test_a_training_killed_after_its_last_report_is_scored_from_its_run(tmp_path, monkeypatch):
