@@ -202,25 +202,32 @@ class ClickLogs:
 
 
 def write(out: str, rows: int, files: int = 4, seed: int = 0, shape: Shape = Shape()) -> list[str]:
-    """Write ``rows`` rows as ``files`` Parquet files ``part-00000.parquet`` ... in time order."""
+    """Write ``rows`` rows as ``files`` Parquet files ``part-00000.parquet`` ... in time order,
+    of as many rows each as can be (the rows are the same however many files hold them)."""
     import pyarrow.parquet as pq
 
     if rows < 1 or files < 1:
         raise ValueError(f"--rows {rows} and --files {files} must be >= 1")
+    if files > rows:
+        raise ValueError(f"--files {files}: more files than --rows {rows}")
     gen = ClickLogs(rows, seed, shape)
     os.makedirs(out, exist_ok=True)
-    n_blocks = gen.blocks()
-    per_file = -(-n_blocks // files)
-    paths = []
-    for f in range(min(files, n_blocks)):
+    bounds = [f * rows // files for f in range(files + 1)]
+    paths, cached = [], (-1, None)
+    for f in range(files):
         path = os.path.join(out, f"part-{f:05d}.parquet")
         tmp = path + ".tmp"
         writer = None
-        for k in range(f * per_file, min((f + 1) * per_file, n_blocks)):
-            table = gen.block(k)
-            writer = writer or pq.ParquetWriter(tmp, table.schema)
-            writer.write_table(table)
-        assert writer is not None
+        start, end = bounds[f], bounds[f + 1]
+        for k in range(start // BLOCK, -(-end // BLOCK)):
+            if cached[0] != k:  # (a block that spans two files is made once)
+                cached = (k, gen.block(k))
+            table = cached[1]
+            lo, hi = max(start - k * BLOCK, 0), min(end - k * BLOCK, table.num_rows)
+            piece = table.slice(lo, hi - lo)
+            writer = writer or pq.ParquetWriter(tmp, piece.schema)
+            writer.write_table(piece)
+        assert writer is not None  # (each file holds at least one row: files <= rows)
         writer.close()
         os.replace(tmp, path)
         paths.append(path)

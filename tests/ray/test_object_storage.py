@@ -143,7 +143,7 @@ def test_a_sweep_reads_its_prepared_data_from_the_store(tmp_path, s3):
     from tests.conftest import SCHEMA, write_demo
     from tests.ray.killing import ROOT
 
-    raw = [write_demo(str(tmp_path / f"raw{k}"), rows=3000, seed=k)[0] for k in range(3)]
+    raw = [write_demo(str(tmp_path / f"raw{k}"), rows=3000, files=1, seed=k)[0] for k in range(3)]
     data = storage.join(s3, "prepared")
     prepare(DatasetSchema.load(SCHEMA), raw, data, workers=0, log=lambda s: None)
     head, env = head_node()

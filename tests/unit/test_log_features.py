@@ -340,6 +340,27 @@ def test_the_demo_schema_uses_time_features_and_its_history_holds_item_ids():
     assert history <= {f"i{k}" for k in range(40)} and len(items & history) > 10
 
 
+def test_the_demo_log_is_written_as_the_files_asked_the_same_rows_however_split(tmp_path):
+    """``recsys-synth --files N``: N files of as many rows each as can be, a generator block
+    split over two where it must (a count that left a file empty failed, and one above the
+    blocks wrote fewer files); together the rows of one file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recsys.demo.clicklogs import BLOCK, Shape, write
+
+    shape, rows = Shape(users=50, items=40), 2 * BLOCK + 10
+    one = pq.read_table(write(str(tmp_path / "one"), rows, 1, 3, shape)[0])
+    for files in (3, 7):
+        paths = write(str(tmp_path / f"in{files}"), rows, files, 3, shape)
+        counts = [pq.read_metadata(p).num_rows for p in paths]
+        assert len(paths) == files and sum(counts) == rows and max(counts) - min(counts) <= 1
+        whole = pa.concat_tables([pq.read_table(p) for p in paths]).combine_chunks()
+        assert whole.cast(one.schema).equals(one.combine_chunks())
+    with pytest.raises(ValueError, match="--files 5: more files than --rows 4"):
+        write(str(tmp_path / "few"), 4, 5, 0, shape)
+
+
 # ---------------------------------------------------------------------------------------------
 # Refused at schema load, naming the keys and columns
 

@@ -23,7 +23,7 @@ from tests.conftest import SCHEMA, write_demo
 @pytest.fixture
 def raw(tmp_path):
     """Three demo logs (three pieces: three shards of each split)."""
-    return [write_demo(str(tmp_path / f"raw{k}"), rows=3000, seed=k)[0] for k in range(3)]
+    return [write_demo(str(tmp_path / f"raw{k}"), rows=3000, files=1, seed=k)[0] for k in range(3)]
 
 
 def prepared_both(raw, tmp_path, s3):
