@@ -212,6 +212,18 @@ def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
     base = ["--data", str(tmp_path), "--tracking-uri", uri]
     with pytest.raises(SystemExit, match="error: --model 'models:/nope@champion': not in"):
         retrain.main(["--model", "models:/nope@champion", *base])
+    from recsys.tracking.tracker import Tracker  # a model whose versions never won: named
+
+    client = Tracker(uri).client
+    client.create_registered_model("m")
+    for _ in range(2):
+        client.create_model_version("m", str(tmp_path), run_id=None)
+    with pytest.raises(SystemExit, match=r"m has versions 1, 2; aliases: none; a version gets "
+                                         r"@champion only where it won: name one by number, "
+                                         r"models:/m/2\)"):  # fmt: skip
+        retrain.main(["--model", "models:/m@champion", *base])
+    with pytest.raises(SystemExit, match=r"\(registered there: m\)"):
+        retrain.main(["--model", "models:/nope@champion", *base])
     with pytest.raises(SystemExit, match="expected models:/NAME@ALIAS or models:/NAME/VERSION"):
         retrain.main(["--model", "nope", *base])
     with pytest.raises(SystemExit):
