@@ -144,7 +144,8 @@ def test_log_loss_decides_downwards():
 def test_a_period_prepared_otherwise_is_refused(tmp_path):
     """The new period's vocabularies must start with the champion's (``--like``, grown or not):
     its ids then mean what the champion's tables learnt; one with vocabularies of its own, other
-    features, the champion's own data again, or no test rows, is refused."""
+    features, the champion's own data again (its folder, or its files prepared again), or no
+    test rows, is refused."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -180,6 +181,12 @@ def test_a_period_prepared_otherwise_is_refused(tmp_path):
         check("own")
     with pytest.raises(ValueError, match="version 1 was trained on this folder already"):
         check("week1")
+    folders["again"] = str(tmp_path / "again")  # week1's file prepared again, like week1
+    prepare(schema, [str(tmp_path / "week1.parquet")], folders["again"], workers=0,
+            like=folders["week1"], log=lambda s: None)  # fmt: skip
+    with pytest.raises(ValueError, match=r"prepared from files version 1 was trained on \("
+                                         + str(tmp_path / "week1.parquet")):  # fmt: skip
+        check("again")
     with pytest.raises(ValueError, match="no groups"):
         check_period(frozen, on_period(frozen, folders["week2"]), folders["week2"], "gauc", "v1")
     narrow = str(tmp_path / "narrow")  # one feature of the two
