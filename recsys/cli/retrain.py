@@ -88,7 +88,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the export's table precision")  # fmt: skip
     add_address(p)
     add_options(p, WorkerOptions)
+    # the champion's own workers by default: a batch size is each worker's, so other workers
+    # would train other global batches and steps than its configuration did
+    p.set_defaults(num_workers=None)
+    for action in p._actions:
+        if action.dest == "num_workers":
+            action.help = ("workers per training (default: as many as wrote the model's "
+                           f"checkpoint, else {WorkerOptions().num_workers}): each trains "
+                           "train.batch_size rows a step, as the model's trial did")  # fmt: skip
     return p.parse_args(argv)
+
+
+def champion_workers(checkpoint: str) -> int:
+    """The workers that wrote the champion's ``checkpoint`` (its rank 0's record, read where it
+    is a folder here), else ``WorkerOptions``' default."""
+    from recsys.distributed.checkpoint import CheckpointError, saved_world_size
+    from recsys.runtime.storage import is_uri
+
+    if is_uri(checkpoint):
+        return WorkerOptions().num_workers
+    try:
+        return saved_world_size(checkpoint) or WorkerOptions().num_workers
+    except CheckpointError:
+        return WorkerOptions().num_workers
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,6 +142,8 @@ def checked_plan(args: argparse.Namespace, tracker: Tracker, data: str) -> Plan:
 
     plan = plan_retrain(tracker, args.model, data, args.epochs, args.seeds, args.metric,
                         args.refit)  # fmt: skip
+    if args.num_workers is None:
+        args.num_workers = champion_workers(plan.checkpoint)
     device = "cuda" if args.use_gpu else "cpu"
     plan = dataclasses.replace(plan, cfg=preflight.check(plan.cfg, device, args.num_workers))
     preflight.check(plan.config_of("retrained", 1), device, args.num_workers)
@@ -156,7 +180,8 @@ def run(args: argparse.Namespace, plan: Plan, tracker: Tracker, storage: str,
     out = args.out or os.path.abspath(os.path.join("exports", plan.key + ("-refit" if plan.refit
                                                                           else "")))  # fmt: skip
     print(f"retraining {args.model} (version {plan.version}) on {args.data}: {plan.seeds} seeds, "
-          f"warm-started and from scratch, {concurrent} at a time; picked by "
+          f"warm-started and from scratch, {concurrent} at a time of {args.num_workers} "
+          f"worker{'s' if args.num_workers > 1 else ''}; picked by "
           f"val_{plan.metric}, decided by test_{plan.metric}"
           f"{'; the pick refitted on training + validation' if plan.refit else ''}")  # fmt: skip
     outcome = run_retrain(plan, tracker, resources, storage, out, dtype=args.dtype,

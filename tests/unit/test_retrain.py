@@ -238,6 +238,25 @@ def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
     assert "--seeds: '0'" in capsys.readouterr().err
 
 
+def test_a_retrain_trains_on_as_many_workers_as_the_champion_by_default(tmp_path):
+    """A batch size is each worker's: by default a retrain's trainings have the workers that
+    wrote the champion's checkpoint (its global batch and steps as its trial's), else the
+    usual default; ``--num-workers`` overrides it."""
+    import torch
+
+    from recsys.cli import retrain
+    from recsys.runtime.cluster import WorkerOptions
+
+    torch.save({"world_size": 1}, tmp_path / "worker_0.pt")  # (rank 0's record of the run)
+    assert retrain.champion_workers(str(tmp_path)) == 1
+    fallback = WorkerOptions().num_workers
+    assert retrain.champion_workers(str(tmp_path / "none")) == fallback  # unreadable
+    assert retrain.champion_workers("s3://bucket/ckpt") == fallback  # (not read from a store)
+    base = ["--model", "models:/m@champion", "--data", "d"]
+    assert retrain.parse_args(base).num_workers is None  # (then the champion's)
+    assert retrain.parse_args([*base, "--num-workers", "3"]).num_workers == 3
+
+
 def test_a_grown_table_keeps_the_champions_dims_and_qr_split():
     """Mixed dims and the QR split are decided by a table's rows: a table grown by a new period
     (``--grow-vocab``) keeps the name, kind and dim its champion saved it with, only longer, so
