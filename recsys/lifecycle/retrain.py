@@ -198,10 +198,13 @@ def run_retrain(
     def one(job: tuple[str, int]) -> None:
         role, seed = job
         mine = tracker if concurrent <= 1 else Tracker(tracker.uri)  # (a training's own)
-        metrics, ckpt, run_id = train_one(plan, role, seed, mine, exp, parent, resources, folder)
+        before = finished(mine, exp, f"{plan.key}.{role}-{seed}", plan.metric)
+        metrics, ckpt, run_id = before or train_one(plan, role, seed, mine, exp, parent,
+                                                    resources, folder)  # fmt: skip
         val = float(metrics.get(f"val_{plan.metric}", math.nan))
         trained[job] = (test_score(metrics, plan, role, seed), val, ckpt)
-        log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id})")
+        again = ", trained before: not again" if before else ""
+        log(f"{role} seed {seed}: test_{plan.metric} {trained[job][0]:.4f} (run {run_id}{again})")
 
     seeds = range(1, plan.seeds + 1)
     jobs = [(role, seed) for seed in seeds for role in ROLES]
@@ -213,17 +216,25 @@ def run_retrain(
     picked = pick(plan, val)
     role, seed = picked.role, nearest(scores[picked.role])
     model = Model(f"{plan.key}.{role}-{seed}", trained[(role, seed)][2], plan.config_of(role, seed))
-    lines, refit = [scratch_line(plan, scores), picked.line], None
+    lines: list[str] = []
+
+    def say(line: str) -> None:  # (each line as it is known, kept for the parent's tag)
+        lines.append(line)
+        log(line)
+
+    say(scratch_line(plan, scores))
+    say(picked.line)
+    refit = None
     if plan.refit:
         log(f"refitting the pick ({LABELS[role]} seed {seed}) on the training and validation rows")
         model, refit, line = refit_seed(plan, tracker, exp, model, role, seed, resources, storage)
-        lines.append(line)
+        say(line)
     decision = decide(plan, scores[role], frozen, current_champion(tracker, plan), role, refit)
+    say(decision.line)
     outcome = Outcome(scores, frozen, decision, picked, lines=lines, refit=refit)
     outcome.version, alias = register(plan, tracker, exp, model, out_dir, decision, dtype)
-    outcome.lines += [decision.line, *([alias] if alias else [])]
-    for line in outcome.lines:
-        log(line)
+    if alias:
+        say(alias)
     summary = {f"{r}_{plan.metric}_mean": float(sum(v) / len(v)) for r, v in scores.items()}
     if refit is not None:
         summary[f"refit_{plan.metric}"] = refit

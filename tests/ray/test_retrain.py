@@ -156,7 +156,8 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     # the command again, by the version's number: every training found done, none registered
     cli.main([*flags, "--model", "models:/m/1", "--max-concurrent", "8"])
     printed = capsys.readouterr().out
-    assert len(calls) == 4  # nothing trained again
+    assert len(calls) == 4  # nothing trained again, and said so
+    assert printed.count(", trained before: not again)") == 4, printed
     assert "4 at a time" in printed  # (at most its trainings)
     assert outcome.picked.line in printed  # the same pick, from the runs' MLflow metrics
     assert f"registered m version {outcome.version} " in printed  # nor registered again
