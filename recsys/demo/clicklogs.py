@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -213,7 +214,8 @@ def write(out: str, rows: int, files: int = 4, seed: int = 0, shape: Shape = Sha
     gen = ClickLogs(rows, seed, shape)
     os.makedirs(out, exist_ok=True)
     bounds = [f * rows // files for f in range(files + 1)]
-    paths, cached = [], (-1, None)
+    paths: list[str] = []
+    cached: tuple[int, Any] = (-1, None)
     for f in range(files):
         path = os.path.join(out, f"part-{f:05d}.parquet")
         tmp = path + ".tmp"
