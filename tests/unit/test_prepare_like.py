@@ -156,3 +156,23 @@ def test_the_command_takes_a_folder_or_a_schema(earlier, tmp_path):
     grow = subprocess.run([*run, "--schema", "clicklogs", "--grow-vocab", "--out", "o"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
     assert grow.returncode != 0 and "--grow-vocab grows the vocabularies of --like" in grow.stderr
+
+
+def test_the_drift_log_is_written_a_period_a_folder_and_prepared_like_the_first(tmp_path):
+    """``recsys-synth --drift``: one folder a period, later in time each, with the schema to
+    prepare them; a period prepared ``--like`` the first keeps its ids' rows."""
+    from recsys.cli import synth
+
+    logs = tmp_path / "logs"
+    synth.main(["--drift", "--periods", "2", "--rows-per-period", "400", "--out", str(logs)])
+    first, second = (pq.read_table(logs / f"period-{k}" / "log.parquet") for k in (1, 2))
+    assert first.num_rows == second.num_rows == 400 and "p_click" not in first.column_names
+    assert max(first.column("ts").to_pylist()) < min(second.column("ts").to_pylist())
+    schema = DatasetSchema.load(str(logs / "schema.yaml"))
+    assert schema.group_by == "user" and schema.labels == ["click"]
+    prepare(schema, [str(logs / "period-1")], str(tmp_path / "p1"), workers=0, log=lambda s: None)
+    prepare(schema, [str(logs / "period-2")], str(tmp_path / "p2"), workers=0,
+            like=str(tmp_path / "p1"), log=lambda s: None)  # fmt: skip
+    assert json.loads((tmp_path / "p2" / "meta.json").read_text())["rows"]["test"] > 0
+    with pytest.raises(SystemExit, match="--periods 0 and --rows-per-period 400 must be >= 1"):
+        synth.main(["--drift", "--periods", "0", "--rows-per-period", "400", "--out", "x"])
