@@ -142,9 +142,13 @@ def unseen_lines(meta: dict) -> list[str]:
         ids = sum(meta["ids"][s][name] for s in meta["ids"])
         total = sum(meta["unseen"][s][name] for s in meta["unseen"])
         grew = meta["like"]["grown"].get(name)
-        more = f"; its table grew by {grew:,} rows" if grew else ""
-        lines.append(f"prepare: {name}: {total:,} of {ids:,} ids unseen in "
-                     f"{meta['like']['folder']} ({total / max(ids, 1):.1%}){more}")  # fmt: skip
+        share = f"{total:,} of {ids:,} ids ({total / max(ids, 1):.1%})"
+        if grew:
+            lines.append(f"prepare: {name}: its table grew by {grew:,} rows for new ids; "
+                         f"{share} still read its unseen rows")  # fmt: skip
+        else:
+            lines.append(f"prepare: {name}: {share} not in the vocabulary of "
+                         f"{meta['like']['folder']}: they read its unseen rows")  # fmt: skip
     return lines
 
 

@@ -138,7 +138,7 @@ def test_the_command_takes_a_folder_or_a_schema(earlier, tmp_path):
     ok = subprocess.run([*run, "--like", earlier, "--out", str(tmp_path / "w2")],
                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
-    assert "prepare: item: " in ok.stderr and "ids unseen in" in ok.stderr
+    assert "prepare: item: " in ok.stderr and f"not in the vocabulary of {earlier}" in ok.stderr
     neither = subprocess.run([*run, "--out", "o"], capture_output=True, text=True, cwd=ROOT,
                              timeout=120)  # fmt: skip
     assert neither.returncode != 0 and "name the data's schema (--schema)" in neither.stderr
@@ -176,3 +176,19 @@ def test_the_drift_log_is_written_a_period_a_folder_and_prepared_like_the_first(
     assert json.loads((tmp_path / "p2" / "meta.json").read_text())["rows"]["test"] > 0
     with pytest.raises(SystemExit, match="--periods 0 and --rows-per-period 400 must be >= 1"):
         synth.main(["--drift", "--periods", "0", "--rows-per-period", "400", "--out", "x"])
+
+
+def test_the_unseen_ids_line_says_what_grew_and_what_is_left():
+    """``--like``'s line per feature: the ids the vocabulary lacks, or, where the table grew,
+    by how many rows and the ids still left to the unseen rows."""
+    from recsys.cli.preprocess import unseen_lines
+
+    counts = {"train": {"u": 30, "i": 5}, "test": {"u": 10, "i": 5}}
+    ids = {"train": {"u": 300, "i": 100}, "test": {"u": 100, "i": 100}}
+    meta = {"like": {"folder": "/d/w1", "grown": {"u": 7}}, "unseen": counts, "ids": ids}
+    assert unseen_lines(meta) == [
+        "prepare: u: its table grew by 7 rows for new ids; 40 of 400 ids (10.0%) still read its "
+        "unseen rows",
+        "prepare: i: 10 of 200 ids (5.0%) not in the vocabulary of /d/w1: they read its "
+        "unseen rows",
+    ]
