@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     from recsys.serving.export import export
     from recsys.serving.mlflow_model import quiet_libraries
     from recsys.tune.publish import export_best
-    from recsys.tune.state import default_tracking_uri, export_dir
+    from recsys.tune.state import export_dir, reading_uri
 
     quiet_libraries()
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"refit run {run_id}; MLflow model {model_uri}")
         elif args.sweep:
             out = args.out or export_dir(args.storage, args.sweep)
-            uri = args.tracking_uri or default_tracking_uri(os.getcwd())
+            uri = reading_uri(args.tracking_uri, os.getcwd())
             run_id, report, model_uri = export_best(
                 uri, args.sweep, out, args.dtype, args.register, args.max_emb_mb
             )
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
 
             tail = args.model.removeprefix("models:/").replace("@", "-").replace("/", "-")
             out = args.out or os.path.abspath(os.path.join("exports", tail))
-            uri = args.tracking_uri or default_tracking_uri(os.getcwd())
+            uri = reading_uri(args.tracking_uri, os.getcwd())
             run_id, report, model_uri = export_registered(
                 uri, args.model, out, args.dtype, args.register
             )
@@ -164,8 +164,9 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
     from recsys.runtime.storage import check_storage, resolved
     from recsys.train.ray_trainer import Resources
     from recsys.tune.refit import checked_refit, refit_best, saved_workers
-    from recsys.tune.state import default_tracking_uri
+    from recsys.tune.state import reading_uri
 
+    uri = reading_uri(args.tracking_uri, os.getcwd())
     storage = resolved(args.storage)
     check_storage(storage)
     default = WorkerOptions()
@@ -178,7 +179,6 @@ def refit(args: argparse.Namespace, out: str) -> tuple[str, Any, str]:
         args.cpus_per_worker or saved.cpus_per_worker,
     )
     address = ray_address(args.address)
-    uri = args.tracking_uri or default_tracking_uri(os.getcwd())
     planned = checked_refit(uri, args.sweep, resources, args.max_emb_mb)  # before Ray starts
     connect(address)
     gpus = 1.0 if resources.use_gpu else 0.0

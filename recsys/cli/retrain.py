@@ -118,11 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     from recsys.runtime.storage import check_storage, resolved
     from recsys.tracking.tracker import Tracker
-    from recsys.tune.state import default_tracking_uri
+    from recsys.tune.state import reading_uri
 
-    uri = args.tracking_uri or default_tracking_uri(os.getcwd())
-    tracker = Tracker(uri)
     try:  # everything refused before Ray starts
+        tracker = Tracker(reading_uri(args.tracking_uri, os.getcwd()))
         plan = checked_plan(args, tracker, resolved(args.data))
         storage = resolved(args.storage)
         check_storage(storage)

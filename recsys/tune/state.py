@@ -85,6 +85,19 @@ def default_tracking_uri(root: str) -> str:
     return f"sqlite:///{os.path.join(root, 'mlflow.db')}"
 
 
+def reading_uri(given: str | None, root: str) -> str:
+    """The store a command that reads a sweep's runs or models uses: ``given`` (its
+    ``--tracking-uri``), else ``root``'s SQLite file where it exists; a ``ValueError`` otherwise
+    (MLflow would create an empty store there, and the error would then leave it behind)."""
+    if given:
+        return given
+    path = os.path.join(root, "mlflow.db")
+    if not os.path.isfile(path):
+        raise ValueError(f"no MLflow store here ({path} does not exist): run it in the folder "
+                         "the sweep ran in, or pass --tracking-uri")  # fmt: skip
+    return default_tracking_uri(root)
+
+
 def sweep_dir(opts: SweepOptions) -> str:
     """The sweep's folder or object store prefix (``recsys.runtime.storage``)."""
     return storage.join(opts.storage, opts.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -97,6 +98,23 @@ def test_cli_bad_inputs_fail_fast_with_a_message(tmp_path):
     assert r.returncode != 0 and "did you mean 'model.interaction'" in r.stderr
     r = cli("sweep.py", "--name", "missing", "--resume", "--storage", str(tmp_path))
     assert r.returncode != 0 and "no sweep named 'missing'" in r.stderr
+
+
+def test_a_command_that_reads_a_store_refuses_a_folder_without_one(tmp_path, monkeypatch):
+    """``recsys-export --sweep/--model`` and ``recsys-retrain`` read the runs and models a sweep
+    left: in a folder without ``mlflow.db`` (and no ``--tracking-uri``) they say so, and leave
+    no empty store behind."""
+    from recsys.cli import export, retrain
+
+    monkeypatch.chdir(tmp_path)
+    said = f"no MLflow store here ({tmp_path / 'mlflow.db'} does not exist)"
+    for main, argv in [(export.main, ["--sweep", "s"]),
+                       (export.main, ["--model", "models:/m@champion"]),
+                       (export.main, ["--sweep", "s", "--refit"]),
+                       (retrain.main, ["--model", "models:/m@c", "--data", "d"])]:  # fmt: skip
+        with pytest.raises(SystemExit, match=re.escape(said)):
+            main(argv)
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_refit_needs_a_sweep_to_refit_and_an_export_to_make(capsys):
