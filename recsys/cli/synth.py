@@ -12,8 +12,12 @@ from recsys.demo import clicklogs
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="recsys-synth", description=clicklogs.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="recsys-synth",
+        description=clicklogs.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )  # fmt: skip (flags named whole: see below)
     p.add_argument("--out", required=True, help="output folder (Parquet files)")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the click log")
     p.add_argument("--files", type=int, default=4,
@@ -28,6 +32,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows-per-period", type=int, default=20_000,
                    help="--drift: the rows of each period")  # fmt: skip
     args = p.parse_args(argv)
+    given = {a.lstrip("-").split("=")[0] for a in (argv if argv is not None else sys.argv[1:])
+             if a.startswith("--")}  # fmt: skip
+    other = {"rows", "files"} if args.drift else {"periods", "rows-per-period"}
+    if misplaced := sorted(given & other):
+        p.error(f"--{misplaced[0]} is not read {'with' if args.drift else 'without'} --drift"
+                f"{' (--rows-per-period sets its rows)' if args.drift else ''}")  # fmt: skip
     try:
         if args.drift:
             write_drift(args.out, args.periods, args.rows_per_period, args.seed)

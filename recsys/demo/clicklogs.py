@@ -29,7 +29,8 @@ Columns (``schemas/clicklogs.yaml`` describes them):
   ``published_ts``: when the item was published (a timestamp up to about a year before
   2026-01-01; 2% null), so ``event_ts - published_ts`` is the item's age.
 
-Rows come in blocks generated from ``(seed, block)``; the same seed gives the same files.
+Rows come in blocks generated from ``(seed, block)``; the same seed gives the same rows, however
+many files hold them.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def test_the_command_takes_a_folder_or_a_schema(earlier, tmp_path):
     assert grow.returncode != 0 and "--grow-vocab grows the vocabularies of --like" in grow.stderr
 
 
-def test_the_drift_log_is_written_a_period_a_folder_and_prepared_like_the_first(tmp_path):
+def test_the_drift_log_is_written_a_period_a_folder_and_prepared_like_the_first(tmp_path, capsys):
     """``recsys-synth --drift``: one folder a period, later in time each, with the schema to
     prepare them; a period prepared ``--like`` the first keeps its ids' rows."""
     from recsys.cli import synth
@@ -174,8 +174,17 @@ def test_the_drift_log_is_written_a_period_a_folder_and_prepared_like_the_first(
     prepare(schema, [str(logs / "period-2")], str(tmp_path / "p2"), workers=0,
             like=str(tmp_path / "p1"), log=lambda s: None)  # fmt: skip
     assert json.loads((tmp_path / "p2" / "meta.json").read_text())["rows"]["test"] > 0
+    earlier, later = load_fitted(str(tmp_path / "p1")), load_fitted(str(tmp_path / "p2"))
+    for name, vocab in earlier.vocabs.items():  # the first period's ids keep their rows
+        assert np.array_equal(later.vocabs[name].hashes, vocab.hashes), name
     with pytest.raises(SystemExit, match="--periods 0 and --rows-per-period 400 must be >= 1"):
         synth.main(["--drift", "--periods", "0", "--rows-per-period", "400", "--out", "x"])
+    for argv, said in [(["--drift", "--rows=5"], "--rows is not read with --drift"),
+                       (["--periods", "2"], "--periods is not read without --drift")]:  # fmt: skip
+        with pytest.raises(SystemExit):
+            synth.main([*argv, "--out", str(tmp_path / "x")])
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_unseen_ids_line_says_what_grew_and_what_is_left():
