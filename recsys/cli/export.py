@@ -60,7 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=positive,
         help="with --sweep: the best trial whose tables fit this budget",
     )
-    p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
+    p.add_argument(
+        "--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db, which must exist)"
+    )
     refit = p.add_argument_group(
         "refit (with --sweep)",
         "train the best trial's configuration again on the training and validation rows "

@@ -77,7 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "from recent rows too; the seeds still decide, and the refit, in the registered seed's "
         "place, must beat the frozen model",
     )
-    p.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db)")
+    p.add_argument(
+        "--tracking-uri", help="MLflow URI (default: sqlite:///<cwd>/mlflow.db, which must exist)"
+    )
     p.add_argument("--storage", default="runs", help="where the trainings' checkpoints go")
     p.add_argument(
         "--out", help="the picked model's export (default exports/<the retrain's key>: "
@@ -100,13 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def champion_workers(checkpoint: str) -> int:
-    """The workers that wrote the champion's ``checkpoint`` (its rank 0's record, read where it
-    is a folder here), else ``WorkerOptions``' default."""
+    """The workers that wrote the champion's ``checkpoint`` (a folder or an object store URI:
+    its rank 0's record), else, where it cannot be read, ``WorkerOptions``' default."""
     from recsys.distributed.checkpoint import CheckpointError, saved_world_size
-    from recsys.runtime.storage import is_uri
 
-    if is_uri(checkpoint):
-        return WorkerOptions().num_workers
     try:
         return saved_world_size(checkpoint) or WorkerOptions().num_workers
     except CheckpointError:

@@ -218,6 +218,8 @@ def check_period(frozen: ExperimentConfig, cfg: ExperimentConfig, data: str, met
     if os.path.abspath(data) == os.path.abspath(own):
         raise ValueError(f"--data {data}: {version} was trained on this folder already; a "
                          "retrain trains on a later period")  # fmt: skip
+    same_features(frozen.embeddings.names(), cfg.embeddings.names(), data, how)
+    check_vocabularies(own, data, how)  # (both folders read: the champion's data named)
     meta = read_meta(data)
     seen = sorted(set(meta.get("sources") or []) & set(read_meta(own).get("sources") or []))
     if seen:
@@ -226,8 +228,6 @@ def check_period(frozen: ExperimentConfig, cfg: ExperimentConfig, data: str, met
                          f"{more}, sources of {own} too); its validation and test rows would "
                          "score rows the model learned from: a retrain trains on a later "
                          "period's files")  # fmt: skip
-    same_features(frozen.embeddings.names(), cfg.embeddings.names(), data, how)
-    check_vocabularies(own, data, how)
     if not meta["rows"].get("test"):
         raise ValueError(f"--data {data}: no test rows (meta.json rows); the test rows decide: "
                          "prepare it with split.test_fraction > 0")  # fmt: skip

@@ -226,8 +226,8 @@ def run_retrain(
     say(picked.line)
     refit = None
     if plan.refit:
-        log(f"refitting the pick ({LABELS[role]} seed {seed}) on the training and validation rows")
-        model, refit, line = refit_seed(plan, tracker, exp, model, role, seed, resources, storage)
+        model, refit, line = refit_seed(plan, tracker, exp, model, role, seed, resources, storage,
+                                        log)  # fmt: skip
         say(line)
     decision = decide(plan, scores[role], frozen, current_champion(tracker, plan), role, refit)
     say(decision.line)
@@ -298,13 +298,32 @@ def train_one(
         ckpt, metrics = last_checkpoint(result, join(folder, f"{role}-seed{seed}"))
     except RuntimeError:
         raise ValueError(f"the {role} training of seed {seed} left no checkpoint") from None
-    if result.checkpoint is None:  # its last report read from its checkpoint: logged if lost
-        tracker.log_report(run_id, metrics)
+    if result.checkpoint is None:  # its last report, read from its checkpoint
+        log_lost_scores(tracker, run_id, plan.metric, metrics)
     tracker.set_tags(run_id, {Tag.BEST_CHECKPOINT: ckpt, Tag.LAST_CHECKPOINT: ckpt})
     tracker.finish(run_id)
     if f"test_{plan.metric}" not in metrics:  # killed after its last report: it had none left
         metrics = end_scores(tracker, run_id, plan.metric)
     return metrics, ckpt, run_id
+
+
+def log_lost_scores(tracker: Tracker, run_id: str, metric: str, report: dict[str, Any]) -> None:
+    """Log ``report``'s test and validation scores at its step into ``run_id`` where the run has
+    no test score (``end_scores``): a kill after the checkpoint, before the report reached
+    MLflow. (The report of a resumed run with nothing left to train, which has none, may be
+    there at the same step.)"""
+    import time
+
+    from mlflow.entities import Metric
+
+    if end_scores(tracker, run_id, metric):
+        return
+    step, now = int(report.get("step", 0)), int(time.time() * 1000)
+    numbers = {k: float(v) for k, v in report.items() if isinstance(v, (int, float)) and v == v}
+    scores = [Metric(k, v, now, step) for k, v in numbers.items()
+              if k.startswith(("test_", "val_"))]  # fmt: skip
+    if scores:
+        tracker.client.log_batch(run_id, scores)
 
 
 def end_scores(tracker: Tracker, run_id: str, metric: str) -> dict[str, float]:
@@ -339,13 +358,14 @@ def finished(tracker: Tracker, exp: str, trial: str, metric: str
 
 def refit_seed(
     plan: Plan, tracker: Tracker, exp: str, model: Model, role: str, seed: int,
-    resources: Resources, storage: str,
+    resources: Resources, storage: str, log: Callable[[str], None] = print,
 ) -> tuple[Model, float, str]:  # fmt: skip
     """``model``, the picked ``role``'s ``seed``, trained again on the new period's training and
     validation rows (``Plan.refit_of``; Ray connected): an MLflow run of its own beside the
     seed's (``recsys.kind = refit``, ``recsys.refit_of`` naming the seed's trial), its training
-    ``<role>-seed<seed>-refit`` in the retrain's folder, resumed where a run left it, or found
-    finished. The refit as a ``Model``, its test score, and the line that says it."""
+    ``<role>-seed<seed>-refit`` in the retrain's folder, resumed where a run left it (``log``
+    says it starts), or found finished. The refit as a ``Model``, its test score, and the line
+    that says it (and that it was trained before)."""
     from recsys.data.dataset import split_rows
     from recsys.tune.refit import Refit, open_refit_run, train_into
 
@@ -357,6 +377,7 @@ def refit_seed(
     if done := finished(tracker, exp, trial, plan.metric):  # a re-run trains it no more
         metrics, ckpt, _ = done
     else:
+        log(f"refitting the pick ({LABELS[role]} seed {seed}) on the training and validation rows")
         name = f"{LABELS[role]} seed {seed} refit"
         run_id = open_refit_run(tracker, plan.key, refit, resources.num_workers, name=name)
         try:
@@ -374,7 +395,7 @@ def refit_seed(
               else f"{cfg.train.epochs:.3g} epochs")  # fmt: skip
     line = (f"refitted {LABELS[role]} seed {seed} on {refit.rows_note}, {budget}: "
             f"test_{plan.metric} {score:.4f} (seed {seed}, trained without the validation rows: "
-            f"{own:.4f})")  # fmt: skip
+            f"{own:.4f}){', trained before: not again' if done else ''}")  # fmt: skip
     return Model(trial, ckpt, cfg), score, line
 
 
@@ -438,6 +459,7 @@ def register(
 def promoted(version: str, before: str) -> str:
     """The line of a promotion: the version ``@champion`` names now, and the one it named
     ``before`` ("none" without the alias; the same version: a re-run's)."""
-    was = ("as before" if before == version else "none before" if before == "none"
-           else f"was version {before}")  # fmt: skip
+    if before == version:
+        return f"@{CHAMPION} names version {version} (as before)"
+    was = "none before" if before == "none" else f"was version {before}"
     return f"@{CHAMPION} moved to version {version} ({was})"

@@ -206,26 +206,37 @@ def registered_version(tracker: Tracker, model_uri: str) -> Any:
             return tracker.client.get_model_version_by_alias(name, alias)
         return tracker.client.get_model_version(name, number)
     except Exception as e:  # MlflowException: RESOURCE_DOES_NOT_EXIST, its message says which
-        there = what_is_registered(tracker, name)
+        there = what_is_registered(tracker, name, by_alias=bool(alias))
         raise ValueError(f"--model {model_uri!r}: not in {tracker.uri}: {e}{there}") from None
 
 
-def what_is_registered(tracker: Tracker, name: str) -> str:
-    """For an error on ``name``: its versions and aliases where it has some (a version gets
-    ``@champion`` only from a win: name one by number then), else the registered models."""
+SHOWN = 10  # the versions or models an error lists at most (the newest)
+
+
+def what_is_registered(tracker: Tracker, name: str, by_alias: bool = True) -> str:
+    """For an error on ``name``: its newest versions and its aliases where it has some (asked
+    ``by_alias``: a version gets ``@champion`` only from a win, so name one by number), else
+    the registered models."""
     try:
         versions = sorted(tracker.client.search_model_versions(f"name = '{name}'"),
                           key=lambda v: int(v.version))  # fmt: skip
         if not versions:
             names = sorted(m.name for m in tracker.client.search_registered_models())
-            return f" (registered there: {', '.join(names) or 'none'})"
+            return f" (registered there: {shown(names) or 'none'})"
         aliases = {a: v.version for v in versions for a in (v.aliases or [])}
         held = ", ".join(f"@{a} (version {v})" for a, v in sorted(aliases.items())) or "none"
-        return (f" ({name} has versions {', '.join(str(v.version) for v in versions)}; aliases: "
-                f"{held}; a version gets @{CHAMPION} only where it won: name one by number, "
-                f"models:/{name}/{versions[-1].version})")  # fmt: skip
+        hint = (f"; a version gets @{CHAMPION} only where it won: name one by number, "
+                f"models:/{name}/{versions[-1].version}" if by_alias else "")  # fmt: skip
+        numbers = shown([str(v.version) for v in versions])
+        return f" ({name} has versions {numbers}; aliases: {held}{hint})"
     except Exception:  # (the store itself failed: its error above says so)
         return ""
+
+
+def shown(items: list[str]) -> str:
+    """``items`` joined, the last ``SHOWN`` of them where there are more."""
+    cut = f"... ({len(items) - SHOWN} more), " if len(items) > SHOWN else ""
+    return cut + ", ".join(items[-SHOWN:])
 
 
 def registered_trial(tracker: Tracker, model_uri: str) -> tuple[str, str, Any]:

@@ -190,6 +190,8 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert (third.tags["recsys.champion"] == "yes") == won
     cli.main([*flags, "--model", "models:/m/1", "--refit"])  # again: nothing trained or added
     assert len(calls) == 5 and len(tracker.client.search_model_versions("name = 'm'")) == 3
+    printed = capsys.readouterr().out  # and said so
+    assert "refitting the pick" not in printed and "), trained before: not again" in printed
     assert tracker.client.get_model_version("m", "3").tags == third.tags  # (its verdict kept)
     with pytest.raises(ValueError, match="version 3 was trained on this folder already"):
         plan_retrain(tracker, "models:/m/3", weeks[1], epochs=1.0, seeds=2)  # (its own data)

@@ -231,6 +231,11 @@ def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
         retrain.main(["--model", "models:/m@champion", *base])
     with pytest.raises(SystemExit, match=r"\(registered there: m\)"):
         retrain.main(["--model", "models:/nope@champion", *base])
+    with pytest.raises(SystemExit, match=r"\(m has versions 1, 2; aliases: none\)$"):
+        retrain.main(["--model", "models:/m/7", *base])  # (named by number: no hint)
+    from recsys.serving.mlflow_model import shown
+
+    assert shown([str(k) for k in range(1, 13)]) == "... (2 more), 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"
     with pytest.raises(SystemExit, match="expected models:/NAME@ALIAS or models:/NAME/VERSION"):
         retrain.main(["--model", "nope", *base])
     with pytest.raises(SystemExit):
@@ -238,7 +243,7 @@ def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
     assert "--seeds: '0'" in capsys.readouterr().err
 
 
-def test_a_retrain_trains_on_as_many_workers_as_the_champion_by_default(tmp_path):
+def test_a_retrain_trains_on_as_many_workers_as_the_champion_by_default(tmp_path, monkeypatch):
     """A batch size is each worker's: by default a retrain's trainings have the workers that
     wrote the champion's checkpoint (its global batch and steps as its trial's), else the
     usual default; ``--num-workers`` overrides it."""
@@ -251,7 +256,15 @@ def test_a_retrain_trains_on_as_many_workers_as_the_champion_by_default(tmp_path
     assert retrain.champion_workers(str(tmp_path)) == 1
     fallback = WorkerOptions().num_workers
     assert retrain.champion_workers(str(tmp_path / "none")) == fallback  # unreadable
-    assert retrain.champion_workers("s3://bucket/ckpt") == fallback  # (not read from a store)
+    import pyarrow.fs
+
+    from recsys.runtime import storage
+
+    local = (pyarrow.fs.LocalFileSystem(), str(tmp_path))  # a store, read as one
+    monkeypatch.setattr(storage, "filesystem", lambda uri: local)
+    assert retrain.champion_workers("s3://bucket/ckpt") == 1  # its rank 0's file alone read
+    local = (pyarrow.fs.LocalFileSystem(), str(tmp_path / "none"))
+    assert retrain.champion_workers("s3://bucket/none") == fallback
     base = ["--model", "models:/m@champion", "--data", "d"]
     assert retrain.parse_args(base).num_workers is None  # (then the champion's)
     assert retrain.parse_args([*base, "--num-workers", "3"]).num_workers == 3
@@ -462,7 +475,7 @@ def test_a_promotion_moves_the_alias_only_from_the_version_it_started_from_or_no
     assert blocked(win, "5", "3", own=True) == ""  # version 5: this retrain's (a re-run's)
     assert promoted("4", "3") == "@champion moved to version 4 (was version 3)"
     assert promoted("4", "none") == "@champion moved to version 4 (none before)"
-    assert promoted("4", "4") == "@champion moved to version 4 (as before)"
+    assert promoted("4", "4") == "@champion names version 4 (as before)"
 
 
 def test_a_training_killed_after_its_last_report_is_scored_from_its_run(tmp_path, monkeypatch):
@@ -505,6 +518,8 @@ def test_a_training_killed_before_ray_train_recorded_its_last_checkpoint_resumes
     import json
     from types import SimpleNamespace
 
+    from mlflow.entities import Metric
+
     import recsys.train.launch as launch
     from recsys.lifecycle.retrain import train_one
     from recsys.tracking.tags import Tag
@@ -519,8 +534,14 @@ def test_a_training_killed_before_ray_train_recorded_its_last_checkpoint_resumes
     (step / ".metadata").write_text("")  # (DCP's, written last)
     (step / "metrics.json").write_text(json.dumps({"step": 16, "val_auc": 0.64, "test_auc": 0.63}))
     nothing_left = SimpleNamespace(metrics={"step": 16}, checkpoint=None)
-    monkeypatch.setattr(launch, "make_run",
-                        lambda *a, **k: SimpleNamespace(fit=lambda: nothing_left))  # fmt: skip
+
+    def fit() -> SimpleNamespace:  # its report, without scores, logged by Ray Train's controller
+        other = Tracker(tracker.uri)  # (another process's client)
+        run = other.find_trial_run(exp, f"{p.key}.retrained-2")
+        other.client.log_batch(run.info.run_id, [Metric("step", 16, 0, 16)])
+        return nothing_left
+
+    monkeypatch.setattr(launch, "make_run", lambda *a, **k: SimpleNamespace(fit=fit))
     metrics, ckpt, run_id = train_one(p, "retrained", 2, tracker, exp, "parent", Resources(2),
                                       str(tmp_path / "runs"))  # fmt: skip
     assert ckpt == str(step) and metrics["test_auc"] == 0.63 and metrics["val_auc"] == 0.64
