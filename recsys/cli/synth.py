@@ -12,12 +12,13 @@ from recsys.demo import clicklogs
 
 
 def main(argv: list[str] | None = None) -> None:
+    # flags named whole (no abbreviations): the other kind of log's flags are refused below
     p = argparse.ArgumentParser(
         prog="recsys-synth",
         description=clicklogs.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
-    )  # fmt: skip (flags named whole: see below)
+    )
     p.add_argument("--out", required=True, help="output folder (Parquet files)")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the click log")
     p.add_argument("--files", type=int, default=4,
