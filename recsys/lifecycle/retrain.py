@@ -198,7 +198,7 @@ def run_retrain(
     def one(job: tuple[str, int]) -> None:
         role, seed = job
         mine = tracker if concurrent <= 1 else Tracker(tracker.uri)  # (a training's own)
-        before = finished(mine, exp, f"{plan.key}.{role}-{seed}", plan.metric)
+        before = finished(mine, exp, f"{plan.key}.{role}-{seed}", plan.metric)  # not again
         metrics, ckpt, run_id = before or train_one(plan, role, seed, mine, exp, parent,
                                                     resources, folder)  # fmt: skip
         val = float(metrics.get(f"val_{plan.metric}", math.nan))
@@ -268,7 +268,8 @@ def train_one(
 ) -> tuple[dict[str, Any], str, str]:  # fmt: skip
     """One training (a run named ``<role>-seed<seed>`` in ``folder``, resumed where a run left it:
     on Ray Train, or in a Ray task for one CPU worker, ``recsys.train.launch``), its reports
-    logged to its MLflow run; its last report, checkpoint, run id."""
+    logged to its MLflow run; its last report, checkpoint, run id. (One a run finished is not
+    trained again: ``run_retrain`` takes it from ``finished``.)"""
     import yaml
 
     from recsys.runtime.storage import join
@@ -278,8 +279,6 @@ def train_one(
 
     cfg = plan.config_of(role, seed)
     trial = f"{plan.key}.{role}-{seed}"
-    if done := finished(tracker, exp, trial, plan.metric):  # a re-run trains it no more
-        return done
     run_id = tracker.trial_run(exp, parent, plan.key, trial, flat_params(cfg.to_dict()),
                                kind=role, name=f"{role} seed {seed}")  # fmt: skip
     tracker.log_text(run_id, yaml.safe_dump(cfg.to_dict()), "config.yaml")
