@@ -125,29 +125,26 @@ def save(
 
 
 def _read_worker(folder: str, rank: int) -> dict[str, Any]:
-    """Rank ``rank``'s worker file, or ``CheckpointError`` naming it."""
+    """Rank ``rank``'s worker file (in an object store: that file alone read), or
+    ``CheckpointError`` naming it."""
+    import io
+
+    from recsys.runtime import storage
+
     try:
-        return dict(torch.load(_worker_file(folder, rank), weights_only=True))
+        if not storage.is_uri(folder):
+            return dict(torch.load(_worker_file(folder, rank), weights_only=True))
+        fs, path = storage.filesystem(_worker_file(folder, rank))
+        with fs.open_input_stream(path) as f:
+            return dict(torch.load(io.BytesIO(f.read()), weights_only=True))
     except Exception as e:
         raise CheckpointError(f"{folder}: worker_{rank}.pt unreadable ({e})") from None
 
 
 def saved_world_size(folder: str) -> int:
-    """How many workers wrote the checkpoint in ``folder`` (from rank 0's worker file; of a
-    checkpoint in an object store, that file alone is read)."""
-    import io
-
-    from recsys.runtime import storage
-
-    if not storage.is_uri(folder):
-        return int(_read_worker(folder, 0).get("world_size", 0))
-    try:
-        fs, path = storage.filesystem(folder)
-        with fs.open_input_stream(f"{path.rstrip('/')}/worker_0.pt") as f:
-            record = torch.load(io.BytesIO(f.read()), weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"{folder}: worker_0.pt unreadable ({e})") from None
-    return int(dict(record).get("world_size", 0))
+    """How many workers wrote the checkpoint in ``folder`` (a folder or an object store URI),
+    from rank 0's worker file."""
+    return int(_read_worker(folder, 0).get("world_size", 0))
 
 
 def verify(folder: str) -> None:

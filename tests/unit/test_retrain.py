@@ -260,10 +260,13 @@ def test_a_retrain_trains_on_as_many_workers_as_the_champion_by_default(tmp_path
 
     from recsys.runtime import storage
 
-    local = (pyarrow.fs.LocalFileSystem(), str(tmp_path))  # a store, read as one
-    monkeypatch.setattr(storage, "filesystem", lambda uri: local)
+    def local(uri: str) -> tuple:  # a store, read as one: s3://bucket/... is under tmp_path
+        return pyarrow.fs.LocalFileSystem(), uri.replace("s3://bucket", str(tmp_path))
+
+    monkeypatch.setattr(storage, "filesystem", local)
+    (tmp_path / "ckpt").mkdir()
+    torch.save({"world_size": 1}, tmp_path / "ckpt" / "worker_0.pt")
     assert retrain.champion_workers("s3://bucket/ckpt") == 1  # its rank 0's file alone read
-    local = (pyarrow.fs.LocalFileSystem(), str(tmp_path / "none"))
     assert retrain.champion_workers("s3://bucket/none") == fallback
     base = ["--model", "models:/m@champion", "--data", "d"]
     assert retrain.parse_args(base).num_workers is None  # (then the champion's)
