@@ -10,35 +10,36 @@ import sys
 
 from recsys.demo import clicklogs
 
+# each kind of log's own flags and their defaults (untyped flags are None: the other kind's,
+# typed, are refused, as recsys-export refuses an option its source would ignore)
+CLICKS = {"rows": 200_000, "files": 4}
+DRIFT = {"periods": 3, "rows_per_period": 20_000}
+
 
 def main(argv: list[str] | None = None) -> None:
-    # flags named whole (no abbreviations): the other kind of log's flags are refused below
-    p = argparse.ArgumentParser(
-        prog="recsys-synth",
-        description=clicklogs.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    p = argparse.ArgumentParser(prog="recsys-synth", description=clicklogs.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", required=True, help="output folder (Parquet files)")
-    p.add_argument("--rows", type=int, default=200_000, help="rows of the click log")
-    p.add_argument("--files", type=int, default=4,
-                   help="Parquet files, in time order, of as many rows each as can be")  # fmt: skip
+    p.add_argument("--rows", type=int, help=f"rows of the click log (default {CLICKS['rows']})")
+    p.add_argument("--files", type=int, help="Parquet files, in time order, of as many rows each "
+                   f"as can be (default {CLICKS['files']})")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same rows")
     p.add_argument(
         "--drift", action="store_true",
         help="the drifting log instead (recsys.demo.drift): --periods folders OUT/period-<k>/ "
         "of --rows-per-period rows each, and OUT/schema.yaml to prepare them with",
     )  # fmt: skip
-    p.add_argument("--periods", type=int, default=3, help="--drift: its periods")
-    p.add_argument("--rows-per-period", type=int, default=20_000,
-                   help="--drift: the rows of each period")  # fmt: skip
+    p.add_argument("--periods", type=int, help=f"--drift: its periods (default {DRIFT['periods']})")
+    p.add_argument("--rows-per-period", type=int, help="--drift: the rows of each period "
+                   f"(default {DRIFT['rows_per_period']})")  # fmt: skip
     args = p.parse_args(argv)
-    given = {a.lstrip("-").split("=")[0] for a in (argv if argv is not None else sys.argv[1:])
-             if a.startswith("--")}  # fmt: skip
-    other = {"rows", "files"} if args.drift else {"periods", "rows-per-period"}
-    if misplaced := sorted(given & other):
-        p.error(f"--{misplaced[0]} is not read {'with' if args.drift else 'without'} --drift"
+    mine, other = (DRIFT, CLICKS) if args.drift else (CLICKS, DRIFT)
+    if typed := [k for k in other if getattr(args, k) is not None]:
+        flag, where = f"--{typed[0].replace('_', '-')}", "with" if args.drift else "without"
+        p.error(f"{flag} is not read {where} --drift"
                 f"{' (--rows-per-period sets its rows)' if args.drift else ''}")  # fmt: skip
+    for k, default in mine.items():
+        setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
     try:
         if args.drift:
             write_drift(args.out, args.periods, args.rows_per_period, args.seed)
