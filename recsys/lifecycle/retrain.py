@@ -432,7 +432,7 @@ def register(
     nothing in the way (the alias still names ``plan.version`` or a version this retrain
     registered, or none is set). Its version, and a line where the decision promotes it: that
     the alias moved (``promoted``), or why not (``blocked``)."""
-    from recsys.serving.mlflow_model import export_to_run, newest_version
+    from recsys.serving.mlflow_model import export_to_run, move_champion, newest_version
 
     run = tracker.find_trial_run(exp, model.trial)
     if run is None:
@@ -450,7 +450,7 @@ def register(
     for k, v in tags.items():
         client.set_model_version_tag(plan.name, version, k, v)
     if decision.promote and not moved:
-        client.set_registered_model_alias(plan.name, CHAMPION, version)
+        move_champion(client, plan.name, version)
         return version, promoted(version, now)
     return version, moved
 

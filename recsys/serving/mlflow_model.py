@@ -181,9 +181,23 @@ def crown(tracker: Tracker, name: str, sweep: str, run_id: str) -> tuple[str, st
         client.set_model_version_tag(name, version, key, value)
     if not wins:
         return f"models:/{name}/{version}", f"not @{CHAMPION}: {tags[Tag.CHAMPION][4:]}"
-    client.set_registered_model_alias(name, CHAMPION, version)
+    move_champion(client, name, version)
     kind = "a reference no trial beats" if Tag.WINNER in tags else "the confirmed winner"
     return f"models:/{name}@{CHAMPION}", f"@{CHAMPION}: version {version}, {kind}"
+
+
+def move_champion(client: Any, name: str, version: str) -> None:
+    """``@champion`` of registered model ``name`` moved to ``version``; the version it leaves
+    re-tagged ``recsys.champion: "was: @champion moved to version N"`` (its ``yes`` said it
+    held the alias: one version of a name says ``yes``, the one the alias names)."""
+    try:
+        before = str(client.get_model_version_by_alias(name, CHAMPION).version)
+    except Exception:  # MlflowException: the name has no @champion yet
+        before = ""
+    client.set_registered_model_alias(name, CHAMPION, version)
+    if before and before != str(version):
+        said = f"was: @{CHAMPION} moved to version {version}"
+        client.set_model_version_tag(name, before, Tag.CHAMPION, said)
 
 
 def newest_version(tracker: Tracker, name: str, run_id: str) -> str:

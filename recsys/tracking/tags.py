@@ -21,7 +21,7 @@ class Tag:
     SEARCHED = "recsys.searched"  # the sampled params of a trial, as JSON
     REFERENCE = "recsys.reference"  # a baseline's run: "best of N: ..." (chosen) or "candidate";
     # on the parent, + ".<arch>": that arch's chosen reference trial
-    CHAMPION = "recsys.champion"  # a registered model version: "yes", or "no: <why>"
+    CHAMPION = "recsys.champion"  # a model version: "yes", "no: <why>", or "was: <moved>"
     VERDICT = "recsys.verdict"  # on the parent, + ".<arch>": beats / ties / does not beat, lead
     REFIT_OF = "recsys.refit_of"  # a refit's run (kind "refit"): the trial it trains again
     REFIT_ROWS = "recsys.refit_rows"  # ... and the rows it trained on

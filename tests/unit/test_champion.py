@@ -42,6 +42,23 @@ def test_the_confirmed_winner_is_the_champion(tmp_path):
     assert version.tags[f"{Tag.VERDICT}.lr"] == "beats: lead +0.0200"
 
 
+def test_the_version_the_alias_leaves_no_longer_says_yes(tmp_path):
+    """A second winner takes @champion; the first keeps its verdicts but not its ``yes`` (one
+    version of a name says ``yes``: the one the alias names)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker, first = sweep_with(uri, **WON)
+    crown(tracker, "m", "s", first)
+    _, second = sweep_with(uri, **WON)
+    crown(tracker, "m", "s", second)
+    client = MlflowClient(uri)
+    assert str(client.get_model_version_by_alias("m", "champion").version) == "2"
+    old, new = client.get_model_version("m", "1"), client.get_model_version("m", "2")
+    assert old.tags[Tag.CHAMPION] == "was: @champion moved to version 2"
+    assert new.tags[Tag.CHAMPION] == "yes" and old.tags[f"{Tag.VERDICT}.lr"].startswith("beats")
+    crown(tracker, "m", "s", second)  # crowned again: it stays, and says so
+    assert client.get_model_version("m", "2").tags[Tag.CHAMPION] == "yes"
+
+
 @pytest.mark.parametrize(
     ("tags", "why"),
     [
