@@ -52,6 +52,18 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
+def model_uri(text: str) -> str:
+    """An ``argparse`` type: a registered model, ``models:/NAME@ALIAS`` or
+    ``models:/NAME/VERSION``, refused with the value otherwise (before MLflow is imported)."""
+    from recsys.tracking.uris import parse_model_uri
+
+    try:
+        parse_model_uri(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--model ")) from None
+    return text
+
+
 TYPES: dict[str, Callable[[str], Any]] = {"count": count, "positive": positive, "int": whole,
                                           "float": number, "str": str}  # fmt: skip
 

@@ -16,7 +16,7 @@ import argparse
 import os
 from typing import Any
 
-from recsys.cli import add_address, add_options, positive, ray_address
+from recsys.cli import add_address, add_options, model_uri, positive, ray_address
 from recsys.config_registry import EXPERIMENTS, from_file, named
 from recsys.configlib import ConfigError, flag_of, options
 from recsys.runtime.cluster import WorkerOptions
@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--checkpoint", help="a checkpoint folder or URI (with --experiment or --config)"
     )
     src.add_argument(
-        "--model", metavar="models:/NAME@ALIAS",
+        "--model", type=model_uri, metavar="models:/NAME@ALIAS",
         help="a registered model (models:/NAME@ALIAS or models:/NAME/VERSION): export its trial "
         "again from its best checkpoint, e.g. in another --dtype",
     )  # fmt: skip

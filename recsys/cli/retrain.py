@@ -23,7 +23,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from recsys.cli import add_address, add_options, count, positive, ray_address
+from recsys.cli import add_address, add_options, count, model_uri, positive, ray_address
 from recsys.configlib import ConfigError
 from recsys.runtime.cluster import WorkerOptions
 
@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--model",
         required=True,
+        type=model_uri,
         metavar="models:/NAME@ALIAS",
         help="the registered model to retrain (models:/NAME@ALIAS or /VERSION)",
     )
@@ -115,7 +116,13 @@ def champion_workers(checkpoint: str) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    from recsys.lifecycle.plan import check_request
     from recsys.runtime.storage import check_storage, resolved
+
+    try:  # what the command line alone refuses, before MLflow is imported (seconds)
+        check_request(args.model, resolved(args.data), args.seeds, args.metric, args.refit)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     from recsys.tracking.tracker import Tracker
     from recsys.tune.state import reading_uri
 

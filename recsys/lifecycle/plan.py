@@ -23,13 +23,15 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from recsys.config import ExperimentConfig
 from recsys.tracking.tags import Tag
-from recsys.tracking.tracker import Tracker
+
+if TYPE_CHECKING:
+    from recsys.tracking.tracker import Tracker
 
 ROLES = ("retrained", "scratch")  # the trainings of a retrain, per seed
 METRICS = ("auc", "gauc", "log_loss")
@@ -88,23 +90,15 @@ def plan_retrain(
     """The retrain of ``model_uri`` on the prepared folder ``data`` (the module's rules;
     ``refit``: the folder holds validation rows to refit on); a ``ValueError`` names what is
     refused."""
-    from recsys.data.prepared.meta import read_meta
     from recsys.serving.mlflow_model import registered_trial, registered_version
     from recsys.tune.refit import peak_epochs
 
-    if seeds < 2:
-        raise ValueError(f"--seeds {seeds}: at least 2 (the noise needs two values)")
-    if metric not in METRICS:
-        raise ValueError(f"--metric {metric!r}: one of {', '.join(METRICS)}")
-    check_local(data)
+    check_request(model_uri, data, seeds, metric, refit)
     source = registered_version(tracker, model_uri)
     name, version = str(source.name), str(source.version)
     run_id, ckpt, frozen = registered_trial(tracker, model_uri)
     cfg = on_period(frozen, data)
     check_period(frozen, cfg, data, metric, f"version {version}")
-    if refit and not read_meta(data)["rows"].get("val"):
-        raise ValueError(f"--refit: {data} has no validation rows to refit on (meta.json rows); "
-                         "prepare it with split.val_fraction > 0")  # fmt: skip
     if cfg.train.solver != "lbfgs":
         budget = epochs if epochs is not None else trained_epochs(tracker, run_id, peak_epochs)
         cfg = unstretched(frozen, cfg).with_overrides({"train.epochs": budget,
@@ -124,6 +118,27 @@ def unstretched(frozen: ExperimentConfig, cfg: ExperimentConfig) -> ExperimentCo
         return cfg
     train, val = split_rows(frozen)
     return cfg.with_overrides(stretched(cfg, train / (train + val)))
+
+
+def check_request(model_uri: str, data: str, seeds: int, metric: str, refit: bool) -> None:
+    """What the request alone refuses, before the tracking store is read (``recsys-retrain``
+    says it in the time it takes to parse its command line): a malformed model URI, too few
+    seeds, an unknown metric, a folder that is not a local finished preparation, ``refit``
+    where the folder has no validation rows; a ``ValueError`` (a ``DataError`` for the folder)
+    names it."""
+    from recsys.data.prepared.meta import read_meta
+    from recsys.tracking.uris import parse_model_uri
+
+    parse_model_uri(model_uri)
+    if seeds < 2:
+        raise ValueError(f"--seeds {seeds}: at least 2 (the noise needs two values)")
+    if metric not in METRICS:
+        raise ValueError(f"--metric {metric!r}: one of {', '.join(METRICS)}")
+    check_local(data)
+    meta = read_meta(data)  # a finished preparation
+    if refit and not meta["rows"].get("val"):
+        raise ValueError(f"--refit: {data} has no validation rows to refit on (meta.json rows); "
+                         "prepare it with split.val_fraction > 0")  # fmt: skip
 
 
 def check_local(data: str) -> None:

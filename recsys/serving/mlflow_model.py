@@ -24,6 +24,7 @@ from recsys.serving.scorer import (
 )
 from recsys.tracking.tags import Tag
 from recsys.tracking.tracker import Tracker, run_config
+from recsys.tracking.uris import parse_model_uri
 
 # What the libraries print while an export runs that says nothing to its user (the console test:
 # tests/distributed/test_export.py): DCP's note on loading without a process group (the export
@@ -209,12 +210,7 @@ def newest_version(tracker: Tracker, name: str, run_id: str) -> str:
 def registered_version(tracker: Tracker, model_uri: str) -> Any:
     """The MLflow model version ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` names; a
     malformed URI, or an unknown name, alias or version, named."""
-    match = re.fullmatch(r"models:/([^/@]+)(?:@([^/@]+)|/(\d+))", model_uri)
-    if not match:
-        raise ValueError(
-            f"--model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION"
-        )
-    name, alias, number = match.groups()
+    name, alias, number = parse_model_uri(model_uri)
     try:
         if alias:
             return tracker.client.get_model_version_by_alias(name, alias)

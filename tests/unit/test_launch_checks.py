@@ -104,17 +104,21 @@ def test_a_command_that_reads_a_store_refuses_a_folder_without_one(tmp_path, mon
     """``recsys-export --sweep/--model`` and ``recsys-retrain`` read the runs and models a sweep
     left: in a folder without ``mlflow.db`` (and no ``--tracking-uri``) they say so, and leave
     no empty store behind."""
-    from recsys.cli import export, retrain
+    import numpy as np
 
+    from recsys.cli import export, retrain
+    from tests.helpers import prepared_log
+
+    data = prepared_log(tmp_path / "week2", {"click": np.arange(1000) % 2})
     monkeypatch.chdir(tmp_path)
     said = f"no MLflow store here ({tmp_path / 'mlflow.db'} does not exist)"
     for main, argv in [(export.main, ["--sweep", "s"]),
                        (export.main, ["--model", "models:/m@champion"]),
                        (export.main, ["--sweep", "s", "--refit"]),
-                       (retrain.main, ["--model", "models:/m@c", "--data", "d"])]:  # fmt: skip
+                       (retrain.main, ["--model", "models:/m@c", "--data", data])]:  # fmt: skip
         with pytest.raises(SystemExit, match=re.escape(said)):
             main(argv)
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == ["week2"]
 
 
 def test_a_refit_needs_a_sweep_to_refit_and_an_export_to_make(capsys):

@@ -213,10 +213,14 @@ def test_a_period_prepared_otherwise_is_refused(tmp_path):
 
 def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
     """``recsys-retrain``: a model the store lacks, or too few seeds, refused naming it."""
-    from recsys.cli import retrain
+    import numpy as np
 
+    from recsys.cli import retrain
+    from tests.helpers import prepared_log
+
+    data = prepared_log(tmp_path, {"click": np.arange(1000) % 2})
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    base = ["--data", str(tmp_path), "--tracking-uri", uri]
+    base = ["--data", data, "--tracking-uri", uri]
     with pytest.raises(SystemExit, match="error: --model 'models:/nope@champion': not in"):
         retrain.main(["--model", "models:/nope@champion", *base])
     from recsys.tracking.tracker import Tracker  # a model whose versions never won: named
@@ -236,8 +240,11 @@ def test_the_command_refuses_before_ray_starts(tmp_path, capsys):
     from recsys.serving.mlflow_model import shown
 
     assert shown([str(k) for k in range(1, 13)]) == "... (2 more), 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"
-    with pytest.raises(SystemExit, match="expected models:/NAME@ALIAS or models:/NAME/VERSION"):
+    with pytest.raises(SystemExit):
         retrain.main(["--model", "nope", *base])
+    assert "--model: 'nope': expected models:/NAME@ALIAS or models:/NAME/VERSION" in (
+        capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):
         retrain.parse_args(["--model", "models:/m@champion", "--data", "d", "--seeds", "0"])
     assert "--seeds: '0'" in capsys.readouterr().err
@@ -580,3 +587,31 @@ def test_a_checkpoint_uploaded_to_a_store_carries_its_report(tmp_path, monkeypat
     assert not reporter.direct
     reporter.report({"step": 7, "test_auc": 0.6}, reporter.checkpoint_dir(7), 7)
     assert "metrics.json" in uploaded["files"] and uploaded["report"]["test_auc"] == 0.6
+
+
+def test_what_the_command_line_alone_refuses_is_refused_before_mlflow_is_imported(tmp_path):
+    """A malformed ``--model`` (``recsys-retrain``, ``recsys-export``) or a ``--data`` that is no
+    local prepared folder is named in the time it takes to parse the command line: MLflow
+    (seconds of imports) is not loaded yet."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from recsys.cli import {0}\n"
+            "try:\n"
+            "    {0}.main(sys.argv[1:])\n"
+            "except SystemExit as e:\n"
+            "    print(e, 'mlflow' in sys.modules)\n")  # fmt: skip
+    missing = str(tmp_path / "week2")
+    for command, argv, said in (
+        ("retrain", ["--model", "nope", "--data", missing], "'nope': expected models:/NAME@ALIAS"),
+        ("retrain", ["--model", "models:/m@champion", "--data", missing],
+         f"{missing}: not a prepared folder"),
+        ("retrain", ["--model", "models:/m/2", "--data", "s3://b/week2"],
+         "a retrain reads a local prepared folder"),
+        ("export", ["--model", "models:/m"], "'models:/m': expected models:/NAME@ALIAS"),
+    ):  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", code.format(command), *argv],
+                              capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
+        assert said in done.stdout + done.stderr, done
+        assert done.stdout.rstrip().endswith("False"), done.stdout
