@@ -71,7 +71,12 @@ class BilinearFusion(nn.Module):
         """``o1: [B, d1]``, ``o2: [B, d2]`` -> logits ``[B, T]``."""
         x = o1.reshape(o1.shape[0], self.heads, self.h1)
         y = o2.reshape(o2.shape[0], self.heads, self.h2)
-        pairs = torch.einsum("bhi,htij,bhj->bt", x, self.bilinear, y)
+        # the weight through a flat view: its gradient then comes back with the strides of the
+        # weight's own layout (einsum's has other strides on the dims of size 1, one head or one
+        # task: the same memory, but DDP compares strides and warns that the gradient breaks
+        # its layout contract); views both ways, no copy
+        weight = self.bilinear.view(-1).view(self.bilinear.shape)  # [H, T, h1, h2]
+        pairs = torch.einsum("bhi,htij,bhj->bt", x, weight, y)
         return self.linear1(o1) + self.linear2(o2) + pairs
 
 

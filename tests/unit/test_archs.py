@@ -23,8 +23,10 @@ ROWS = [50, 300, 20]
 @pytest.mark.parametrize("name", list(archs.ARCHS))
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_every_registered_arch_builds_and_scores_a_batch(name, tasks):
-    """``(dense [B, I], kjt) -> logits [B, T]``, finite, over tables of the registered width:
-    what every architecture must do, checked for each one registered."""
+    """``(dense [B, I], kjt) -> logits [B, T]``, finite, over tables of the registered width,
+    and every parameter's gradient in the parameter's own strides (what DDP's reducer expects of
+    the dense parameters, and warns about on every trial otherwise): what every architecture
+    must do, checked for each one registered."""
     emb = EmbeddingConfig(num_embeddings=ROWS, dim=8)
     cfg = ExperimentConfig(model=ModelConfig(arch=name, num_dense=3), embeddings=emb)
     torch.manual_seed(0)
@@ -32,6 +34,10 @@ def test_every_registered_arch_builds_and_scores_a_batch(name, tasks):
     kjt = make_kjt(emb.names(), ROWS, batch=5, hot=2)
     logits = model(torch.randn(5, 3), kjt)
     assert logits.shape == (5, tasks) and torch.isfinite(logits).all()
+    logits.sum().backward()
+    strides = {n: (p.grad.stride(), p.stride()) for n, p in model.named_parameters()
+               if p.grad is not None and p.grad.stride() != p.stride()}  # fmt: skip
+    assert not strides, strides
     width = archs.get(name).table_width
     assert cfg.tables.dim == (8 if width is None else width(8, 1))
 
