@@ -191,7 +191,7 @@ def run_retrain(
     tracker.set_tags(parent, {Tag.PARENT_VERSION: plan.version, Tag.DATA: plan.data})
     frozen_scores = score_frozen(plan.frozen, plan.checkpoint, plan.cfg)  # first: it is cheap
     frozen = frozen_scores.get(f"test_{plan.metric}", math.nan)
-    log(f"frozen champion (version {plan.version}): test_{plan.metric} {frozen:.4f}")
+    log(f"frozen {plan.name} version {plan.version}: test_{plan.metric} {frozen:.4f}")
     folder = storage_join(storage, f"retrain-{plan.key}")
     trained: dict[tuple[str, int], tuple[float, float, str]] = {}  # (role, seed) -> test, val, ckpt
 
