@@ -123,9 +123,11 @@ def main(argv: list[str] | None = None) -> None:
         check_request(args.model, resolved(args.data), args.seeds, args.metric, args.refit)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    from recsys.serving.mlflow_model import quiet_libraries
     from recsys.tracking.tracker import Tracker
     from recsys.tune.state import reading_uri
 
+    quiet_libraries()  # the console the frozen model's scoring and the pick's export print
     try:  # everything refused before Ray starts
         tracker = Tracker(reading_uri(args.tracking_uri, os.getcwd()))
         plan = checked_plan(args, tracker, resolved(args.data))
