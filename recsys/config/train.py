@@ -190,7 +190,8 @@ class TrainConfig:
             sets both from its space's ``metric`` and ``mode``.
         patience: stop early after this many reports with validation metrics whose ``monitor``
             did not improve on the best (0: never); the best checkpoint is kept.
-        quiet: no per-step loss lines (sweeps: their progress table shows the trials).
+        quiet: no per-step loss, validation or stopping lines (sweeps: their driver says as
+            each trial starts and ends).
         checkpoint_staging: where a worker stages its checkpoint before Ray uploads it, when the
             run's storage is not a file system (an object store URI); empty: the system's temp
             folder. Its free space is checked before each checkpoint. On a file-system storage

@@ -344,11 +344,13 @@ class Trainer:
             self.clock.ckpt_s += time.perf_counter() - t1
         self.history = []
         self.clock.new_interval()
-        if env.is_main and "val_auc" in metrics and not cfg.train.quiet:
+        if not env.is_main or cfg.train.quiet:  # (a sweep's driver says how each trial ended)
+            return metrics
+        if "val_auc" in metrics:
             self.log(f"step {step}: val auc {metrics['val_auc']:.4f} ne {metrics['val_ne']:.4f}")
-        if env.is_main and self.converged and self.solver is not None:
+        if self.converged and self.solver is not None:
             self.log(f"step {step}: the solver converged (objective {self.solver.last:.6g})")
-        if env.is_main and self.stopped_early:
+        if self.stopped_early:
             s = self.scorer
             self.log(
                 f"step {step}: {s.monitor} has not improved for {s.patience} reports (best "

@@ -3,7 +3,9 @@ product's LR, trained by its ``Trainer`` on a planted log's prepared rows, predi
 as scikit-learn's ``LogisticRegression`` does at the same L2 strength (its ``C = 4 / (lam N)``:
 an id's weight is the sum of its row's 4 columns, each ``w / 4`` at the optimum, so the penalty
 on it is ``lam / 8 * w^2``; the bias is not penalised in either); and 2 gloo ranks solve it as 1
-does (each pass sums every rank's rows, one all-reduce per evaluation)."""
+does (each pass sums every rank's rows, one all-reduce per evaluation). A quiet run
+(``train.quiet``, as a sweep's trials are) prints nothing of its own, its ending included: the
+sweep's driver says how each trial ended."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def solver_config(folder: str, **overrides) -> ExperimentConfig:
     })  # fmt: skip
 
 
-def solve_rank(rank, world, folder, root):
+def solve_rank(rank, world, folder, root, quiet=False):
     import torch
 
     from recsys.data.input.loader import eval_batches
@@ -44,9 +46,10 @@ def solve_rank(rank, world, folder, root):
     from recsys.train.reporting import LocalReporter
     from recsys.train.trainer import Trainer
 
-    cfg = solver_config(folder)
+    cfg = solver_config(folder, **{"train.quiet": quiet})
     env = current(use_gpu=False)
-    trainer = Trainer(cfg, env, LocalReporter(root, rank), log=lambda s: None)
+    lines: list[str] = []
+    trainer = Trainer(cfg, env, LocalReporter(root, rank), log=lines.append)
     metrics = trainer.train()
     logits, model = [], trainer.stepper.model
     with torch.no_grad():
@@ -57,7 +60,7 @@ def solve_rank(rank, world, folder, root):
             logits.append(out["logits"][mask, 0])
     losses = [loss for r in trainer.reporter.reports for _, loss in r["loss_history"]]
     return {"metrics": metrics, "logits": torch.cat(logits).numpy(), "losses": losses,
-            "rows": len(trainer.splits.train)}  # fmt: skip
+            "rows": len(trainer.splits.train), "lines": lines}  # fmt: skip
 
 
 def test_lbfgs_takes_the_lr_reference_to_scikit_learns_optimum(planted, tmp_path):
@@ -87,7 +90,9 @@ def test_lbfgs_takes_the_lr_reference_to_scikit_learns_optimum(planted, tmp_path
 
 def test_two_ranks_solve_as_one(planted, tmp_path):
     one = run_ranks(solve_rank, planted, str(tmp_path / "one"), world_size=1, timeout=600)
-    two = run_ranks(solve_rank, planted, str(tmp_path / "two"), world_size=2, timeout=600)
+    two = run_ranks(solve_rank, planted, str(tmp_path / "two"), True, world_size=2, timeout=600)
+    assert any("the solver converged" in line for line in one[0]["lines"]), one[0]["lines"]
+    assert two[0]["lines"] == two[1]["lines"] == []  # quiet: not even its ending
     np.testing.assert_allclose(two[0]["losses"][:20], one[0]["losses"][:20], rtol=1e-5)
     # both converge (a relative change of the objective under 1e-9), a few iterations apart where
     # the float32 sums' order differs: the same optimum to 1e-3 in the logits

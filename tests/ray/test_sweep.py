@@ -35,6 +35,9 @@ NOISE = [
     "Traceback",
     "View run",  # MLflow's link per ended run, printed by a tracking server's client
     "\x1b[",  # terminal colour codes (Ray's worker prefixes) in a console that is a pipe
+    "the solver converged",  # a worker's own ending line: the driver's says how a trial ended
+    "); stopped early",
+    "Ray deduplicates logs",  # Ray's note on repeated worker lines
 ]
 
 
