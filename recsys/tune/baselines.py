@@ -251,17 +251,19 @@ def halving(
     folder: str,
     halve: bool,
     rounds: dict[int, pd.DataFrame],
+    t0: float = 0.0,
 ) -> pd.DataFrame:
     """``ref``'s ``points`` trained in the rounds of successive halving (``rungs``; where not
     ``halve``, one round to the end): each round a Tune experiment (``round_folder``), its points
     paused at its rung, the ``survivors`` (against the earlier points' rows of each round,
     ``rounds``, which takes this one's) trained on in the next. Each point's row of its latest
-    round (its ``trial``: its ``POINT``, unique in the sweep), ranked."""
+    round (its ``trial``: its ``POINT``, unique in the sweep), ranked. Its console lines are
+    timed from ``t0`` (0: its start)."""
     named = [{"model.arch": ref.arch, **p, POINT: f"{run.spec.sweep}-{folder}-{i}"}
              for i, p in enumerate(points)]  # fmt: skip
     spec = run.spec_of(ref)
     pauses = {p[POINT]: rungs(trial_config(spec, p)) if halve else [] for p in named}
-    frames, going, t0 = [], named, time.time()
+    frames, going, t0 = [], named, t0 or time.time()
     for k in range(1 + max(map(len, pauses.values()))):
         todo = [{**p, PAUSE: at(pauses[p[POINT]], k)} for p in going]
         tuner = tuner_of(run, ref, todo, round_folder(folder, k), t0)
@@ -297,10 +299,12 @@ def across_rounds(frames: list[pd.DataFrame], space: SearchSpace) -> pd.DataFram
     return latest
 
 
-def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
+def search_reference(run: Run, ref: Reference, t0: float = 0.0) -> tuple[pd.DataFrame, Walk]:
     """``ref``'s trials (its grid, then its walk's steps; ranked) and the walk. Under halving a
     walk's step is halved too, each of its points against the grid's and earlier steps' points
-    at each rung: it goes on only where it would have gone on in the grid."""
+    at each rung: it goes on only where it would have gone on in the grid. Its console lines are
+    timed from ``t0`` (0: its start), the walk's steps on the grid's clock."""
+    t0 = t0 or time.time()
     walk = Walk({k: list(v) for k, v in ref.grid.items()})
     frames, edge = [], 0
     rounds: dict[int, pd.DataFrame] = {}  # round -> every point's row at its end, so far
@@ -308,7 +312,7 @@ def search_reference(run: Run, ref: Reference) -> tuple[pd.DataFrame, Walk]:
     points = [dict(zip(keys, c, strict=True)) for c in itertools.product(*ref.grid.values())]
     halve = halves(ref, run.opts.scheduler)
     while points:
-        frames.append(halving(run, ref, points, folder_of(ref.arch, edge), halve, rounds))
+        frames.append(halving(run, ref, points, folder_of(ref.arch, edge), halve, rounds, t0))
         frame = ranked_refs(frames, run.space)
         best = best_trained(frame, run.space)
         if not ref.edges or best is None:
@@ -340,9 +344,10 @@ def search_references(run: Run, log: Callable[[str], None] = print) -> Found:
     together, each = lanes(run.opts.max_concurrent, len(archs))
     lane = dataclasses.replace(run, opts=dataclasses.replace(run.opts, max_concurrent=each))
     searched: dict[str, tuple[pd.DataFrame, Walk]] = {}
+    t0 = time.time()  # the phase's clock, every reference's and walk's lines on it
 
     def one(arch: str) -> None:
-        frame, walk = searched[arch] = search_reference(lane, run.space.references[arch])
+        frame, walk = searched[arch] = search_reference(lane, run.space.references[arch], t0)
         log(done_line(arch, frame, walk, run.space))
 
     in_lanes(one, archs, together, name="references")

@@ -8,6 +8,7 @@ experiment of the phase and walks the same edges without training again."""
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 import pandas as pd
@@ -65,6 +66,8 @@ def test_a_solved_reference_walks_its_edge_beside_the_search_and_a_resume_keeps_
     chosen = refs[0]["params"]["optim.weight_decay"]
     assert chosen < 0.1  # the walk found a weaker strength better than the grid's best
     assert f"reference lr: val_auc {refs[0]['best_val_auc']:.4f}" in out
+    clocks = [int(m) * 60 + int(s) for m, s in re.findall(r"\[baselines (\d+):(\d+)\]", out)]
+    assert len(clocks) >= 6 and clocks == sorted(clocks), out  # the walk's steps on the grid's
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("refs")
