@@ -152,7 +152,7 @@ def check_local(data: str) -> None:
 
 def on_period(frozen: ExperimentConfig, data: str) -> ExperimentConfig:
     """The champion's configuration on ``data``, whose features must be the model's
-    (``same_features``, before anything else refuses the folder): its tasks from the folder, its
+    (``same_features``, before the period's other checks): its tasks from the folder, its
     own shared tables kept (a reference's were cleared: a table per feature), each table's rows
     the champion's or, where the vocabulary grew past it, the folder's, its dims and QR split the
     champion's (``same_tables``); every split evaluated whole, no warm start yet."""

@@ -117,8 +117,8 @@ def decide(plan: Plan, scores: list[float], frozen: float, champion: str,
     exact = "; the seeds agree exactly: no seed noise measured" if s.std == 0 else ""
     if outside and sign * (mine - frozen) > 0:
         line = (f"{LABELS[role]} {metric} {s.mean:.4f} ({interval}) against the frozen "
-                f"champion's {frozen:.4f}: lead {lead:+.4f}, outside the noise; {model} "
-                f"registered ({mine:.4f}){exact}")  # fmt: skip
+                f"version {plan.version}'s {frozen:.4f}: lead {lead:+.4f}, outside the noise; "
+                f"{model} registered ({mine:.4f}){exact}")  # fmt: skip
         return Decision(True, seed, line, role)
     behind = (s.high < frozen) if plan.mode == "max" else (s.low > frozen)
     why = (

@@ -32,11 +32,12 @@ LOGS = {  # what each log is prepared by
     "planted-60k": lambda folder: planted_prepared(folder, 100_000),  # 60k/20k/20k rows
     "long-tail-8k": lambda folder: long_tail_prepared(folder, 10_000),  # 8k/1k/1k rows
 }
+EXTENDED = {"planted-60k"}  # (minutes: ./run.sh test-extended)
 
 
-@pytest.fixture(
-    scope="module", params=[pytest.param("planted-60k", marks=pytest.mark.extended), "long-tail-8k"]
-)
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=[pytest.mark.extended] if name in EXTENDED else []) for name in LOGS
+])  # fmt: skip
 def log(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     prepared = LOGS[request.param](folder)

@@ -133,6 +133,8 @@ def test_a_killed_retrain_resumes_and_registers_by_its_decision(ray_2_cpus, week
     assert all(0.4 < s < 1.0 for v in outcome.scores.values() for s in v)
     assert not math.isnan(outcome.frozen) and outcome.frozen > 0.4
     assert outcome.decision.line in lines and lines[-1] in outcome.lines
+    assert lines[0] == f"frozen m version 1: test_gauc {outcome.frozen:.4f}"  # (by name: not
+    # every retrained version is the champion)
     assert any(ln.startswith("warm start against from scratch: lead") for ln in lines)
     val = {r: [tracker.find_trial_run(exp, f"{plan.key}.{r}-{s}").data.metrics["val_gauc"]
                for s in (1, 2)] for r in ("retrained", "scratch")}  # fmt: skip

@@ -103,7 +103,8 @@ def test_cli_bad_inputs_fail_fast_with_a_message(tmp_path):
 def test_a_command_that_reads_a_store_refuses_a_folder_without_one(tmp_path, monkeypatch):
     """``recsys-export --sweep/--model`` and ``recsys-retrain`` read the runs and models a sweep
     left: in a folder without ``mlflow.db`` (and no ``--tracking-uri``) they say so, and leave
-    no empty store behind."""
+    no empty store behind (``recsys-retrain`` given a prepared ``--data``: it refuses one that is
+    not before it looks for the store)."""
     import numpy as np
 
     from recsys.cli import export, retrain

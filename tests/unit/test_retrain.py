@@ -28,7 +28,8 @@ def test_a_lead_inside_the_seed_noise_keeps_the_champion():
     assert kept.line.startswith("kept @champion (version 3): lead +0.0017 inside the noise")
     tight = [0.7110, 0.7105, 0.7115]  # the interval [0.710, 0.712] clear of 0.7000
     won = decide(plan(), tight, frozen=0.7000, champion="3")
-    assert won.promote and "lead +0.0110, outside the noise" in won.line
+    assert won.promote and "against the frozen version 3's 0.7000: lead +0.0110, outside the " \
+        "noise" in won.line  # fmt: skip
     assert won.seed == 1 and "seed 1 registered (0.7110)" in won.line  # the one nearest the mean
     behind = decide(plan(), [0.69, 0.691, 0.689], frozen=0.7000, champion="3")
     assert not behind.promote and "lead -0.0100 outside the noise, behind it" in behind.line
