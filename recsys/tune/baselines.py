@@ -251,19 +251,19 @@ def halving(
     folder: str,
     halve: bool,
     rounds: dict[int, pd.DataFrame],
-    t0: float = 0.0,
+    t0: float,
 ) -> pd.DataFrame:
     """``ref``'s ``points`` trained in the rounds of successive halving (``rungs``; where not
     ``halve``, one round to the end): each round a Tune experiment (``round_folder``), its points
     paused at its rung, the ``survivors`` (against the earlier points' rows of each round,
     ``rounds``, which takes this one's) trained on in the next. Each point's row of its latest
     round (its ``trial``: its ``POINT``, unique in the sweep), ranked. Its console lines are
-    timed from ``t0`` (0: its start)."""
+    timed from ``t0``."""
     named = [{"model.arch": ref.arch, **p, POINT: f"{run.spec.sweep}-{folder}-{i}"}
              for i, p in enumerate(points)]  # fmt: skip
     spec = run.spec_of(ref)
     pauses = {p[POINT]: rungs(trial_config(spec, p)) if halve else [] for p in named}
-    frames, going, t0 = [], named, t0 or time.time()
+    frames, going = [], named
     for k in range(1 + max(map(len, pauses.values()))):
         todo = [{**p, PAUSE: at(pauses[p[POINT]], k)} for p in going]
         tuner = tuner_of(run, ref, todo, round_folder(folder, k), t0)
