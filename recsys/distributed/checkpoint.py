@@ -77,12 +77,16 @@ def rng_states(device: torch.device) -> dict[str, torch.Tensor]:
     return out
 
 
-def set_rng_states(saved: dict[str, Any], device: torch.device) -> None:
+def set_rng_states(saved: dict[str, Any], device: torch.device, rank: int) -> None:
+    """Restore the generators ``rng_states`` saved. A GPU worker resuming a CPU worker's
+    checkpoint (a sweep resumed with ``--gpus``) finds no CUDA state: its GPU's generator is
+    seeded as a new rank's is (``seed_new_rank``), from the saved step and its rank."""
     torch.set_rng_state(saved["torch_rng"])
     if device.type == "cuda":
-        if "cuda_rng" not in saved:
-            raise CheckpointError("the checkpoint has no CUDA RNG state (saved by a CPU worker)")
-        torch.cuda.set_rng_state(saved["cuda_rng"], device)
+        if "cuda_rng" in saved:
+            torch.cuda.set_rng_state(saved["cuda_rng"], device)
+        else:
+            torch.cuda.manual_seed(new_rank_seed(int(saved["step"]), rank))
 
 
 def save(
@@ -205,7 +209,7 @@ def load(
         for tbe in step_counter_modules(model):  # what its kernels read, set alike
             tbe.iter_cpu = getattr(tbe, "iter").detach().cpu().clone()  # noqa: B009 (a buffer)
     if rank < saved:
-        set_rng_states(extra, device)
+        set_rng_states(extra, device, rank)
     else:
         seed_new_rank(int(extra["step"]), rank, device)
     return TrainState(
@@ -350,9 +354,13 @@ def _copy_rows(target: Any, saved: torch.Tensor) -> None:
 def seed_new_rank(step: int, rank: int, device: torch.device) -> None:
     """The generators of a rank that the saving run did not have: seeded from step and rank, so
     they repeat no saved rank's stream and a second resume the same way draws the same."""
-    torch.manual_seed(1_000_003 * step + rank)
+    torch.manual_seed(new_rank_seed(step, rank))
     if device.type == "cuda":
-        torch.cuda.manual_seed(1_000_003 * step + rank)
+        torch.cuda.manual_seed(new_rank_seed(step, rank))
+
+
+def new_rank_seed(step: int, rank: int) -> int:
+    return 1_000_003 * step + rank
 
 
 def has_optimizer_state(folder: str) -> bool:

@@ -21,14 +21,18 @@ import torch
 import torch.distributed as dist
 
 
+def _initialised() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
 def _world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return dist.get_world_size() if _initialised() else 1
 
 
 def collective_device() -> torch.device:
     """The device a collective's tensors must be on for the default group: the current CUDA
-    device under NCCL, else CPU."""
-    if _world() > 1 and "nccl" in str(dist.get_backend()).lower():
+    device under NCCL (a one-rank NCCL group's too), else CPU."""
+    if _initialised() and "nccl" in str(dist.get_backend()).lower():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

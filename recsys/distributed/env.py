@@ -59,11 +59,15 @@ def deterministic_kernels(device: torch.device) -> None:
     """On a GPU worker, make torch choose deterministic kernels (``train.deterministic``):
     cuBLAS's workspace setting (read when the process makes its cuBLAS handle, so this runs
     before any training), torch's deterministic algorithms (warning, not failing, where an op has
-    none) and cuDNN's deterministic mode. A CPU worker is left as it is."""
+    none) and cuDNN's deterministic mode. Not the mode's filling of every new tensor's memory
+    (``fill_uninitialized_memory``, on with it by default): a debugging aid that writes each
+    allocation once more (FBGEMM's outputs, TorchRec's all-to-all buffers) every step, where no
+    kernel reads memory it did not write. A CPU worker is left as it is."""
     if device.type != "cuda":
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
 

@@ -54,7 +54,12 @@ class Loss(nn.Module):
             raise ValueError(
                 f"loss.tasks use label columns {self.columns}, data has {labels.shape[1]}"
             )
-        return labels[:, self.columns]
+        c = self.columns
+        if c == list(range(c[0], c[0] + len(c))):  # a view, as every shipped task list is
+            return labels[:, c[0] : c[0] + len(c)]
+        # integer columns one by one, not ``labels[:, c]``: indexing a CUDA tensor with a list
+        # builds its index on the host and copies it over, which waits for the device each step
+        return torch.stack([labels[:, i] for i in c], dim=1)
 
     def forward(
         self, logits: torch.Tensor, labels: torch.Tensor

@@ -452,7 +452,13 @@ def check_resume_is_exact(
     first = train("b", RESUME_STEPS)
     resumed = train("b", 2 * RESUME_STEPS)
     for s, f, r in zip(straight, first, resumed, strict=True):
-        assert s["extra"] == r["extra"] == {**s["extra"], "step": 2 * RESUME_STEPS}
+        # the best report's score is a float of the run's arithmetic: equal on CPU, within
+        # ``atol`` on GPUs, as the metrics below; the rest of the state exactly
+        exact = {k: v for k, v in s["extra"].items() if k != "best"}
+        assert {k: v for k, v in r["extra"].items() if k != "best"} == exact
+        assert exact["step"] == 2 * RESUME_STEPS
+        best = s["extra"]["best"], r["extra"]["best"]
+        assert best[0] == (pytest.approx(best[1], abs=atol) if atol else best[1])
         # the cost goes on from the checkpoint: samples of every rank, seconds of both attempts
         assert r["extra"]["samples_seen"] == 2 * RESUME_STEPS * world_size * 32
         assert r["cost"]["wall_s"] > f["cost"]["wall_s"] > 0

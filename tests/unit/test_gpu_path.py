@@ -56,10 +56,12 @@ def test_every_tensor_made_for_a_collective_names_its_device():
 
 
 def test_collective_device_is_the_current_gpu_under_nccl(monkeypatch):
-    monkeypatch.setattr(collectives, "_world", lambda: 2)
+    monkeypatch.setattr(collectives, "_initialised", lambda: True)
     monkeypatch.setattr(collectives.dist, "get_backend", lambda: "nccl")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    assert collectives.collective_device() == torch.device("cuda", 3)
+    for world in (1, 2):  # a one-rank NCCL group's too (gpu-check on one GPU)
+        monkeypatch.setattr(collectives, "_world", lambda world=world: world)
+        assert collectives.collective_device() == torch.device("cuda", 3)
     monkeypatch.setattr(collectives.dist, "get_backend", lambda: "gloo")
     assert collectives.collective_device() == torch.device("cpu")
 
@@ -299,7 +301,8 @@ def test_gpu_workers_run_deterministic_kernels_unless_told_not_to(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)  # fmt: skip
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+              torch.utils.deterministic.fill_uninitialized_memory)  # fmt: skip
     try:
         deterministic_kernels(torch.device("cpu"))
         assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
@@ -309,9 +312,11 @@ def test_gpu_workers_run_deterministic_kernels_unless_told_not_to(monkeypatch):
         assert torch.are_deterministic_algorithms_enabled()
         assert torch.is_deterministic_algorithms_warn_only_enabled()
         assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert not torch.utils.deterministic.fill_uninitialized_memory  # no extra write a step
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:4]
+        torch.utils.deterministic.fill_uninitialized_memory = before[4]
     assert TrainConfig().deterministic
     source = Path(trainer.__file__).read_text()
     init = source[source.index("    def __init__") : source.index("load_splits(")]
@@ -328,11 +333,14 @@ def test_cuda_rng_state_is_saved_and_restored_per_device(monkeypatch):
     gpu = torch.device("cuda", 2)
     saved = checkpoint.rng_states(gpu)
     assert calls == [gpu] and torch.equal(saved["cuda_rng"], state)
-    checkpoint.set_rng_states(saved, gpu)
+    checkpoint.set_rng_states({**saved, "step": 7}, gpu, rank=1)
     assert calls[-1][:2] == ("set", gpu) and torch.equal(calls[-1][2], state)
     assert "cuda_rng" not in checkpoint.rng_states(torch.device("cpu"))
-    with pytest.raises(checkpoint.CheckpointError, match="no CUDA RNG state"):
-        checkpoint.set_rng_states({"torch_rng": torch.get_rng_state()}, gpu)
+    # a CPU worker's checkpoint resumed on a GPU (a sweep resumed with --gpus): the GPU's
+    # generator is seeded as a new rank's, from the saved step and the rank
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: calls.append(("seed", seed)))
+    checkpoint.set_rng_states({"torch_rng": torch.get_rng_state(), "step": 7}, gpu, rank=1)
+    assert calls[-1] == ("seed", checkpoint.new_rank_seed(7, 1))
 
 
 def test_export_loads_bf16_tables_into_fp32(tmp_path):
@@ -379,3 +387,31 @@ def test_host_memory_is_the_containers_limit_where_it_is_lower(monkeypatch, tmp_
     assert cluster.host_memory_bytes() == 2**30
     limits["/sys/fs/cgroup/memory.max"] = str(physical * 4)
     assert cluster.host_memory_bytes() == physical
+
+
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops a block runs (a CPU stand-in for what would copy an index to a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("columns", [[0], [0, 1], [1, 2], [2, 0]])
+def test_task_labels_are_picked_without_an_index_made_on_the_host(columns):
+    """``labels[:, [..]]`` on a CUDA tensor makes its index on the host and copies it over, a
+    device sync every step; the loss picks its columns as a view or one by one instead."""
+    from recsys.config import LossConfig, TaskConfig
+    from recsys.models.loss import Loss
+
+    tasks = [TaskConfig(name=f"t{c}", label_column=c) for c in columns]
+    loss = Loss(LossConfig(tasks=tasks))
+    labels = torch.rand(5, 3)
+    with _Ops() as seen:
+        picked = loss.select_labels(labels)
+    assert torch.equal(picked, labels[:, columns])
+    assert not [op for op in seen.ops if op.startswith(("aten.index.", "aten.lift_fresh"))]

@@ -69,6 +69,25 @@ def test_a_resume_on_another_worker_count_is_announced(tmp_path):
     assert "last ran with 8 GPU workers per trial, it resumes with 2 CPU" in worker_change(back)
 
 
+def test_a_resume_between_cpu_and_gpu_is_refused_only_where_adam_trains_tables(tmp_path):
+    """CPU workers hold Adam's tables dense (torch's Adam), GPU workers fuse it (FBGEMM): the
+    optimizer state of one does not load into the other, so the driver refuses the move."""
+    import dataclasses
+
+    space = spaces.load("default", smoke=True)
+    opts = SweepOptions(name="s", storage=str(tmp_path), tracking_uri="sqlite:///x")
+    save_state(space, opts)
+    assert check_resume(space, dataclasses.replace(opts, use_gpu=True))  # no Adam tables
+    adam = dataclasses.replace(space, base=space.base.with_overrides(
+        {"optim.embedding_optimizer": "adam"}))  # fmt: skip
+    opts = dataclasses.replace(opts, name="adam")
+    save_state(adam, opts)
+    assert check_resume(adam, opts)  # on the device it ran on
+    with pytest.raises(ConfigError, match="ran on CPU workers .*embedding_optimizer='adam'.*"
+                       "resume it without --gpus"):  # fmt: skip
+        check_resume(adam, dataclasses.replace(opts, use_gpu=True))
+
+
 def test_a_refit_runs_on_the_workers_its_sweeps_trials_ran_on(tmp_path):
     """``recsys-export --sweep NAME --refit`` without ``--num-workers``: the sweep's own."""
     from recsys.train.ray_trainer import Resources
