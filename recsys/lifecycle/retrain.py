@@ -75,10 +75,20 @@ def pick(plan: Plan, val: dict[str, list[float]]) -> Pick:
                                  "(the new period's validation rows pick)")  # fmt: skip
     warm, cold = (sum(val[r]) / len(val[r]) for r in ROLES)
     sign = 1.0 if plan.mode == "max" else -1.0
-    means = f"{metric} seed means: warm start {warm:.4f}, from scratch {cold:.4f}"
+    d = digits(warm, cold)
+    means = f"{metric} seed means: warm start {warm:.{d}f}, from scratch {cold:.{d}f}"
     if sign * (cold - warm) > 0:
         return Pick("scratch", f"picked the model from scratch: the warm start trails it ({means})")
     return Pick("retrained", f"picked the warm start ({means})")
+
+
+def digits(a: float, b: float, least: int = 4, most: int = 8) -> int:
+    """The decimals that show ``a`` and ``b`` apart (``least`` where they differ there already,
+    or are equal; at most ``most``): a line that says one trails the other shows by how much."""
+    d = least
+    while a != b and d < most and f"{a:.{d}f}" == f"{b:.{d}f}":
+        d += 1
+    return d
 
 
 @dataclass(frozen=True)
@@ -143,9 +153,13 @@ def scratch_line(plan: Plan, scores: dict[str, list[float]]) -> str:
 
     warm, cold = spread("retrained", scores["retrained"]), spread("scratch", scores["scratch"])
     sep = separation(warm, cold, plan.mode)
+    d = digits(warm.mean, cold.mean)
+    if warm.std == 0 and cold.std == 0:  # (a solved model: every seed the same)
+        return (f"warm start against from scratch: lead {sep.lead:+.{d}f} (the seeds agree "
+                f"exactly: no seed noise measured; from scratch {cold.mean:.{d}f})")  # fmt: skip
     where = "outside" if sep.low > 0 or sep.high < 0 else "inside"
-    return (f"warm start against from scratch: lead {sep.lead:+.4f} (95% CI [{sep.low:+.4f}, "
-            f"{sep.high:+.4f}], {where} the noise; from scratch {cold.mean:.4f})")  # fmt: skip
+    return (f"warm start against from scratch: lead {sep.lead:+.{d}f} (95% CI [{sep.low:+.{d}f}, "
+            f"{sep.high:+.{d}f}], {where} the noise; from scratch {cold.mean:.{d}f})")  # fmt: skip
 
 
 @dataclass

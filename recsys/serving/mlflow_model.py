@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any
 
+import numpy as np
+
 from recsys.config import ExperimentConfig
 from recsys.data.schema import DatasetSchema
 from recsys.serving.export import ExportReport, export
@@ -99,7 +101,10 @@ def log_served_model(
         artifacts=artifacts,
         code_paths=[recsys_dir],
         input_example=example,
-        signature=infer_signature(example, scorer.predict(None, example)),
+        signature=infer_signature(
+            signature_rows(example, os.path.join(export_dir, PREPARED_DIR, "examples.parquet")),
+            scorer.predict(None, example),
+        ),
         pip_requirements=pip_requirements(),
     )
 
@@ -120,6 +125,33 @@ def serving_example(prepared_dir: str) -> Any:
     for c in roles["weights"] + roles["orders"]:
         example[c] = [None if v is None else [float(x) for x in v] for v in example[c]]
     return example.astype({c: "float64" for c in schema["dense"]})
+
+
+def signature_rows(example: Any, examples_file: str) -> Any:
+    """``example`` as the signature is inferred from: MLflow takes a list column's element type
+    from its non-empty lists, and where every example row's list is empty (a log's first rows,
+    whose histories have not begun) it gives up on the whole input (``Any``: no column named or
+    checked). Such a column gets one element of its Parquet element type (``examples_file``'s)
+    in its first row; the logged input example stays as the rows were."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = example.copy()
+    for field in pq.read_schema(examples_file):
+        kind = field.type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or field.name not in out:
+            continue
+        if any(v is not None and len(v) for v in out[field.name]):
+            continue
+        value = kind.value_type
+        if pa.types.is_floating(value) or isinstance(out[field.name].iloc[0], list):
+            one: Any = [0.0]  # float lists (``serving_example`` makes weights Python floats)
+        elif pa.types.is_integer(value):
+            one = np.zeros(1, dtype=np.int64)
+        else:
+            one = np.array([""], dtype=object)
+        out[field.name] = [one, *list(out[field.name])[1:]]
+    return out
 
 
 def plain_columns(frame: Any) -> Any:

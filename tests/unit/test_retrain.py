@@ -437,6 +437,23 @@ def test_the_pick_goes_downwards_for_log_loss_and_wants_every_validation_score()
     assert chosen.role == "retrained" and "not every training has a val_auc" in chosen.line
 
 
+def test_seeds_that_agree_exactly_are_said_so_and_a_lead_is_shown_in_the_digits_it_has():
+    """A solved champion (the LR reference) scores every seed alike: the lines say the seeds
+    agree, not that a lead of -0.0000 is outside the noise, and a pick shows the digits that
+    tell the means apart."""
+    from recsys.lifecycle.retrain import pick, scratch_line
+
+    same = {"retrained": [0.58921, 0.58921], "scratch": [0.58924, 0.58924]}
+    line = scratch_line(plan("auc"), same)
+    assert line == ("warm start against from scratch: lead -0.00003 (the seeds agree exactly: "
+                    "no seed noise measured; from scratch 0.58924)")  # fmt: skip
+    chosen = pick(plan("auc"), same)
+    assert chosen.role == "scratch" and chosen.line.endswith(
+        "(val_auc seed means: warm start 0.58921, from scratch 0.58924)")  # fmt: skip
+    noisy = {"retrained": [0.70, 0.72], "scratch": [0.60, 0.61]}
+    assert "outside the noise; from scratch 0.6050)" in scratch_line(plan("auc"), noisy)
+
+
 def test_a_trainings_scores_are_its_last_reports(tmp_path):
     """What a re-run (a finished training, or one killed after its last report) reads back from
     MLflow: the test score and the validation score of the same report, as the report itself
