@@ -443,6 +443,9 @@ def _prepare(
         raise DataError(f"{files[0]}...: no training rows after the split")
     for line in one_class(meta["label_counts"]):
         log(f"prepare: warning: {line}")
+    if meta["skipped"]:  # (--on-bad-row skip) said here as well as in meta.json
+        said = ", ".join(f"{k} {v:,}" for k, v in meta["skipped"].items())
+        log(f"prepare: skipped bad rows ({said}; meta.json's 'skipped')")
     write_examples(folder, pieces, schema)
     write_meta(folder, meta)
     rows = meta["rows"]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from recsys.configlib import nearest
 from recsys.data.errors import DataError
 from recsys.data.schema import DatasetSchema
 from recsys.prepare.checks import column_problem
@@ -173,13 +174,14 @@ def inspect(files: list[str], schema: DatasetSchema) -> Inspection:
         types = file_types(path, schema)
         if schema.group_by and schema.group_by not in types:
             raise DataError(f"{path}: column {schema.group_by!r} (group_by in the schema) is "
-                            f"missing; the file has {sorted(types)[:12]}")  # fmt: skip
+                            f"missing{nearest(schema.group_by, types)}; the file has "
+                            f"{sorted(types)[:12]}")  # fmt: skip
         for role, names in schema.roles().items():
             for name in names:
                 if name not in types:
                     raise DataError(
-                        f"{path}: column {name!r} ({role} in the schema) is missing; the file "
-                        f"has {sorted(types)[:12]}"
+                        f"{path}: column {name!r} ({role} in the schema) is missing"
+                        f"{nearest(name, types)}; the file has {sorted(types)[:12]}"
                     )
                 tp = types[name]
                 if tp is not None and pa.types.is_null(tp):

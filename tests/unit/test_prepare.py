@@ -204,15 +204,20 @@ def test_a_missing_column_and_disagreeing_files_are_refused_before_anything_runs
     del data["x"]
     missing = write_parquet(tmp_path / "b.parquet", data)
     with pytest.raises(
-        DataError, match=r"b.parquet: column 'x' \(dense in the schema\) is missing"
+        DataError, match=r"b.parquet: column 'x' \(dense in the schema\) is missing; the file"
     ):
         run(tmp_path, [good, missing])
+    data["xx"] = rows(10)["x"]  # a name near the schema's: named
+    (tmp_path / "near").mkdir()
+    near = write_parquet(tmp_path / "near" / "n.parquet", data)
+    with pytest.raises(DataError, match=r"column 'x' .* is missing \(did you mean 'xx'\?\)"):
+        run(tmp_path, [good, near])
     other = {**rows(10), "u": list(range(10))}  # integer ids where a.parquet has strings
     ints = write_parquet(tmp_path / "c.parquet", other)
     with pytest.raises(DataError, match="files disagree on column 'u': .*a.parquet has string, "
                        ".*c.parquet has int64"):  # fmt: skip
         run(tmp_path, [good, ints])
-    assert sorted(os.listdir(tmp_path)) == ["a.parquet", "b.parquet", "c.parquet"]
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet", "b.parquet", "c.parquet", "near"]
 
 
 @pytest.mark.parametrize("by", ["order", "hash", "time"])
@@ -292,7 +297,7 @@ def test_an_unfinished_folder_is_never_read_as_prepared_and_is_replaced(tmp_path
     assert again["rows"]["train"] == 12 and not partial.exists()
 
 
-def test_the_command_line_names_a_bad_value(tmp_path):
+def test_the_command_line_names_a_bad_value(tmp_path, capsys):
     from recsys.cli.preprocess import main
 
     schema = tmp_path / "schema.json"  # JSON is YAML
@@ -301,9 +306,12 @@ def test_the_command_line_names_a_bad_value(tmp_path):
     argv = ["--schema", str(schema), path, "--workers", "0", "--no-progress"]
     with pytest.raises(SystemExit, match=r"error: .*bad.parquet: column 'y', row 3: a label"):
         main([*argv, "--out", str(tmp_path / "out")])
+    capsys.readouterr()
     main([*argv, "--out", str(tmp_path / "out"), "--on-bad-row", "skip"])
     with open(tmp_path / "out" / "meta.json") as f:
         assert json.load(f)["skipped"] == {"y": 1}
+    said = capsys.readouterr()
+    assert "prepare: skipped bad rows (y 1; meta.json's 'skipped')" in said.out + said.err
 
 
 # ---------------------------------------------------------------------------------------------
