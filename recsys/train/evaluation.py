@@ -46,9 +46,10 @@ def evaluate(
         for batch, mask in eval_batches(split, layout=cfg.embeddings.layout(), **plan):
             _, out = model(batch.to(env.device, non_blocking=True))
             logits, labels = out["logits"].float(), out["labels"].float()
-            state.update(logits, labels, mask.to(env.device))
+            valid = mask.to(env.device, non_blocking=True)  # (pageable: staged, no device wait)
+            state.update(logits, labels, valid)
             if ranking is not None and groups is not None:
-                ranking.update(next(groups), logits, labels, mask)
+                ranking.update(next(groups), logits, labels, valid)
     model.train()
     tensors = state.tensors()
     if ranking is not None:

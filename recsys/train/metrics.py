@@ -62,23 +62,29 @@ class MetricState:
         return [self.hist, self.sums, self.calib]
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> None:
-        """``logits``, ``labels``: ``[B, T]``; ``valid``: ``[B]`` bool (padding rows False)."""
-        x, y = logits[valid].double(), labels[valid].double()
-        p = torch.sigmoid(x).clamp(EPS, 1 - EPS)
+        """``logits``, ``labels``: ``[B, T]``; ``valid``: ``[B]`` bool (padding rows False).
+        Padding rows weigh 0 rather than being indexed out: a boolean index counts its rows on
+        the host, which waits for the device at every batch."""
+        keep = valid.unsqueeze(1)  # [B, 1]
+        w = keep.double()
+        x = torch.where(keep, logits, 0.0)  # (a padding row's logit need not be finite)
+        y = torch.where(keep, labels.double(), 0.0)
+        p = torch.sigmoid(x.double()).clamp(EPS, 1 - EPS)
         ll = -(y * torch.log(p) + (1 - y) * torch.log(1 - p))
         correct = ((p > 0.5) == (y > 0.5)).double()
         sums = torch.stack(
-            [torch.ones_like(y).sum(0), y.sum(0), p.sum(0), ll.sum(0), correct.sum(0)], 1
-        )
+            [w.expand_as(y).sum(0), y.sum(0), (p * w).sum(0), (ll * w).sum(0),
+             (correct * w).sum(0)], 1
+        )  # fmt: skip
         self.sums += sums
-        which = (p * ECE_BINS).long().clamp(max=ECE_BINS - 1)  # [n, T]
+        which = (p * ECE_BINS).long().clamp(max=ECE_BINS - 1)  # [B, T]
         for t in range(self.calib.shape[0]):
-            self.calib[t, 0].index_add_(0, which[:, t], p[:, t])
+            self.calib[t, 0].index_add_(0, which[:, t], p[:, t] * w[:, 0])
             self.calib[t, 1].index_add_(0, which[:, t], y[:, t])
-        bins = score_bins(logits[valid], self.bits)  # [n, T]
+        bins = score_bins(x, self.bits)  # [B, T]
         for t in range(self.hist.shape[0]):
             cls = (y[:, t] > 0.5).long()
-            self.hist[t].index_put_((cls, bins[:, t]), torch.ones_like(cls), accumulate=True)
+            self.hist[t].index_put_((cls, bins[:, t]), valid.long(), accumulate=True)
 
     def compute(self, t: int = 0) -> dict[str, float]:
         """The metrics of head ``t`` (as ``binary_metrics``) and ``auc_error_bound``."""
@@ -132,10 +138,11 @@ class GroupAUC:
     def update(
         self, groups: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
     ) -> None:
-        """``groups``: ``[B]`` int64, ``logits`` and ``labels``: ``[B, T]``, ``valid``: ``[B]``."""
-        keep = valid.cpu()
-        self.held.append((groups.cpu()[keep], logits.detach().float().cpu()[keep],
-                          labels.float().cpu()[keep]))  # fmt: skip
+        """``groups``: ``[B]`` int64, ``logits`` and ``labels``: ``[B, T]``, ``valid``: ``[B]``.
+        Held on the device as they are; ``finish`` drops the padding rows and moves them once
+        (each batch's copy to the host would wait for the device)."""
+        self.held.append((groups.to(self.device, non_blocking=True), logits.detach().float(),
+                          labels.float(), valid.to(self.device, non_blocking=True)))  # fmt: skip
 
     def finish(self, world_size: int) -> None:
         """Exchange the rows by group and add this rank's groups to the sums (every rank must
@@ -144,8 +151,9 @@ class GroupAUC:
 
         tasks = self.sums.shape[0]
         held = self.held or [(torch.zeros(0, dtype=torch.int64), torch.zeros(0, tasks),
-                              torch.zeros(0, tasks))]  # fmt: skip
-        g, x, y = (torch.cat([h[i] for h in held]) for i in range(3))
+                              torch.zeros(0, tasks), torch.zeros(0, dtype=torch.bool))]  # fmt: skip
+        keep = torch.cat([h[3] for h in held])
+        g, x, y = (torch.cat([h[i] for h in held])[keep].cpu() for i in range(3))
         self.held = []
         g, x, y = collectives.exchange([g, x, y], torch.remainder(g, world_size), self.device)
         grouped = g != 0

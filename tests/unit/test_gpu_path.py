@@ -415,3 +415,31 @@ def test_task_labels_are_picked_without_an_index_made_on_the_host(columns):
         picked = loss.select_labels(labels)
     assert torch.equal(picked, labels[:, columns])
     assert not [op for op in seen.ops if op.startswith(("aten.index.", "aten.lift_fresh"))]
+
+
+def test_an_evaluation_batch_is_added_without_waiting_for_the_device():
+    """Padding rows weigh 0 in the metrics' sums (a boolean index counts its rows on the host,
+    which waits for a GPU at every batch), and the ranking rows stay on the device until the
+    split's end; the figures equal those of the valid rows alone."""
+    from recsys.train.metrics import GroupAUC, MetricState
+
+    gen = torch.Generator().manual_seed(0)
+    logits, labels = torch.randn(64, 2, generator=gen), (torch.rand(64, 2, generator=gen) > 0.6)
+    valid = torch.arange(64) < 50
+    groups = torch.randint(1, 9, (64,), generator=gen)
+    state, ranking = MetricState(2, torch.device("cpu"), bits=12), GroupAUC(2, torch.device("cpu"))
+    with _Ops() as seen:
+        state.update(logits, labels.float(), valid)
+        ranking.update(groups, logits, labels.float(), valid)
+    waits = ("aten.index.Tensor", "aten.nonzero", "aten._local_scalar_dense", "aten.masked_select")
+    assert not [op for op in seen.ops if op.startswith(waits)]
+    alone = MetricState(2, torch.device("cpu"), bits=12)
+    alone.update(logits[:50], labels[:50].float(), torch.ones(50, dtype=torch.bool))
+    for t in range(2):
+        got, want = state.compute(t), alone.compute(t)
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+    ranking.finish(world_size=1)
+    one = GroupAUC(2, torch.device("cpu"))
+    one.update(groups[:50], logits[:50], labels[:50].float(), torch.ones(50, dtype=torch.bool))
+    one.finish(world_size=1)
+    assert torch.equal(ranking.sums, one.sums)
