@@ -130,7 +130,7 @@ class GroupAUC:
     def __init__(self, tasks: int, device: torch.device) -> None:
         self.device = device
         self.sums = torch.zeros(tasks, 3, dtype=torch.float64, device=device)
-        self.held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.held: list[tuple[torch.Tensor, ...]] = []  # groups, logits, labels, valid
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.sums]
