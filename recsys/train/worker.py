@@ -188,7 +188,8 @@ def train_func(config: dict[str, Any]) -> None:
     if use_gpu and ray.train.torch.get_device() != env.device:
         raise RuntimeError(
             f"Ray placed this worker on {ray.train.torch.get_device()} but TorchRec shards on "
-            f"cuda:LOCAL_RANK = {env.device}; give every worker one GPU"
+            f"cuda:LOCAL_RANK = {env.device}; give every worker one GPU (nodes with GPUs "
+            "numbered 10 and up are not supported: docs/cluster.md)"
         )
     # a host is an IP, as Ray Train counts LOCAL_RANK and LOCAL_WORLD_SIZE (two raylets on one
     # machine are one host to it, and to TorchRec's planner)
