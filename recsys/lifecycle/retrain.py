@@ -123,25 +123,26 @@ def decide(plan: Plan, scores: list[float], frozen: float, champion: str,
     model = f"seed {seed}" if refit is None else f"seed {seed}'s refit"
     outside = (s.low > frozen) if plan.mode == "max" else (s.high < frozen)
     metric = f"test_{plan.metric}"
-    interval = f"{LEVEL:.0%} CI [{s.low:.4f}, {s.high:.4f}] of {len(scores)} seeds"
+    d = max(digits(s.mean, frozen), digits(mine, frozen))
+    interval = f"{LEVEL:.0%} CI [{s.low:.{d}f}, {s.high:.{d}f}] of {len(scores)} seeds"
     exact = "; the seeds agree exactly: no seed noise measured" if s.std == 0 else ""
     if outside and sign * (mine - frozen) > 0:
-        line = (f"{LABELS[role]} {metric} {s.mean:.4f} ({interval}) against the frozen "
-                f"version {plan.version}'s {frozen:.4f}: lead {lead:+.4f}, outside the noise; "
-                f"{model} registered ({mine:.4f}){exact}")  # fmt: skip
+        line = (f"{LABELS[role]} {metric} {s.mean:.{d}f} ({interval}) against the frozen "
+                f"version {plan.version}'s {frozen:.{d}f}: lead {lead:+.{d}f}, outside the "
+                f"noise; {model} registered ({mine:.{d}f}){exact}")  # fmt: skip
         return Decision(True, seed, line, role)
     behind = (s.high < frozen) if plan.mode == "max" else (s.low > frozen)
     why = (
         "outside the noise, behind it" if behind
         else "inside the noise" if not outside
-        else f"{model} not ahead ({mine:.4f})" if refit is not None
+        else f"{model} not ahead ({mine:.{d}f})" if refit is not None
         else f"seed {seed}, nearest the mean, not ahead"
     )  # fmt: skip
     return Decision(
         False,
         seed,
-        f"kept @{CHAMPION} (version {champion}): lead {lead:+.4f} {why} ({LABELS[role]} "
-        f"{metric} {s.mean:.4f}, {interval}; frozen {frozen:.4f}){exact}",
+        f"kept @{CHAMPION} (version {champion}): lead {lead:+.{d}f} {why} ({LABELS[role]} "
+        f"{metric} {s.mean:.{d}f}, {interval}; frozen {frozen:.{d}f}){exact}",
         role,
     )
 

@@ -445,7 +445,7 @@ def _prepare(
         log(f"prepare: warning: {line}")
     if meta["skipped"]:  # (--on-bad-row skip) said here as well as in meta.json
         said = ", ".join(f"{k} {v:,}" for k, v in meta["skipped"].items())
-        log(f"prepare: skipped bad rows ({said}; meta.json's 'skipped')")
+        log(f"prepare: skipped rows with bad values (per column: {said}; meta.json's 'skipped')")
     write_examples(folder, pieces, schema)
     write_meta(folder, meta)
     rows = meta["rows"]

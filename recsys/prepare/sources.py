@@ -165,6 +165,14 @@ class Inspection:
         ]
 
 
+def _near(name: str, types: dict[str, Any], schema: DatasetSchema) -> str:
+    """The file's column a missing one was likely meant as: the same name in another case,
+    else the nearest name that no other schema column takes (``C1`` is not ``C11``)."""
+    free = [c for c in types if c not in set(schema.columns())]
+    same = [c for c in free if c.lower() == name.lower()]
+    return f" (did you mean {same[0]!r}?)" if same else nearest(name, free)
+
+
 def inspect(files: list[str], schema: DatasetSchema) -> Inspection:
     """Check that every file has every schema column, and (Parquet) that the files agree on
     their types, before anything runs."""
@@ -174,14 +182,14 @@ def inspect(files: list[str], schema: DatasetSchema) -> Inspection:
         types = file_types(path, schema)
         if schema.group_by and schema.group_by not in types:
             raise DataError(f"{path}: column {schema.group_by!r} (group_by in the schema) is "
-                            f"missing{nearest(schema.group_by, types)}; the file has "
+                            f"missing{_near(schema.group_by, types, schema)}; the file has "
                             f"{sorted(types)[:12]}")  # fmt: skip
         for role, names in schema.roles().items():
             for name in names:
                 if name not in types:
                     raise DataError(
                         f"{path}: column {name!r} ({role} in the schema) is missing"
-                        f"{nearest(name, types)}; the file has {sorted(types)[:12]}"
+                        f"{_near(name, types, schema)}; the file has {sorted(types)[:12]}"
                     )
                 tp = types[name]
                 if tp is not None and pa.types.is_null(tp):

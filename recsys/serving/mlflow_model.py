@@ -102,7 +102,7 @@ def log_served_model(
         code_paths=[recsys_dir],
         input_example=example,
         signature=infer_signature(
-            signature_rows(example, os.path.join(export_dir, PREPARED_DIR, "examples.parquet")),
+            signature_rows(example, os.path.join(export_dir, PREPARED_DIR)),
             scorer.predict(None, example),
         ),
         pip_requirements=pip_requirements(),
@@ -114,38 +114,47 @@ def serving_example(prepared_dir: str) -> Any:
     float64 (the signature then accepts missing values, which integers cannot hold in pandas),
     weight lists and sequence times as lists of Python floats (float64: the signature then takes
     float32 and float64 lists alike)."""
-    import json
-
     import pandas as pd
 
-    with open(os.path.join(prepared_dir, META_FILE)) as f:
-        schema = json.load(f)["schema"]
-    roles = DatasetSchema.from_dict(schema).roles()
+    schema = prepared_schema(prepared_dir)
     example = plain_columns(pd.read_parquet(os.path.join(prepared_dir, "examples.parquet")))
-    for c in roles["weights"] + roles["orders"]:
+    for c in float_lists(schema):
         example[c] = [None if v is None else [float(x) for x in v] for v in example[c]]
-    return example.astype({c: "float64" for c in schema["dense"]})
+    return example.astype({c: "float64" for c in schema.dense})
 
 
-def signature_rows(example: Any, examples_file: str) -> Any:
-    """``example`` as the signature is inferred from: MLflow takes a list column's element type
-    from its non-empty lists, and where every example row's list is empty (a log's first rows,
-    whose histories have not begun) it gives up on the whole input (``Any``: no column named or
-    checked). Such a column gets one element of its Parquet element type (``examples_file``'s)
-    in its first row; the logged input example stays as the rows were."""
+def prepared_schema(prepared_dir: str) -> DatasetSchema:
+    with open(os.path.join(prepared_dir, META_FILE)) as f:
+        return DatasetSchema.from_dict(json.load(f)["schema"])
+
+
+def float_lists(schema: DatasetSchema) -> list[str]:
+    """The list columns the served example holds as Python floats: weights and sequence times."""
+    roles = schema.roles()
+    return roles["weights"] + roles["orders"]
+
+
+def signature_rows(example: Any, prepared_dir: str) -> Any:
+    """``example`` (``serving_example``'s, of the folder ``prepared_dir``) as the signature is
+    inferred from: MLflow takes a list column's element type from its non-empty lists, and where
+    every example row's list is empty (a log's first rows, whose histories have not begun) it
+    gives up on the whole input (``Any``: no column named or checked). Such a column gets one
+    element in its first row: a float for weights and sequence times (``float_lists``), else
+    one of its Parquet element type; the logged input example stays as the rows were."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    floats = set(float_lists(prepared_schema(prepared_dir)))
     out = example.copy()
-    for field in pq.read_schema(examples_file):
+    for field in pq.read_schema(os.path.join(prepared_dir, "examples.parquet")):
         kind = field.type
         if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or field.name not in out:
             continue
         if any(v is not None and len(v) for v in out[field.name]):
             continue
         value = kind.value_type
-        if pa.types.is_floating(value) or isinstance(out[field.name].iloc[0], list):
-            one: Any = [0.0]  # float lists (``serving_example`` makes weights Python floats)
+        if field.name in floats or pa.types.is_floating(value):
+            one: Any = [0.0]
         elif pa.types.is_integer(value):
             one = np.zeros(1, dtype=np.int64)
         else:

@@ -170,6 +170,7 @@ def check_resume(
             raise ConfigError(f"{flag}: no sweep named {opts.name!r} in {opts.storage}")
         return False
     _check_same_space(space, opts, saved)
+    _check_device_change(space, opts, saved)  # (a growth resumes its errored seed-check runs)
     if opts.more:
         if not saved.get("finished"):
             raise ConfigError(
@@ -194,36 +195,40 @@ def check_resume(
             f"sweep {opts.name!r} in {path} is unfinished and resumes with the options it started "
             f"with: {'; '.join(differ)}. Leave them out to resume it, or {NEW_SWEEP}"
         )
-    _check_device_change(space, opts, saved)
     return True
 
 
 def _check_device_change(space: SearchSpace, opts: SweepOptions, saved: dict[str, Any]) -> None:
-    """Refuse a resume that moves a sweep between CPU and GPU workers when its trials may train
-    their tables with ``optim.embedding_optimizer: adam`` (the base config, a searched choice or
-    a reference's rule): CPU workers hold such tables dense and train them with torch's Adam
+    """Refuse a resume (or a growth, which resumes its errored seed-check runs) that moves a
+    sweep between CPU and GPU workers when its trials may train their tables with
+    ``optim.embedding_optimizer: adam`` (a searched choice, else the base config, or a
+    reference's overrides): CPU workers hold such tables dense and train them with torch's Adam
     (``recsys.distributed.preflight``), GPU workers shard them with FBGEMM's fused Adam, and
     neither's optimizer state loads into the other's checkpoint layout."""
     was_gpu = bool(latest_workers(saved).get("use_gpu"))
     if was_gpu == opts.use_gpu or not _may_train_adam_tables(space):
         return
     kind = {False: "CPU", True: "GPU"}
+    verb = "grow" if opts.more else "resume"
     flag = "with --gpus" if was_gpu else "without --gpus"
     raise ConfigError(
         f"sweep {opts.name!r} in {sweep_dir(opts)} ran on {kind[was_gpu]} workers and its trials "
         "may train their tables with optim.embedding_optimizer='adam', whose optimizer state "
         f"{kind[was_gpu]} and {kind[opts.use_gpu]} workers lay out differently (dense tables "
-        f"with torch's Adam on CPU, FBGEMM's fused Adam on GPU): resume it {flag}, or {NEW_SWEEP}"
+        f"with torch's Adam on CPU, FBGEMM's fused Adam on GPU): {verb} it {flag}, or "
+        f"{NEW_SWEEP}"
     )
 
 
 def _may_train_adam_tables(space: SearchSpace) -> bool:
     key = "optim.embedding_optimizer"
-    return (
-        space.base.optim.embedding_optimizer == "adam"
-        or any(d.key == key and "adam" in d.values for d in space.dimensions)
-        or any(p.get(key) == "adam" for p in space.reference_points())
+    searched = [d for d in space.dimensions if d.key == key]
+    trials = (
+        any("adam" in d.values for d in searched)
+        if searched
+        else space.base.optim.embedding_optimizer == "adam"
     )
+    return trials or any(p.get(key) == "adam" for p in space.reference_points())
 
 
 def _check_same_space(space: SearchSpace, opts: SweepOptions, saved: dict[str, Any]) -> None:

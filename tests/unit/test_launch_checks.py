@@ -13,6 +13,7 @@ import pytest
 from recsys.configlib import ConfigError
 from recsys.runtime.cluster import check_fits
 from recsys.tune import space as spaces
+from recsys.tune.space import Dimension
 from recsys.tune.state import SweepOptions, check_resume, restored_options, save_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,6 +87,19 @@ def test_a_resume_between_cpu_and_gpu_is_refused_only_where_adam_trains_tables(t
     with pytest.raises(ConfigError, match="ran on CPU workers .*embedding_optimizer='adam'.*"
                        "resume it without --gpus"):  # fmt: skip
         check_resume(adam, dataclasses.replace(opts, use_gpu=True))
+    key = "optim.embedding_optimizer"
+    for values, refused in ((["exact_rowwise_adagrad"], False), (["adam", "exact_sgd"], True)):
+        # a searched choice decides for every trial, whatever the base says
+        dims = [*adam.dimensions, Dimension(key, "choice", values)]
+        searched = dataclasses.replace(adam, dimensions=dims)
+        gpu = dataclasses.replace(opts, name=f"s{len(values)}", use_gpu=True)
+        save_state(searched, gpu)  # started on GPUs: resumed without --gpus is the move
+        back = dataclasses.replace(gpu, use_gpu=False)
+        if not refused:
+            assert check_resume(searched, back)
+            continue
+        with pytest.raises(ConfigError, match="ran on GPU workers .*resume it with --gpus"):
+            check_resume(searched, back)
 
 
 def test_a_refit_runs_on_the_workers_its_sweeps_trials_ran_on(tmp_path):

@@ -672,25 +672,22 @@ def test_a_csv_logs_lists_are_lists_in_the_served_example(tmp_path):
 def test_the_served_signature_names_every_column_when_the_examples_lists_are_all_empty(tmp_path):
     """A log's first rows may all have empty histories (the drift demo's first period does);
     MLflow cannot infer a list's element type from empty lists and made the whole input ``Any``.
-    The signature is inferred with one element of the Parquet element type in such a column,
-    and it then takes rows with empty and full lists alike."""
+    The signature is inferred with one element in such a column (weights as floats, whatever
+    the file's type), and it then takes rows with empty and full lists alike."""
     from mlflow.models import infer_signature
     from mlflow.models.utils import _enforce_schema
 
-    from recsys.serving.mlflow_model import signature_rows
+    from recsys.serving.mlflow_model import serving_example, signature_rows
 
-    path = tmp_path / "examples.parquet"
-    pq.write_table(pa.table({
-        "item": pa.array([3, 4], pa.int64()),
-        "history": pa.array([[], []], pa.list_(pa.int64())),
-        "tags": pa.array([[], None], pa.list_(pa.string())),
-        "history_ts": pa.array([[], []], pa.list_(pa.float64())),
-    }), path)  # fmt: skip
-    example = pd.read_parquet(path)
-    example["history_ts"] = [[] for _ in range(2)]  # as ``serving_example`` makes them
-    schema = infer_signature(signature_rows(example, str(path))).inputs
-    assert schema.input_names() == ["item", "history", "tags", "history_ts"]
-    assert len(example["history"][0]) == 0  # the example itself is left as it was
-    rows = pd.DataFrame({"item": [1, 2], "history": [[5, 6], []], "tags": [["x"], []],
-                         "history_ts": [[1.0, 2.0], []]})  # fmt: skip
-    assert _enforce_schema(rows, schema)["history"].apply(len).tolist() == [2, 0]
+    empty = [[] for _ in range(6)] + [["a"], ["b", "c"]]
+    dwell = pa.array([[] for _ in range(6)] + [[1], [2, 3]], pa.list_(pa.int64()))  # integers
+    data = weighted_log(history=empty, dwell=dwell)
+    _, out, _ = prepared(tmp_path, WEIGHTED, data, name="e")
+    example = serving_example(out)
+    assert not any(len(v) for v in example["history"])  # the file's first rows: all empty
+    schema = infer_signature(signature_rows(example, out)).inputs
+    assert schema.input_names() == ["item_id", "history", "dwell"]
+    assert not any(len(v) for v in example["history"])  # the example itself as it was
+    rows = pd.DataFrame({"item_id": ["a", "zz"], "history": [["a", "b"], []],
+                         "dwell": [[1.5, 0.5], []]})  # fmt: skip
+    assert _enforce_schema(rows, schema)["dwell"].tolist() == [[1.5, 0.5], []]

@@ -212,6 +212,10 @@ def test_a_missing_column_and_disagreeing_files_are_refused_before_anything_runs
     near = write_parquet(tmp_path / "near" / "n.parquet", data)
     with pytest.raises(DataError, match=r"column 'x' .* is missing \(did you mean 'xx'\?\)"):
         run(tmp_path, [good, near])
+    data["X"] = data.pop("xx")  # the same name in another case comes first
+    near = write_parquet(tmp_path / "near" / "n.parquet", data)
+    with pytest.raises(DataError, match=r"column 'x' .* is missing \(did you mean 'X'\?\)"):
+        run(tmp_path, [good, near])
     other = {**rows(10), "u": list(range(10))}  # integer ids where a.parquet has strings
     ints = write_parquet(tmp_path / "c.parquet", other)
     with pytest.raises(DataError, match="files disagree on column 'u': .*a.parquet has string, "
@@ -311,7 +315,9 @@ def test_the_command_line_names_a_bad_value(tmp_path, capsys):
     with open(tmp_path / "out" / "meta.json") as f:
         assert json.load(f)["skipped"] == {"y": 1}
     said = capsys.readouterr()
-    assert "prepare: skipped bad rows (y 1; meta.json's 'skipped')" in said.out + said.err
+    assert "prepare: skipped rows with bad values (per column: y 1; meta.json's 'skipped')" in (
+        said.out + said.err
+    )
 
 
 # ---------------------------------------------------------------------------------------------

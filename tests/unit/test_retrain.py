@@ -441,7 +441,7 @@ def test_seeds_that_agree_exactly_are_said_so_and_a_lead_is_shown_in_the_digits_
     """A solved champion (the LR reference) scores every seed alike: the lines say the seeds
     agree, not that a lead of -0.0000 is outside the noise, and a pick shows the digits that
     tell the means apart."""
-    from recsys.lifecycle.retrain import pick, scratch_line
+    from recsys.lifecycle.retrain import decide, pick, scratch_line
 
     same = {"retrained": [0.58921, 0.58921], "scratch": [0.58924, 0.58924]}
     line = scratch_line(plan("auc"), same)
@@ -452,6 +452,9 @@ def test_seeds_that_agree_exactly_are_said_so_and_a_lead_is_shown_in_the_digits_
         "(val_auc seed means: warm start 0.58921, from scratch 0.58924)")  # fmt: skip
     noisy = {"retrained": [0.70, 0.72], "scratch": [0.60, 0.61]}
     assert "outside the noise; from scratch 0.6050)" in scratch_line(plan("auc"), noisy)
+    decision = decide(plan("auc"), [0.58924] * 3, 0.58921, "3")
+    assert "frozen version 3's 0.58921: lead +0.00003, outside the noise" in decision.line
+    assert decision.line.endswith("the seeds agree exactly: no seed noise measured")
 
 
 def test_a_trainings_scores_are_its_last_reports(tmp_path):
