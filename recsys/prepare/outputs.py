@@ -110,20 +110,35 @@ def good(table: pa.Table, schema: DatasetSchema) -> pa.Table:
     return table.filter(pa.array(~bad)) if bad.any() else table
 
 
+def column_id_types(types: dict[str, Any], schema: DatasetSchema) -> dict[str, str]:
+    """Per id column, the type its own values hash as (``int`` or ``string``), before a shared
+    table's columns are made to agree (``id_types``)."""
+    out: dict[str, str] = {}
+    for name in schema.roles()["sparse"]:
+        inner = _inner(types.get(name))
+        out[name] = "int" if inner is not None and pa.types.is_integer(inner) else "string"
+    return out  # (hex reads text only)
+
+
+def _inner(tp: Any) -> Any:
+    """A column's value type: a list's items, a dictionary's values."""
+    inner = tp.value_type if tp is not None and is_list(tp) else tp
+    return inner.value_type if inner is not None and pa.types.is_dictionary(inner) else inner
+
+
+def holds_nothing(tp: Any) -> bool:
+    inner = _inner(tp)
+    return inner is not None and pa.types.is_null(inner)
+
+
 def id_types(types: dict[str, Any], schema: DatasetSchema) -> dict[str, str]:
     """Per id column, the type its ids are hashed as (serving casts raw values to it). The
     columns of a shared table must agree (``5`` and ``"5"`` hash apart); one holding no value
     (Arrow's ``null`` type) takes its table's type."""
-    out: dict[str, str] = {}
+    out = column_id_types(types, schema)
     known: dict[str, tuple[str, str]] = {}  # table: (a column with a type, its type)
-    for name in schema.roles()["sparse"]:
-        tp = types.get(name)
-        inner = tp.value_type if tp is not None and is_list(tp) else tp
-        if inner is not None and pa.types.is_dictionary(inner):
-            inner = inner.value_type
-        integer = inner is not None and pa.types.is_integer(inner)  # hex reads text only
-        out[name] = "int" if integer else "string"
-        if inner is not None and pa.types.is_null(inner):
+    for name in out:
+        if holds_nothing(types.get(name)):
             continue
         table = schema.table_of(name)
         other, kind = known.setdefault(table, (name, out[name]))

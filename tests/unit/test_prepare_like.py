@@ -187,6 +187,29 @@ def test_the_drift_log_is_written_a_period_a_folder_and_prepared_like_the_first(
     assert not (tmp_path / "x").exists()
 
 
+def test_a_shared_tables_column_that_changed_type_is_named_as_the_change_it_is(tmp_path):
+    """The drift log's ``item`` shares its table with ``history``: cast to text in a later
+    period, it is refused as the change against ``--like``'s folder (was: as a disagreement with
+    ``history``, naming neither the earlier folder nor the change)."""
+    from recsys.cli import synth
+
+    logs = tmp_path / "logs"
+    synth.main(["--drift", "--periods", "2", "--rows-per-period", "400", "--out", str(logs)])
+    schema = DatasetSchema.load(str(logs / "schema.yaml"))
+    assert schema.table_of("history") == "item"
+    prepare(schema, [str(logs / "period-1")], str(tmp_path / "p1"), workers=0, log=lambda s: None)
+    later = pq.read_table(logs / "period-2" / "log.parquet")
+    i = later.column_names.index("item")
+    later = later.set_column(i, "item", later.column("item").cast(pa.string()))
+    (tmp_path / "text").mkdir()
+    pq.write_table(later, tmp_path / "text" / "log.parquet")
+    with pytest.raises(DataError, match=r"column 'item': string ids here, int ids in .*p1 "
+                                        r"\(--like\)"):  # fmt: skip
+        prepare(schema, [str(tmp_path / "text")], str(tmp_path / "p2"), workers=0,
+                like=str(tmp_path / "p1"), log=lambda s: None)  # fmt: skip
+    assert not (tmp_path / "p2").exists()
+
+
 def test_the_unseen_ids_line_says_what_grew_and_what_is_left():
     """``--like``'s line per feature: the ids the vocabulary lacks, or, where the table grew,
     by how many rows and the ids still left to the unseen rows."""
