@@ -198,7 +198,7 @@ class TrainConfig:
             (a local or mounted path) checkpoints are written there directly, never staged.
         deterministic: GPU workers run deterministic kernels where torch offers them
             (``torch.use_deterministic_algorithms(True, warn_only=True)``,
-            ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` for cuBLAS, cuDNN's deterministic mode; not its
+            ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` for cuBLAS, cuDNN's deterministic mode; not torch's
             filling of new memory, a debugging aid), so a
             resumed run repeats an uninterrupted one and two runs of one seed agree. FBGEMM's
             ``exact_*`` optimizers and its embedding Adam are deterministic by design (rows are

@@ -123,7 +123,7 @@ def decide(plan: Plan, scores: list[float], frozen: float, champion: str,
     model = f"seed {seed}" if refit is None else f"seed {seed}'s refit"
     outside = (s.low > frozen) if plan.mode == "max" else (s.high < frozen)
     metric = f"test_{plan.metric}"
-    d = max(digits(s.mean, frozen), digits(mine, frozen))
+    d = max(digits(v, frozen) for v in (s.mean, mine, s.low, s.high))  # what decides, shown
     interval = f"{LEVEL:.0%} CI [{s.low:.{d}f}, {s.high:.{d}f}] of {len(scores)} seeds"
     exact = "; the seeds agree exactly: no seed noise measured" if s.std == 0 else ""
     if outside and sign * (mine - frozen) > 0:

@@ -56,7 +56,8 @@ def load_fitted(folder: str) -> Fitted:
 
 def check_types(folder: str, earlier: dict[str, str], now: dict[str, str]) -> None:
     """Each id column's type in the new files (``now``: ``int`` or ``string``, as
-    ``recsys.prepare.outputs.id_types`` gives them) is the one it had in ``folder``
+    ``recsys.prepare.outputs.column_id_types`` gives them, columns holding no value left out)
+    is the one it had in ``folder``
     (``earlier``), or a ``DataError`` names the column and both types."""
     for name, kind in now.items():
         was = earlier.get(name)

@@ -324,6 +324,16 @@ def checked_earlier(schema: DatasetSchema, like: str | None, grow_vocab: bool) -
     return earlier
 
 
+def skipped_line(skipped: dict[str, int]) -> str:
+    """What ``--on-bad-row skip`` left out: bad values per column, and text lines that did not
+    split (``meta.json``'s ``skipped``: its ``lines``)."""
+    columns = ", ".join(f"{k} {v:,}" for k, v in skipped.items() if k != "lines")
+    parts = [f"bad values per column: {columns}"] if columns else []
+    if skipped.get("lines"):
+        parts.append(f"{skipped['lines']:,} text lines that did not split")
+    return "; ".join(parts)
+
+
 def checked_inputs(
     schema: DatasetSchema,
     inputs: list[str],
@@ -450,8 +460,7 @@ def _prepare(
     for line in one_class(meta["label_counts"]):
         log(f"prepare: warning: {line}")
     if meta["skipped"]:  # (--on-bad-row skip) said here as well as in meta.json
-        said = ", ".join(f"{k} {v:,}" for k, v in meta["skipped"].items())
-        log(f"prepare: skipped rows with bad values (per column: {said}; meta.json's 'skipped')")
+        log(f"prepare: skipped rows ({skipped_line(meta['skipped'])}; meta.json's 'skipped')")
     write_examples(folder, pieces, schema)
     write_meta(folder, meta)
     rows = meta["rows"]

@@ -170,13 +170,13 @@ def check_resume(
             raise ConfigError(f"{flag}: no sweep named {opts.name!r} in {opts.storage}")
         return False
     _check_same_space(space, opts, saved)
-    _check_device_change(space, opts, saved)  # (a growth resumes its errored seed-check runs)
     if opts.more:
         if not saved.get("finished"):
             raise ConfigError(
                 f"--more: sweep {opts.name!r} in {path} is unfinished: resume it first "
                 f"(--resume), then grow it"
             )
+        _check_device_change(space, opts, saved)  # (a growth resumes its errored seed checks)
         return True
     if saved.get("finished") and not (opts.resume and saved.get("errored")):
         raise ConfigError(
@@ -195,6 +195,7 @@ def check_resume(
             f"sweep {opts.name!r} in {path} is unfinished and resumes with the options it started "
             f"with: {'; '.join(differ)}. Leave them out to resume it, or {NEW_SWEEP}"
         )
+    _check_device_change(space, opts, saved)
     return True
 
 

@@ -301,6 +301,16 @@ def test_an_unfinished_folder_is_never_read_as_prepared_and_is_replaced(tmp_path
     assert again["rows"]["train"] == 12 and not partial.exists()
 
 
+def test_the_skipped_line_tells_bad_values_from_lines_that_did_not_split():
+    from recsys.prepare.pipeline import skipped_line
+
+    assert skipped_line({"y": 1, "x": 1200}) == "bad values per column: y 1, x 1,200"
+    assert skipped_line({"y": 2, "lines": 3}) == (
+        "bad values per column: y 2; 3 text lines that did not split"
+    )
+    assert skipped_line({"lines": 1}) == "1 text lines that did not split"
+
+
 def test_the_command_line_names_a_bad_value(tmp_path, capsys):
     from recsys.cli.preprocess import main
 
@@ -315,7 +325,7 @@ def test_the_command_line_names_a_bad_value(tmp_path, capsys):
     with open(tmp_path / "out" / "meta.json") as f:
         assert json.load(f)["skipped"] == {"y": 1}
     said = capsys.readouterr()
-    assert "prepare: skipped rows with bad values (per column: y 1; meta.json's 'skipped')" in (
+    assert "prepare: skipped rows (bad values per column: y 1; meta.json's 'skipped')" in (
         said.out + said.err
     )
 

@@ -5,6 +5,7 @@ tables do not match the model's is refused before anything trains."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -455,6 +456,13 @@ def test_seeds_that_agree_exactly_are_said_so_and_a_lead_is_shown_in_the_digits_
     decision = decide(plan("auc"), [0.58924] * 3, 0.58921, "3")
     assert "frozen version 3's 0.58921: lead +0.00003, outside the noise" in decision.line
     assert decision.line.endswith("the seeds agree exactly: no seed noise measured")
+    from recsys.tune.confirm import spread
+
+    low = spread("retrained", [0.7105, 0.7104, 0.7103]).low
+    for frozen in (low - 1e-6, low + 1e-6):  # promoted, kept: the interval shows which
+        line = decide(plan("auc"), [0.7105, 0.7104, 0.7103], frozen, "3").line
+        shown = re.search(r"CI \[([0-9.]+),", line).group(1)
+        assert shown != f"{frozen:.{len(shown) - 2}f}", line
 
 
 def test_a_trainings_scores_are_its_last_reports(tmp_path):
