@@ -168,7 +168,8 @@ class Inspection:
 def _near(name: str, types: dict[str, Any], schema: DatasetSchema) -> str:
     """The file's column a missing one was likely meant as: the same name in another case,
     else the nearest name that no other schema column takes (``C1`` is not ``C11``)."""
-    free = [c for c in types if c not in set(schema.columns())]
+    taken = set(schema.columns())
+    free = [c for c in types if c not in taken]
     same = [c for c in free if c.lower() == name.lower()]
     return f" (did you mean {same[0]!r}?)" if same else nearest(name, free)
 

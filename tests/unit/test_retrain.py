@@ -442,7 +442,7 @@ def test_seeds_that_agree_exactly_are_said_so_and_a_lead_is_shown_in_the_digits_
     """A solved champion (the LR reference) scores every seed alike: the lines say the seeds
     agree, not that a lead of -0.0000 is outside the noise, and a pick shows the digits that
     tell the means apart."""
-    from recsys.lifecycle.retrain import decide, pick, scratch_line
+    from recsys.lifecycle.retrain import pick, scratch_line
 
     same = {"retrained": [0.58921, 0.58921], "scratch": [0.58924, 0.58924]}
     line = scratch_line(plan("auc"), same)
